@@ -1,0 +1,47 @@
+# Set-up and entry points. `make demo` and `make test` each do all set-up on a fresh machine:
+# Debian packages (graphviz's dot, chromium for the browser tests), a .venv with torch (override
+# with TORCH_SPEC=...), the JS bundles (esbuild from npm) and the package in editable mode.
+
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_SPEC ?= torch==2.13.0
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+STAMP := $(VENV)/.torchlens_nb-installed
+PYTEST := $(BIN)/python -m pytest
+
+.PHONY: setup sysdeps bundle demo test test-unit test-browser test-notebooks bench clean
+
+setup: sysdeps $(STAMP) bundle
+
+sysdeps:
+	@if ! command -v dot >/dev/null || ! command -v chromium >/dev/null; then \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q graphviz chromium fonts-dejavu-core; \
+	fi
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+bundle: js/package-lock.json
+	@test -d js/node_modules || (cd js && npm ci --no-audit --no-fund --loglevel=error)
+	cd js && node build.mjs
+
+demo: setup
+	$(BIN)/python -m jupyter nbconvert --to notebook --execute notebooks/00_tour.ipynb \
+	  --output-dir $${TMPDIR:-/tmp} --output tour_executed.ipynb
+	@echo "tour executed: $${TMPDIR:-/tmp}/tour_executed.ipynb (open notebooks/00_tour.ipynb in JupyterLab to click through)"
+
+test: setup
+	$(PYTEST) -q tests
+	$(PYTEST) -q -p nbval --nbval-lax --nbval-current-env notebooks
+
+bench: setup
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) js/node_modules torchlens_nb/widgets/static

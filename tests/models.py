@@ -1,0 +1,76 @@
+"""Small real models the tests build (seeded, CPU, built in milliseconds).
+
+Import from tests as ``from tests.models import ...``; fixtures in ``conftest.py`` wrap them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def mlp(seed: int = 0) -> nn.Sequential:
+    """Linear(8, 16) -> ReLU -> Linear(16, 4)."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+class SmallCNN(nn.Module):
+    """conv -> BatchNorm -> ReLU -> pool -> linear head, input (N, 3, 8, 8)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.act = nn.ReLU()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(self.act(self.bn(self.conv(x))))
+        return self.head(torch.flatten(x, 1))
+
+
+def small_cnn(seed: int = 0) -> SmallCNN:
+    torch.manual_seed(seed)
+    return SmallCNN()
+
+
+def tiny_gpt2(seed: int = 0, n_layer: int = 2) -> nn.Module:
+    """A 2-layer GPT-2 (random init, eager attention): input ``{"input_ids": (1, T)}``."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(n_layer=n_layer, n_embd=32, n_head=4, vocab_size=64, n_positions=32,
+                        bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    return GPT2LMHeadModel(config).eval()
+
+
+class InPlaceViews(nn.Module):
+    """In-place ops, views, two outputs and data-dependent control flow."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.fc(x)
+        y.relu_()
+        flat = y.view(-1)
+        if flat.sum() > 0:
+            flat = flat * 2
+        else:
+            flat = flat - 1
+        y[:, 0] = 0.0
+        return flat, y.t()
+
+
+class DictInput(nn.Module):
+    """forward(ids, scale): takes keyword arguments, like a Hugging Face model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, ids: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return self.emb(ids).mean(dim=1) * scale

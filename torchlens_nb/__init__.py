@@ -1,0 +1,16 @@
+"""torchlens_nb: a Jupyter-native investigation kit for PyTorch.
+
+``import torchlens_nb as tl`` gives the spelling of the specification: ``tl.trace``,
+``tl.func``, ``tl.module``, ``tl.options.CaptureOptions``, ``tl.debug.*``, ``tl.report.*``.
+Importing installs no hook and changes no global state.
+"""
+
+from . import debug, errors, options, report
+from .capture import PartialTrace, Trace, func, module, trace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PartialTrace", "Trace", "__version__", "debug", "errors", "func", "module", "options",
+    "report", "trace",
+]

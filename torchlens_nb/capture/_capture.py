@@ -1,0 +1,183 @@
+"""``tl.trace``: run a model's forward once and record it."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import CaptureOptionsError, ForwardError, InputFormError, ModelTypeError
+from ..errors import TorchlensNbWarning
+from ..options import CaptureOptions
+from ._recorder import Recorder, RecordingMode, Tripwire, _StopCapture, iter_tensors
+from ._selectors import Selector
+from ._trace import ModuleCall, PartialTrace, Trace
+
+
+def call_arguments(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """How ``inputs`` is passed to ``forward``: a tensor or object as the one positional argument,
+    a tuple/list as positional arguments, a mapping (dict, Hugging Face ``BatchEncoding``) as
+    keyword arguments.
+
+    Raises:
+        InputFormError: ``inputs`` is a string or None (tokenize text first).
+    """
+    if isinstance(inputs, str):
+        raise InputFormError(
+            f"inputs is the string {inputs[:40]!r}; tokenize it first and pass the tensors "
+            "(e.g. tokenizer(text, return_tensors='pt'))."
+        )
+    if inputs is None:
+        raise InputFormError("inputs is None; pass a tensor, a tuple of arguments or a dict of "
+                             "keyword arguments for the model's forward.")
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    if isinstance(inputs, Mapping):
+        for key in inputs:
+            if not isinstance(key, str):
+                raise InputFormError(
+                    f"a dict of inputs is passed as keyword arguments, so its keys must be "
+                    f"strings; got key {key!r}. Pass a tuple for positional arguments."
+                )
+        return (), dict(inputs)
+    return (inputs,), {}
+
+
+def validate_model(model: Any, what: str = "model") -> nn.Module:
+    """Return ``model`` if it is an ``nn.Module``, else raise ``ModelTypeError`` naming the fix."""
+    if not isinstance(model, nn.Module):
+        hint = " (wrap a list of layers in nn.Sequential(*layers))" if isinstance(
+            model, (list, tuple)) else ""
+        raise ModelTypeError(f"{what} must be a torch.nn.Module, got {type(model).__name__}{hint}.")
+    return model
+
+
+def _unwrap_compiled(model: nn.Module) -> nn.Module:
+    original = getattr(model, "_orig_mod", None)
+    if isinstance(original, nn.Module):
+        warnings.warn(
+            "the model is torch.compile'd; capturing its eager original under "
+            "torch.compiler.set_stance('force_eager') (compiled code is not what is recorded).",
+            TorchlensNbWarning, stacklevel=3)
+        return original
+    return model
+
+
+@contextlib.contextmanager
+def _eager_stance() -> Iterator[None]:
+    """Run compiled regions eagerly during capture (torch >= 2.6), and say so when they exist."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None:
+        yield
+        return
+    frames = dynamo.utils.counters.get("frames", {})
+    if frames.get("ok", 0) or frames.get("total", 0):
+        warnings.warn(
+            "torch.compile regions exist in this process; the capture ran them eagerly under "
+            "torch.compiler.set_stance('force_eager').", TorchlensNbWarning, stacklevel=4)
+    with torch.compiler.set_stance("force_eager"):
+        yield
+
+
+@contextlib.contextmanager
+def _module_hooks(recorder: Recorder) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(nn.modules.module.register_module_forward_pre_hook(
+            recorder.enter_module))
+        stack.enter_context(nn.modules.module.register_module_forward_hook(
+            recorder.exit_module, always_call=True))
+        yield
+
+
+def _check_save(save: Any) -> bool | Selector:
+    if isinstance(save, bool) or isinstance(save, Selector):
+        return save
+    raise CaptureOptionsError(
+        f"save must be True, False or a selector such as tl.func('relu'), got {save!r}."
+    )
+
+
+def run_capture(model: Any, inputs: Any, *, save: Any = True,
+                capture: CaptureOptions | None = None,
+                tripwire: Tripwire | None = None) -> Trace:
+    """The capture behind ``tl.trace``; ``tripwire(op, value)`` may end it early (find_nan).
+
+    Returns a ``Trace``, or a ``PartialTrace`` when the tripwire stopped the run (the recorder's
+    ``stopped_at`` op is its last op).
+    """
+    model = _unwrap_compiled(validate_model(model))
+    save = _check_save(save)
+    options = capture if capture is not None else CaptureOptions()
+    if not isinstance(options, CaptureOptions):
+        raise CaptureOptionsError(
+            f"capture must be tl.options.CaptureOptions(...), got {type(options).__name__}."
+        )
+    args, kwargs = call_arguments(inputs)
+    recorder = Recorder(model, save, options, tripwire)
+    recorder.record_inputs(args, kwargs)
+    error: BaseException | None = None
+    output: Any = None
+    try:
+        with _eager_stance(), _module_hooks(recorder), RecordingMode(recorder):
+            output = model(*args, **kwargs)
+    except _StopCapture:
+        pass
+    except Exception as exc:  # the user's forward raised: keep what was recorded
+        error = exc
+    calls = [ModuleCall(c["address"], c["type"], c["first_op"], c.get("last_op", len(recorder.ops)),
+                        c.get("output_labels", ())) for c in recorder.module_calls]
+    output_layers = tuple(dict.fromkeys(
+        label for label in (recorder.producer.get(t) for t in iter_tensors(output))
+        if label is not None))
+    for label in output_layers:
+        recorder.by_label[label].is_output = True
+    common = dict(model_type=type(model).__name__,
+                  output=output if options.keep_output else None,
+                  output_layers=output_layers, save_all=save is True, options=options)
+    if error is not None or recorder.stopped_at is not None:
+        partial = PartialTrace(recorder.ops, calls, recorder.grad_fns,
+                               exception=error or _StopCapture(), **common)
+        if error is not None:
+            raise ForwardError(
+                f"the model's forward raised {type(error).__name__}: {error} "
+                f"(after {len(recorder.ops)} recorded ops; the exception's partial_trace holds "
+                "them, and tl.debug helpers accept it).", partial) from error
+        return partial
+    return Trace(recorder.ops, calls, recorder.grad_fns, **common)
+
+
+def trace(model: nn.Module, inputs: Any, *, save: bool | Selector = True,
+          capture: CaptureOptions | None = None) -> Trace:
+    """Run ``model``'s forward once on ``inputs`` and record every tensor-producing op.
+
+    Args:
+        model: the module to run (a ``torch.compile``'d one is captured eagerly, with a warning).
+        inputs: a tensor, a tuple/list of positional arguments, or a dict of keyword arguments
+            (a Hugging Face ``BatchEncoding`` included).
+        save: which op outputs to keep: True (all), False (metadata only) or a selector such
+            as ``tl.func("relu") | tl.module("encoder.*")``.
+        capture: ``tl.options.CaptureOptions`` (gradients, hook plans, source lines).
+
+    Returns:
+        A :class:`Trace`. Outputs are bitwise what ``model(*inputs)`` returns; the model's
+        parameters, buffers and train/eval mode are untouched (the forward itself may update
+        BatchNorm running stats in train mode, exactly as a plain call would). No hook or mode
+        outlives the call, also when the forward raises.
+
+    Raises:
+        ForwardError: the forward raised; ``err.partial_trace`` holds the ops recorded before.
+        ModelTypeError, InputFormError, CaptureOptionsError: bad arguments (nothing was run).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> t = trace(nn.Sequential(nn.Linear(2, 2), nn.ReLU()), torch.ones(1, 2))
+        >>> [op.label for op in t]
+        ['input_1', 'linear_1', 'relu_1']
+    """
+    return run_capture(model, inputs, save=save, capture=capture)

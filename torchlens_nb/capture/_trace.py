@@ -1,0 +1,190 @@
+"""``Trace``: the recorded forward pass (and its logged backward passes)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import BackwardError, OpNotFoundError
+from ._backward import BackwardPass, log_backward
+from ._op import Op
+
+_analyses: dict[str, Callable[..., Any]] = {}
+
+
+def register_analysis(name: str, function: Callable[..., Any]) -> None:
+    """Let ``debug`` provide ``Trace.<name>()`` without capture importing debug (layering)."""
+    _analyses[name] = function
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """One call of a module during the forward."""
+
+    address: str
+    """Module address (``""`` for the root; ``?Type`` for a module outside the model)."""
+    type_name: str
+    first_op: int
+    """Index of the first op recorded inside the call."""
+    last_op: int
+    """One past the index of the last op recorded inside the call."""
+    output_labels: tuple[str, ...]
+    """Labels of the ops that produced the call's tensor outputs."""
+
+
+class Trace:
+    """A captured forward pass: ops in execution order plus module calls and backward logs.
+
+    Index with a label (``trace["relu_1"]``) or an execution index (``trace[0]``); iterate for ops
+    in order. The trace holds saved output values (per the ``save`` selector), and, when captured
+    with ``backward_ready``, each op's ``grad_fn``: that keeps the autograd graph alive until the
+    trace is released.
+    """
+
+    is_partial = False
+
+    def __init__(
+        self,
+        ops: list[Op],
+        module_calls: list[ModuleCall],
+        grad_fns: dict[str, Any],
+        *,
+        model_type: str,
+        output: Any,
+        output_layers: tuple[str, ...],
+        save_all: bool,
+        options: Any,
+    ) -> None:
+        self.ops = ops
+        self._by_label = {op.label: op for op in ops}
+        self.module_calls = module_calls
+        self._grad_fns = grad_fns
+        self.model_type = model_type
+        self.output = output
+        self.output_layers = output_layers
+        self.input_layers = tuple(op.label for op in ops if op.is_input)
+        self.save_all = save_all
+        """True when every op's output was saved (full coverage for value scans)."""
+        self.options = options
+        self.backward_passes: list[BackwardPass] = []
+        children: dict[str, list[str]] = {op.label: [] for op in ops}
+        for op in ops:
+            for parent in op.parents:
+                children[parent].append(op.label)
+        for op in ops:
+            op.children = tuple(children[op.label])
+
+    # ----- lookup ------------------------------------------------------------------------
+    def __getitem__(self, key: str | int | Op) -> Op:
+        if isinstance(key, Op):
+            key = key.label
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise OpNotFoundError(
+                f"index a trace with an op label (e.g. {self._example()}) or an int, "
+                f"got {type(key).__name__}."
+            )
+        if isinstance(key, int):
+            if -len(self.ops) <= key < len(self.ops):
+                return self.ops[key]
+            raise OpNotFoundError(f"op index {key} is out of range for {len(self.ops)} ops.")
+        op = self._by_label.get(key)
+        if op is None:
+            close = [label for label in self._by_label if label.split("_")[0] == key.split("_")[0]]
+            hint = f" Labels like it: {close[:5]}." if close else f" Try {self._example()}."
+            raise OpNotFoundError(f"no op labelled {key!r} in this trace.{hint}")
+        return op
+
+    def _example(self) -> str:
+        return repr(self.ops[-1].label) if self.ops else "'linear_1'"
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self._by_label
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops)
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} of {self.model_type}: {len(self.ops)} ops, "
+                f"{len(self.backward_passes)} backward passes>")
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Every op label in execution order."""
+        return tuple(op.label for op in self.ops)
+
+    @property
+    def modules(self) -> dict[str, list[ModuleCall]]:
+        """Module address -> its calls, in first-call order."""
+        table: dict[str, list[ModuleCall]] = {}
+        for call in sorted(self.module_calls, key=lambda c: c.first_op):
+            table.setdefault(call.address, []).append(call)
+        return table
+
+    def module(self, address: str) -> list[Op]:
+        """Ops recorded inside the module at ``address`` (every call), in execution order."""
+        if address and address not in self.modules:
+            raise OpNotFoundError(
+                f"no module {address!r} ran in this trace; modules: {sorted(self.modules)[:8]}."
+            )
+        return [op for op in self.ops if address == "" or address in op.module_stack]
+
+    def grad_fn_of(self, label: str) -> Any:
+        """The ``grad_fn`` recorded for ``label`` (None when it had none or was not kept)."""
+        return self._grad_fns.get(self[label].label)
+
+    # ----- backward ----------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, *, gradient: torch.Tensor | None = None,
+                 retain_graph: bool = False) -> BackwardPass:
+        """Run ``loss.backward()`` while logging grad_fn fires (and gradients with save_grads).
+
+        Accumulates ``.grad`` on leaves exactly like ``loss.backward()``. Hooks are installed on
+        the graph's nodes for the duration of the call only and removed also when it raises.
+
+        Raises:
+            BackwardError: the trace was captured without ``backward_ready``/``save_grads``,
+                ``loss`` has no graph, or autograd failed (e.g. a second backward without
+                ``retain_graph=True``).
+        """
+        if not self.options.backward_ready:
+            raise BackwardError(
+                "this trace was captured without backward support; capture with "
+                "capture=tl.options.CaptureOptions(save_grads=True) (or backward_ready=True)."
+            )
+        if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+            raise BackwardError(
+                f"loss must be a tensor with a grad_fn (computed from the trace's outputs), got "
+                f"{type(loss).__name__}{' without grad_fn' if isinstance(loss, torch.Tensor) else ''}."
+            )
+        record = log_backward(self, loss, gradient=gradient, retain_graph=retain_graph,
+                              save_grads=self.options.save_grads,
+                              index=len(self.backward_passes))
+        self.backward_passes.append(record)
+        for op in self.ops:
+            op.grads.append(record.op_grads.get(op.label))
+        return record
+
+    # ----- analyses provided by tl.debug ------------------------------------------------------
+    def find_nan(self) -> Any:
+        """Scan saved outputs for the first non-finite value (``tl.debug`` FindNanReport)."""
+        return _analyses["find_nan"](self)
+
+    def audit(self) -> Any:
+        """Run every trace-local health diagnostic (``tl.debug`` HealthReport)."""
+        return _analyses["audit"](self)
+
+
+class PartialTrace(Trace):
+    """The ops recorded before the forward raised, plus that exception (``exception``)."""
+
+    is_partial = True
+
+    def __init__(self, *args: Any, exception: BaseException, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.exception = exception
+        """The exception the model's forward raised."""

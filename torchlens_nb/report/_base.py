@@ -1,0 +1,336 @@
+"""The one report model every torchlens_nb diagnostic returns.
+
+A :class:`Report` is frozen plain data (str, int, float, bool, None, tuples, read-only mappings
+and frozen dataclasses of those): it never holds a tensor, module or optimizer, so it is cheap to
+keep and pins nothing. Its views are lowerings of that one form:
+
+* ``card()`` / ``str(report)``: bounded text (lead line, at most five findings, the exact
+  remainder, the exits);
+* ``to_dict()`` / ``to_json()``: the payload envelope the panels render from, JSON-safe
+  (``json.dumps(report.to_dict(), allow_nan=False)`` always succeeds);
+* ``to_pandas()``: the primary table of a tabular report (a report HAS a table, it never IS one);
+* the rich display (``report/_display.py``): an anywidget panel with the card as fallback.
+
+Follow-up work a panel can ask for (the next ring of a lineage, the next page of a table, an exit
+button) goes through ``actions``: named callables that return another :class:`Report`. They are
+excluded from equality, repr and ``to_dict()`` and must hold their live objects (traces, models)
+by weak reference, so a report never keeps a model alive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from .._jsonsafe import to_jsonable
+from ..errors import ReportOptionError
+from . import _display
+
+if TYPE_CHECKING:
+    import pandas
+
+SCHEMA = "torchlens_nb.report/1"
+"""Payload schema id; bump the suffix on any incompatible change of the envelope."""
+
+Severity = Literal["critical", "warning", "info"]
+SEVERITY_ORDER: Mapping[str, int] = types.MappingProxyType({"critical": 0, "warning": 1, "info": 2})
+MAX_CARD_FINDINGS = 5
+"""The card shows at most this many findings, then the exact count of the rest."""
+
+
+def frozen_mapping(data: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """Return a read-only copy of ``data`` (nested dicts and lists are frozen too)."""
+    return types.MappingProxyType({str(k): _freeze(v) for k, v in (data or {}).items()})
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return frozen_mapping(value)
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a finding points: any of op label, module address and source location."""
+
+    op: str | None = None
+    """Label of the op in its trace, e.g. ``"log_1"``."""
+    module: str | None = None
+    """Innermost module address, e.g. ``"encoder.layer.0.attn"`` (``""`` is the root module)."""
+    file: str | None = None
+    """Source file of the first user frame."""
+    line: int | None = None
+    """Line number in ``file``."""
+    code: str | None = None
+    """The text of that source line, stripped."""
+
+    def text(self) -> str:
+        """One-line rendering: ``op in module at file:line``."""
+        parts = []
+        if self.op:
+            parts.append(self.op)
+        if self.module:
+            parts.append(f"in {self.module}")
+        if self.file:
+            parts.append(f"at {_short_path(self.file)}:{self.line}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One fact a diagnostic established, with where it is and what to do about it."""
+
+    code: str
+    """Stable machine-readable id, e.g. ``"nonfinite_origin"``; never parse ``message``."""
+    severity: Severity
+    """``critical`` (results are wrong), ``warning`` (likely wrong), ``info`` (worth knowing)."""
+    message: str
+    """One or two sentences for a person."""
+    where: Where | None = None
+    """What it points at, if anything."""
+    remedy: str | None = None
+    """What to do next."""
+    fields: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    """Structured facts behind the message (JSON-safe values)."""
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITY_ORDER:
+            raise ReportOptionError(
+                f"severity must be one of {sorted(SEVERITY_ORDER)}, got {self.severity!r}."
+            )
+        object.__setattr__(self, "fields", frozen_mapping(self.fields))
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A check that could not run, and why (always shown: never counted as a pass)."""
+
+    check: str
+    reason: str
+    code: str = "unavailable"
+
+
+@dataclass(frozen=True)
+class Exit:
+    """A suggested next step: the call to type, and optionally the action that runs it."""
+
+    label: str
+    """Button text, e.g. ``"Show lineage"``."""
+    code: str
+    """The Python spelling of the follow-up, shown to the user."""
+    action: str | None = None
+    """Name in ``Report.actions`` that runs it from a panel, or None when only typed by hand."""
+    args: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    """Arguments the panel sends with ``action``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", frozen_mapping(self.args))
+
+
+@dataclass(frozen=True)
+class Table:
+    """A named table: column names and rows of plain values, plus table-level facts."""
+
+    name: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    attrs: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    """Facts about the whole table (thresholds, coverage); copied to ``DataFrame.attrs``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", tuple(self.columns))
+        object.__setattr__(self, "rows", tuple(tuple(r) for r in self.rows))
+        object.__setattr__(self, "attrs", frozen_mapping(self.attrs))
+        width = len(self.columns)
+        for index, row in enumerate(self.rows):
+            if len(row) != width:
+                raise ReportOptionError(
+                    f"table {self.name!r} row {index} has {len(row)} values for {width} columns."
+                )
+
+    @classmethod
+    def from_dicts(
+        cls,
+        name: str,
+        rows: Sequence[Mapping[str, Any]],
+        columns: Sequence[str],
+        attrs: Mapping[str, Any] | None = None,
+    ) -> Table:
+        """Build a table from row dicts, taking ``columns`` in that order."""
+        return cls(name, tuple(columns), tuple(tuple(r.get(c) for c in columns) for r in rows),
+                   frozen_mapping(attrs))
+
+    def dicts(self) -> list[dict[str, Any]]:
+        """The rows as plain dicts (a fresh list each call)."""
+        return [dict(zip(self.columns, row)) for row in self.rows]
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """The table as a DataFrame whose ``attrs`` carry the table facts."""
+        import pandas as pd
+
+        frame = pd.DataFrame(list(self.rows), columns=list(self.columns))
+        frame.attrs.update(_thaw(self.attrs))
+        return frame
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    """Base of every torchlens_nb report; subclasses add typed fields and set ``report_type``.
+
+    Subclasses are ``@dataclass(frozen=True, kw_only=True)``, set ``report_type`` and override
+    :meth:`_data` to put their typed fields in the payload's ``data`` member.
+    Views never raise on display; explicit calls (``to_pandas`` on a report with no table) do.
+    """
+
+    report_type: ClassVar[str] = "report"
+
+    subject: str
+    """What was examined, e.g. ``"Sequential (12 ops)"``."""
+    status: str
+    """The verdict word, e.g. ``"found"``, ``"clean"``, ``"warn"``."""
+    lead: str
+    """The card's first line: the verdict in one sentence."""
+    findings: tuple[Finding, ...] = ()
+    tables: tuple[Table, ...] = ()
+    disclosures: tuple[str, ...] = ()
+    """What the verdict does not cover (scope, sampling, AMP limits)."""
+    unavailable: tuple[Unavailable, ...] = ()
+    exits: tuple[Exit, ...] = ()
+    actions: Mapping[str, Callable[..., Report]] = field(
+        default_factory=frozen_mapping, compare=False, repr=False
+    )
+    """Follow-ups a panel may request by name; excluded from equality, repr and payload."""
+
+    def __post_init__(self) -> None:
+        for name in ("findings", "tables", "disclosures", "unavailable", "exits"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        ordered = sorted(self.findings, key=lambda f: SEVERITY_ORDER[f.severity])
+        object.__setattr__(self, "findings", tuple(ordered))
+        object.__setattr__(self, "actions", types.MappingProxyType(dict(self.actions)))
+
+    # ----- views -----------------------------------------------------------------------------
+    def card(self, max_findings: int = MAX_CARD_FINDINGS) -> str:
+        """Bounded text: lead line, at most ``max_findings`` findings, the remainder, the exits."""
+        if max_findings < 1:
+            raise ReportOptionError(
+                f"max_findings must be >= 1, got {max_findings}; the card always shows one."
+            )
+        lines = [f"{self.report_type} [{self.status}] {self.subject}: {self.lead}"]
+        for finding in self.findings[:max_findings]:
+            where = f" ({finding.where.text()})" if finding.where and finding.where.text() else ""
+            lines.append(f"  {finding.severity.upper():8s} {finding.code}: {finding.message}{where}")
+        rest = len(self.findings) - max_findings
+        if rest > 0:
+            lines.append(f"  ... and {rest} more finding{'s' if rest != 1 else ''}")
+        for item in self.unavailable:
+            lines.append(f"  NOT CHECKED {item.check}: {item.reason}")
+        for note in self.disclosures[:3]:
+            lines.append(f"  note: {note}")
+        if len(self.disclosures) > 3:
+            lines.append(f"  ... and {len(self.disclosures) - 3} more notes")
+        if self.exits:
+            lines.append("  next: " + "; ".join(e.code for e in self.exits[:3]))
+        return "\n".join(_clip(line) for line in lines)
+
+    def __str__(self) -> str:
+        return self.card()
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} {self.status} {self.subject!r}: "
+                f"{len(self.findings)} findings>")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-safe payload envelope (``schema`` ``torchlens_nb.report/1``)."""
+        payload = {
+            "schema": SCHEMA,
+            "report_type": self.report_type,
+            "subject": self.subject,
+            "status": self.status,
+            "lead": self.lead,
+            "card": self.card(),
+            "findings": [dataclasses.asdict(f) for f in self.findings],
+            "tables": [
+                {"name": t.name, "columns": list(t.columns), "rows": [list(r) for r in t.rows],
+                 "attrs": _thaw(t.attrs), "total_rows": len(t.rows)}
+                for t in self.tables
+            ],
+            "disclosures": list(self.disclosures),
+            "unavailable": [dataclasses.asdict(u) for u in self.unavailable],
+            "exits": [
+                {"label": e.label, "code": e.code, "action": e.action, "args": _thaw(e.args),
+                 "runnable": e.action is not None and e.action in self.actions}
+                for e in self.exits
+            ],
+            "actions": sorted(self.actions),
+            "data": self._data(),
+        }
+        return to_jsonable(_thaw(payload))
+
+    def to_json(self, **kwargs: Any) -> str:
+        """``json.dumps`` of :meth:`to_dict` (strict JSON: no NaN literals)."""
+        return json.dumps(self.to_dict(), allow_nan=False, **kwargs)
+
+    def table(self, name: str | None = None) -> Table:
+        """The table named ``name`` (the first one when None)."""
+        if not self.tables:
+            raise ReportOptionError(
+                f"{type(self).__name__} has no table; read its findings or to_dict() instead."
+            )
+        if name is None:
+            return self.tables[0]
+        for candidate in self.tables:
+            if candidate.name == name:
+                return candidate
+        raise ReportOptionError(
+            f"no table named {name!r}; this report has {[t.name for t in self.tables]}."
+        )
+
+    def to_pandas(self, name: str | None = None) -> pandas.DataFrame:
+        """The primary (or named) table as a DataFrame with its ``attrs``."""
+        return self.table(name).to_pandas()
+
+    def run_action(self, name: str, **kwargs: Any) -> Report:
+        """Run the follow-up ``name`` (what a panel button or expand control asks for)."""
+        if name not in self.actions:
+            raise ReportOptionError(
+                f"{type(self).__name__} has no action {name!r}; available: {sorted(self.actions)}."
+            )
+        return self.actions[name](**kwargs)
+
+    def to_html(self, path: str | None = None) -> str:
+        """Self-contained HTML of the panel (offline, no kernel); written to ``path`` if given."""
+        return _display.to_html(self, path)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        return _display.mimebundle(self)
+
+    def _data(self) -> dict[str, Any]:
+        """Typed fields of the subclass for the payload's ``data`` member."""
+        return {}
+
+
+CARD_LINE_MAX_CHARS = 240
+"""A card line longer than this is cut with an ellipsis: cards are bounded text."""
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= CARD_LINE_MAX_CHARS else line[: CARD_LINE_MAX_CHARS - 1] + "…"
+
+
+def _short_path(path: str) -> str:
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:]) if len(parts) > 2 else path
