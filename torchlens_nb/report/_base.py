@@ -19,7 +19,6 @@ by weak reference, so a report never keeps a model alive.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -262,14 +261,14 @@ class Report:
             "status": self.status,
             "lead": self.lead,
             "card": self.card(),
-            "findings": [dataclasses.asdict(f) for f in self.findings],
+            "findings": list(self.findings),
             "tables": [
                 {"name": t.name, "columns": list(t.columns), "rows": [list(r) for r in t.rows],
                  "attrs": _thaw(t.attrs), "total_rows": len(t.rows)}
                 for t in self.tables
             ],
             "disclosures": list(self.disclosures),
-            "unavailable": [dataclasses.asdict(u) for u in self.unavailable],
+            "unavailable": list(self.unavailable),
             "exits": [
                 {"label": e.label, "code": e.code, "action": e.action, "args": _thaw(e.args),
                  "runnable": e.action is not None and e.action in self.actions}
