@@ -54,6 +54,10 @@ class BackwardError(TorchlensNbError, RuntimeError):
     """``Trace.backward`` cannot run: the trace was not captured for backward, or autograd failed."""
 
 
+class PanelError(TorchlensNbError, RuntimeError):
+    """A report's panel cannot be built: its bundle is missing or a panel request is invalid."""
+
+
 class ReportOptionError(TorchlensNbError, ValueError):
     """An argument of a report method (``card``, ``to_html``, ...) is invalid."""
 
@@ -70,14 +74,62 @@ class UnavailableError(TorchlensNbError, RuntimeError):
         self.code = code
 
 
+class CheckViolationError(TorchlensNbError, RuntimeError):
+    """A ``ChecksSession`` check with ``action="raise"`` stopped the loop at a safe site.
+
+    Raised before ``optimizer.step()`` writes (site S-B) or right after it wrote (site S-C), never
+    mid-step. ``finding`` is the :class:`~torchlens_nb.report.Finding`, ``code`` its stable
+    ``fields["code"]``, ``report`` the partial ``CheckReport`` at the moment of the raise.
+    """
+
+    def __init__(self, message: str, finding: Any, report: Any) -> None:
+        super().__init__(message)
+        self.finding = finding
+        self.report = report
+        self.code: str = finding.fields["code"]
+        self.fields = finding.fields
+        self.remedy: str | None = finding.remedy
+
+
+class GradFnWalkError(TorchlensNbError, ValueError):
+    """``walk_grad_fn`` / ``sketch_grad_fn`` got something with no autograd graph to walk."""
+
+
+class GraphvizRunError(TorchlensNbError, RuntimeError):
+    """Graphviz ``dot`` (or the viewer) could not run to completion; ``reason`` says why.
+
+    ``reason`` is ``"missing"`` (no ``dot`` on PATH), ``"timeout"`` (killed at the time limit)
+    or ``"failed"`` (non-zero exit; ``stderr`` holds its last lines).
+    """
+
+    def __init__(self, message: str, reason: str, stderr: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.stderr = stderr
+
+
+class CompileCountsUnavailableError(TorchlensNbError, RuntimeError):
+    """This torch exposes no Dynamo compile counters, so ``tl.debug.count_compiles`` cannot count."""
+
+
+class ModelCopyError(TorchlensNbError, TypeError):
+    """``copy.deepcopy`` refused the model; pass ``model_factory=`` to build fresh copies instead."""
+
+
 __all__ = [
     "BackwardError",
     "CaptureOptionsError",
+    "CheckViolationError",
+    "CompileCountsUnavailableError",
     "DiagnosticArgumentError",
     "ForwardError",
+    "GradFnWalkError",
+    "GraphvizRunError",
     "InputFormError",
+    "ModelCopyError",
     "ModelTypeError",
     "OpNotFoundError",
+    "PanelError",
     "ReportOptionError",
     "SelectorError",
     "TorchlensNbError",

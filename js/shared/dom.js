@@ -1,7 +1,8 @@
 // The DOM helper every panel builds with: h(tag, attrs, ...children) and clear(el).
 
 /**
- * @typedef {string | number | Node | null | undefined | false | Child[]} Child
+ * @typedef {string | number | Node | null | undefined | false} Leaf
+ * @typedef {Leaf | Leaf[] | Leaf[][] | (Leaf | Leaf[])[]} Child
  */
 
 /**

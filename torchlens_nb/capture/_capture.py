@@ -63,7 +63,7 @@ def _unwrap_compiled(model: nn.Module) -> nn.Module:
         warnings.warn(
             "the model is torch.compile'd; capturing its eager original under "
             "torch.compiler.set_stance('force_eager') (compiled code is not what is recorded).",
-            TorchlensNbWarning, stacklevel=3)
+            TorchlensNbWarning, stacklevel=4)
         return original
     return model
 
@@ -79,7 +79,7 @@ def _eager_stance() -> Iterator[None]:
     if frames.get("ok", 0) or frames.get("total", 0):
         warnings.warn(
             "torch.compile regions exist in this process; the capture ran them eagerly under "
-            "torch.compiler.set_stance('force_eager').", TorchlensNbWarning, stacklevel=4)
+            "torch.compiler.set_stance('force_eager').", TorchlensNbWarning, stacklevel=5)
     with torch.compiler.set_stance("force_eager"):
         yield
 

@@ -1,18 +1,26 @@
 """The single place where a report's rich display plugs in.
 
-``mimebundle(report)`` returns ``text/plain`` (the card) and ``text/html`` (a static card for
-nbconvert and GitHub). The widget view is added by the panel framework: this module is the one
-upward edge of the layering (report -> widgets), imported lazily inside the display call.
-Display never raises: a panel that fails to build warns once and falls back to the card.
+``mimebundle(report)`` returns the live panel (the anywidget view of ``widgets.widget_for``)
+plus ``text/plain`` (the card) and ``text/html`` (a static card for nbconvert and GitHub).
+This module is the one upward edge of the layering (report -> widgets), imported inside the
+display call. Display never raises: a panel that fails to build warns once per report type
+(``TorchlensNbWarning``) and the bundle carries the card alone.
 """
 
 from __future__ import annotations
 
 import html
+import warnings
 from typing import TYPE_CHECKING, Any
+
+from ..errors import TorchlensNbWarning
 
 if TYPE_CHECKING:
     from ._base import Report
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+_warned_report_types: set[str] = set()
 
 
 def static_html(report: Report) -> str:
@@ -22,14 +30,55 @@ def static_html(report: Report) -> str:
 
 
 def mimebundle(report: Report) -> dict[str, Any]:
-    """The display bundle of ``report``: card text plus static HTML."""
-    return {"text/plain": report.card(), "text/html": static_html(report)}
+    """The display bundle of ``report``: widget view (when it builds), card text, static HTML."""
+    bundle = {"text/plain": report.card(), "text/html": static_html(report)}
+    try:
+        from .. import widgets
+
+        view = widgets.widget_for(report)._repr_mimebundle_()
+        data = view[0] if isinstance(view, tuple) else view
+        bundle[WIDGET_MIME] = data[WIDGET_MIME]
+    except Exception as exc:  # display never raises; the card is always there
+        _warn_once(report.report_type,
+                   f"the {report.report_type!r} panel could not be built ({type(exc).__name__}: "
+                   f"{exc}); showing the text card. This warning is shown once per report type.")
+    return bundle
+
+
+def live_view(report: Report) -> Any:
+    """The live dashboard widget of a ``ChecksSession`` snapshot ``report``, or None.
+
+    None outside a Jupyter kernel (the session then prints its final report instead). Like
+    :func:`mimebundle` it never raises: a dashboard that fails to build warns once and gives
+    None.
+    """
+    try:
+        from ..widgets._dashboard import dashboard_for
+
+        return dashboard_for(report)
+    except Exception as exc:  # display never raises; the session degrades to text
+        _warn_once("live:" + report.report_type,
+                   f"the live {report.report_type!r} dashboard could not be built "
+                   f"({type(exc).__name__}: {exc}); the session prints its final report instead.")
+        return None
+
+
+def _warn_once(key: str, message: str) -> None:
+    """Warn with ``message`` the first time ``key`` fails in this process (display paths)."""
+    if key not in _warned_report_types:
+        _warned_report_types.add(key)
+        warnings.warn(message, TorchlensNbWarning, stacklevel=3)
 
 
 def to_html(report: Report, path: str | None = None) -> str:
-    """Self-contained HTML for ``report``; written to ``path`` when given."""
-    text = f"<!doctype html><meta charset='utf-8'><title>{html.escape(report.subject)}</title>"
-    text += static_html(report)
+    """Self-contained HTML rendering ``report``'s panel offline; written to ``path`` if given.
+
+    Raises:
+        PanelError: the panel bundle was not built (``make bundle``).
+    """
+    from .. import widgets
+
+    text = widgets.standalone_html(report, static_html(report))
     if path is not None:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -1,0 +1,148 @@
+// The lineage view: ops in rings around a centre op (inputs to the left, outputs to the right).
+// Python decided every finiteness word and computed every statistic; this module lays the nodes
+// out, merges the next ring Python sends when a node is expanded, and shows a node's details.
+import { h, listen } from "./dom.js";
+import { definitionList, shortPath } from "./findings.js";
+import { MISSING, formatNumber, formatShape } from "./format.js";
+import { decodeFloats } from "./payload.js";
+import { offlineNote, setStatus, statusLine } from "./status.js";
+
+/** Presentation only: the marker and tone of each finiteness word Python chose. */
+const MARK = { finite: "✔", nonfinite: "✖", unknown: "?" };
+const TONE = { finite: "ok", nonfinite: "critical", unknown: "info" };
+const WORD = { finite: "finite", nonfinite: "non-finite", unknown: "unknown" };
+
+/**
+ * @typedef {{ numel: number, nan_count: number, posinf_count: number, neginf_count: number,
+ *   finite_min: number | null, finite_max: number | null, finite_mean: number | null }} Stats
+ * @typedef {{ label: string, index: number, func: string, module: string, relation: string,
+ *   depth: number, file: string | null, line: number | null, code: string | null,
+ *   shape: number[] | null, dtype: string | null, finiteness: "finite" | "nonfinite" | "unknown",
+ *   checked_by: string | null, parents: string[], children: string[], is_frontier: boolean,
+ *   stats: Stats | null }} LineageNode
+ * @typedef {{ nodes: Map<string, { node: LineageNode, pos: number }>, selected: string }} LineageState
+ */
+
+/** Column position of a node relative to the node its ring was walked from. */
+const offset = (/** @type {LineageNode} */ n) => (n.relation === "ancestor" ? -n.depth : n.relation === "descendant" ? n.depth : 0);
+
+/**
+ * A lineage block. `nodes` come from a LineageReport (or a NaN report's first ring); expand
+ * controls ask Python for the next ring through the report action `action`.
+ * @param {LineageNode[]} nodes
+ * @param {import("./panel.js").PanelContext} ctx
+ * @param {{ centre: string, highlight: string | null, role?: string | null, action?: string,
+ *   note?: string | null }} options `role` names the highlighted node ("origin"), as Python said
+ */
+export function lineageView(nodes, ctx, { centre, highlight, role = null, action = "expand", note = null }) {
+  const key = `lineage:${centre}`;
+  /** @type {LineageState} */
+  const st = ctx.state.get(key) ?? { nodes: new Map(nodes.map((n) => [n.label, { node: n, pos: offset(n) }])), selected: highlight ?? centre };
+  ctx.state.set(key, st);
+  const status = statusLine();
+  const graph = h("div", { class: "tln-lin-graph", role: "group", "aria-label": `Lineage around ${centre}` });
+  const details = h("div", { class: "tln-lin-details", "aria-live": "polite" });
+
+  const expand = async (/** @type {string} */ label, /** @type {"ancestors" | "descendants"} */ direction,
+    /** @type {HTMLButtonElement} */ button) => {
+    button.disabled = true;
+    setStatus(status, "busy", `Asking Python for the ${direction === "ancestors" ? "inputs" : "outputs"} of ${label}…`);
+    try {
+      const { msg } = await ctx.rpc.request({ type: "action", name: action, args: { label, direction } });
+      if (ctx.signal.aborted) return;
+      const base = st.nodes.get(label)?.pos ?? 0;
+      const ring = /** @type {LineageNode[]} */ (decodeFloats(msg.payload).data.nodes);
+      let added = 0;
+      for (const n of ring) {
+        if (st.nodes.has(n.label)) continue;
+        st.nodes.set(n.label, { node: n, pos: base + offset(n) });
+        added += 1;
+      }
+      setStatus(status, "ok", `Added ${added} node${added === 1 ? "" : "s"} around ${label}.`);
+      draw();
+    } catch (err) {
+      if (!ctx.signal.aborted) setStatus(status, "critical", `Could not expand ${label}: ${err instanceof Error ? err.message : err}`);
+      button.disabled = false;
+    }
+  };
+
+  const select = (/** @type {string} */ label) => {
+    st.selected = label;
+    draw();
+    /** @type {HTMLElement | null} */ (graph.querySelector(`[data-label="${CSS.escape(label)}"] .tln-lin-node`))?.focus();
+  };
+
+  const expander = (/** @type {LineageNode} */ n, /** @type {"ancestors" | "descendants"} */ direction) => {
+    const hidden = (direction === "ancestors" ? n.parents : n.children).filter((l) => !st.nodes.has(l)).length;
+    if (hidden === 0) return null;
+    const word = `${direction === "ancestors" ? "input" : "output"}${hidden === 1 ? "" : "s"}`;
+    const button = h("button", { type: "button", class: "tln-button tln-quiet tln-lin-expand", disabled: ctx.offline,
+      "data-direction": direction, "aria-label": `Show ${hidden} more ${word} of ${n.label}` },
+    direction === "ancestors" ? `◀ ${hidden} ${word}` : `${hidden} ${word} ▶`);
+    listen(button, "click", () => void expand(n.label, direction, button), ctx.signal);
+    return button;
+  };
+
+  const nodeEl = (/** @type {LineageNode} */ n) => {
+    const chosen = st.nodes.get(st.selected)?.node;
+    const link = chosen && chosen.parents.includes(n.label) ? "input" : chosen && chosen.children.includes(n.label) ? "output" : null;
+    const button = h("button", { type: "button", class: "tln-lin-node", "aria-pressed": String(n.label === st.selected),
+      "data-finiteness": n.finiteness, "data-tone": TONE[n.finiteness], "data-link": link },
+    h("span", { class: "tln-lin-label" }, n.label, n.label === highlight ? h("span", { class: "tln-lin-origin" }, ` ◆ ${role ?? "marked"}`) : null),
+    h("span", { class: "tln-lin-meta" }, `${n.func} · ${n.module === "" ? "(root)" : n.module}`),
+    h("span", { class: "tln-lin-meta" }, `${formatShape(n.shape)} ${n.dtype ?? MISSING}`),
+    h("span", { class: "tln-lin-state" }, h("span", { "aria-hidden": "true" }, `${MARK[n.finiteness]} `), WORD[n.finiteness]));
+    listen(button, "click", () => select(n.label), ctx.signal);
+    return h("li", { class: "tln-lin-item", "data-label": n.label, "data-origin": n.label === highlight ? "true" : null },
+      expander(n, "ancestors"), button, expander(n, "descendants"));
+  };
+
+  function draw() {
+    /** @type {Map<number, LineageNode[]>} */
+    const columns = new Map();
+    for (const { node, pos } of st.nodes.values()) columns.set(pos, [...(columns.get(pos) ?? []), node]);
+    const order = [...columns.keys()].sort((a, b) => a - b);
+    graph.replaceChildren(...order.map((pos) => h("section", { class: "tln-lin-column", "data-pos": pos },
+      h("h4", null, pos === 0 ? centre : pos < 0 ? `${-pos} step${pos === -1 ? "" : "s"} before` : `${pos} step${pos === 1 ? "" : "s"} after`),
+      h("ul", { class: "tln-list" }, /** @type {LineageNode[]} */ (columns.get(pos)).sort((a, b) => a.index - b.index).map(nodeEl)))));
+    const chosen = st.nodes.get(st.selected)?.node;
+    details.replaceChildren(chosen ? nodeDetails(chosen, st, select, ctx) : h("p", { class: "tln-muted" }, "Select a node."));
+  }
+  draw();
+  return h("section", { class: "tln-lineage", "aria-label": "Lineage" },
+    h("h3", null, "Lineage"),
+    h("p", { class: "tln-muted" }, "Select a node for its values and source; ◀ / ▶ ask Python for the next ring of inputs / outputs."),
+    note ? h("p", { class: "tln-note" }, note) : null,
+    ctx.offline ? offlineNote("expanding needs a live kernel; the nodes shown are those in this copy.") : null,
+    h("div", { class: "tln-lin-scroll" }, graph), status, details);
+}
+
+/**
+ * The selected node: where it is, what it holds (statistics Python computed), its neighbours.
+ * @param {LineageNode} n @param {LineageState} st @param {(label: string) => void} select
+ * @param {import("./panel.js").PanelContext} ctx
+ */
+function nodeDetails(n, st, select, ctx) {
+  /** @type {[string, string | Node][]} */
+  const rows = [["op", h("code", null, n.label)], ["function", n.func], ["module", n.module === "" ? "(root)" : n.module],
+    ["source", n.file ? h("code", { title: n.file }, `${shortPath(n.file)}:${n.line ?? "?"}`) : MISSING],
+    ["shape", formatShape(n.shape)], ["dtype", n.dtype ?? MISSING],
+    ["finiteness", `${WORD[n.finiteness]}${n.checked_by ? ` (${n.checked_by === "dtype" ? "by dtype" : `${n.checked_by} value`})` : " (value not saved)"}`]];
+  const s = n.stats;
+  if (s) {
+    rows.push(["elements", formatNumber(s.numel)], ["NaN", formatNumber(s.nan_count)], ["+Inf", formatNumber(s.posinf_count)],
+      ["-Inf", formatNumber(s.neginf_count)], ["finite min / mean / max",
+        s.finite_min === null ? "no finite element" : `${formatNumber(s.finite_min)} / ${formatNumber(s.finite_mean)} / ${formatNumber(s.finite_max)}`]);
+  }
+  const links = (/** @type {string} */ title, /** @type {string[]} */ labels) => labels.length === 0 ? null : h("p", { class: "tln-lin-links" },
+    `${title}: `, labels.map((label) => {
+      if (!st.nodes.has(label)) return h("code", { class: "tln-muted", title: "not shown yet: expand to add it" }, `${label} `);
+      const b = h("button", { type: "button", class: "tln-row-button" }, label);
+      listen(b, "click", () => select(label), ctx.signal);
+      return [b, " "];
+    }));
+  return h("div", { class: "tln-lin-detail", "data-label": n.label },
+    h("h4", null, `Details of ${n.label}`), definitionList(rows),
+    n.code ? h("pre", { class: "tln-source" }, h("code", null, n.code)) : null,
+    links("inputs", n.parents), links("outputs", n.children));
+}
