@@ -1,0 +1,187 @@
+"""The isolated-rerun harness behind ``bisect_precision``, ``check_determinism`` and
+``guess_input_shape``: seeded captures of fresh model copies that leave the caller's model,
+inputs and RNG streams bitwise as they were (tests/compare/test_isolation.py proves each).
+
+torchlens_nb installs nothing on a model (no attributes, no per-module hooks), so a deep copy
+taken after a trace needs no "release" step: a copy is already a clean model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import random
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..capture import Trace, call_arguments, trace, validate_model
+from ..errors import DiagnosticArgumentError, ModelCopyError
+
+_TRACE_KWARGS = frozenset({"save", "capture"})
+ModelFactory = Callable[[], nn.Module]
+
+
+@contextlib.contextmanager
+def preserved_rng_state() -> Iterator[None]:
+    """Save every global RNG stream on entry and restore it on exit (exceptions included).
+
+    Covers Python's ``random``, NumPy's legacy global generator (only when NumPy is already
+    imported: this never imports it), torch's CPU generator and every CUDA generator when CUDA
+    is initialized. Generator objects the caller owns (``numpy.random.default_rng()``,
+    ``torch.Generator()``) are not global state and are not touched.
+
+    Example:
+        >>> before = torch.get_rng_state()
+        >>> with preserved_rng_state():
+        ...     _ = torch.rand(3)
+        >>> torch.equal(before, torch.get_rng_state())
+        True
+    """
+    python_state = random.getstate()
+    numpy = sys.modules.get("numpy")
+    numpy_state = numpy.random.get_state() if numpy is not None else None
+    torch_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        if numpy_state is not None:
+            numpy.random.set_state(numpy_state)
+        torch.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+
+
+def seed_all(seed: int) -> None:
+    """Seed Python ``random``, NumPy's global generator (if imported) and torch (CPU and CUDA)."""
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def map_tensors(tree: Any, function: Callable[[torch.Tensor], Any], depth: int = 0) -> Any:
+    """Rebuild ``tree`` (tuples, lists, named tuples, dicts, mappings) with ``function`` applied
+    to every tensor; other leaves are returned as they are (not copied)."""
+    if isinstance(tree, torch.Tensor):
+        return function(tree)
+    if depth > 8 or isinstance(tree, (str, bytes)):
+        return tree
+    if isinstance(tree, tuple):
+        items = [map_tensors(item, function, depth + 1) for item in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+    if isinstance(tree, list):
+        return [map_tensors(item, function, depth + 1) for item in tree]
+    if isinstance(tree, Mapping):
+        mapped = {key: map_tensors(value, function, depth + 1) for key, value in tree.items()}
+        try:
+            return type(tree)(mapped)  # keeps dict subclasses such as BatchEncoding
+        except Exception:  # a mapping type without a dict constructor: a plain dict is passed
+            return mapped
+    return tree
+
+
+def _clone_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    clone = tensor.detach().clone()
+    return clone.requires_grad_(True) if tensor.requires_grad and tensor.is_leaf else clone
+
+
+def clone_input_tree(inputs: Any) -> Any:
+    """A copy of ``inputs`` whose tensors are fresh clones (same values, strides, device and
+    ``requires_grad`` on leaves), so a forward that writes its inputs in place cannot reach the
+    caller's tensors. Containers are rebuilt; non-tensor leaves are shared.
+
+    Example:
+        >>> x = torch.ones(2)
+        >>> y = clone_input_tree({"x": x})["x"]
+        >>> torch.equal(x, y), y is x
+        (True, False)
+    """
+    return map_tensors(inputs, _clone_tensor)
+
+
+def copy_model(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model``.
+
+    Raises:
+        ModelCopyError: ``copy.deepcopy`` refused the model (a lock, an open file, a C handle
+            inside it); pass ``model_factory=`` to the helper instead.
+    """
+    try:
+        return copy.deepcopy(model)
+    except Exception as exc:  # deepcopy failures are arbitrary user-object exceptions
+        raise ModelCopyError(
+            f"copy.deepcopy({type(model).__name__}) failed with {type(exc).__name__}: {exc}; "
+            "pass model_factory=lambda: <build the same model> so each run gets a fresh one."
+        ) from exc
+
+
+def check_isolation_args(model: Any, inputs: Any, model_factory: ModelFactory | None) -> None:
+    """Validate before anything runs: a model (or a factory) and inputs tl.trace accepts."""
+    if model_factory is not None:
+        if not callable(model_factory):
+            raise DiagnosticArgumentError(
+                f"model_factory must be a zero-argument callable returning an nn.Module, got "
+                f"{type(model_factory).__name__}.")
+    else:
+        validate_model(model)
+    call_arguments(inputs)
+
+
+def fresh_model(model: nn.Module | None, model_factory: ModelFactory | None) -> nn.Module:
+    """``model_factory()`` when given, else a deep copy of ``model``."""
+    if model_factory is not None:
+        return validate_model(model_factory(), "model_factory()")
+    assert model is not None  # check_isolation_args guarantees a model or a factory
+    return copy_model(model)
+
+
+def isolated_capture(model: nn.Module | None, inputs: Any, *, seed: int,
+                     prepare: Callable[[nn.Module], nn.Module | None] | None = None,
+                     model_factory: ModelFactory | None = None, **trace_kwargs: Any) -> Trace:
+    """One seeded ``tl.trace`` of a fresh copy of ``model`` on cloned ``inputs``.
+
+    Inside :func:`preserved_rng_state`, every global RNG is seeded with ``seed``, the model is
+    deep-copied (or built by ``model_factory``), ``prepare(copy)`` runs (it may return a
+    replacement module, e.g. ``lambda m: m.double()``), the RNGs are seeded again so the forward
+    draws the same stream whatever ``prepare`` consumed, and the copy is traced on a clone of
+    ``inputs``. The caller's model, inputs and RNG streams are untouched, also when the forward
+    raises. Cost: one deep copy of the model plus one capture.
+
+    Args:
+        model: the module to copy (may be None when ``model_factory`` is given).
+        inputs: every form ``tl.trace`` takes.
+        seed: the seed of the run.
+        prepare: called on the copy before the forward.
+        model_factory: builds a fresh model per call, for models ``copy.deepcopy`` refuses.
+        **trace_kwargs: ``save=`` and ``capture=`` of ``tl.trace``.
+
+    Raises:
+        ModelCopyError: the model cannot be deep-copied (pass ``model_factory``).
+        ForwardError: the copy's forward raised (``err.partial_trace`` holds the ops).
+        DiagnosticArgumentError: an unknown keyword or a non-callable ``prepare``.
+    """
+    unknown = set(trace_kwargs) - _TRACE_KWARGS
+    if unknown:
+        raise DiagnosticArgumentError(
+            f"isolated_capture passes only save= and capture= to tl.trace; got {sorted(unknown)}.")
+    if prepare is not None and not callable(prepare):
+        raise DiagnosticArgumentError(
+            f"prepare must be a callable taking the model copy, got {type(prepare).__name__}.")
+    check_isolation_args(model, inputs, model_factory)
+    with preserved_rng_state():
+        seed_all(seed)
+        fresh = fresh_model(model, model_factory)
+        if prepare is not None:
+            replaced = prepare(fresh)
+            if replaced is not None:
+                fresh = validate_model(replaced, "prepare(model)'s return value")
+        cloned = clone_input_tree(inputs)
+        seed_all(seed)
+        return trace(fresh, cloned, **trace_kwargs)

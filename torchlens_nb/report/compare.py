@@ -1,0 +1,279 @@
+"""Reports that set two runs side by side: ``compare``, ``compare_params``, ``bisect_precision``
+and ``check_determinism``.
+
+Each is frozen plain data built by ``tl.debug`` (``debug/_compare.py``, ``debug/_precision.py``,
+``debug/_determinism.py``). Row tables keep EXECUTION order (never alphabetical), so the first
+diverged row of a table is the first divergence. The ``value_stats`` table holds the summary
+statistics of both sides of every compared op, computed in Python, for the panel's detail view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from ._base import Report, Table, frozen_mapping
+
+RowStatus = Literal["match", "value_diverged", "shape_diverged", "structure_diverged",
+                    "input_differs", "only_in_a", "only_in_b", "not_saved", "not_comparable"]
+"""Status of one compared op. ``input_differs`` marks an input op whose values differ: evidence
+of different inputs, not a divergence of the model's computation."""
+DIVERGED_STATUSES: tuple[RowStatus, ...] = (
+    "value_diverged", "shape_diverged", "structure_diverged", "only_in_a", "only_in_b")
+"""The statuses where two runs separate (value, shape or structure)."""
+
+COMPARE_COLUMNS = (
+    "op", "index_a", "index_b", "kind", "func", "module", "status", "shape_a", "shape_b",
+    "dtype_a", "dtype_b", "max_abs_diff", "max_rel_diff", "mismatched", "numel", "allclose",
+    "reason", "source_line",
+)
+"""Columns of the ``comparison`` table (``compare_rows`` row keys), in this order."""
+VALUE_STATS_COLUMNS = ("op", "side", "min", "max", "mean", "std", "nan_count", "inf_count")
+"""Columns of the ``value_stats`` table: one row per compared op and side (``a`` / ``b``)."""
+COMPARE_PARAMS_COLUMNS = (
+    "name", "kind", "status", "allclose", "shape_a", "shape_b", "dtype_a", "dtype_b",
+    "max_abs_diff", "max_rel_diff", "mismatched", "numel", "reason",
+)
+"""Columns of the ``compare_params`` table: one row per qualified name, in model order."""
+
+VIEW_ROWS = 300
+"""Rows of the side-by-side view a payload carries: execution order from a little before the
+first divergence, and separately the diverged rows; the full tables page from Python."""
+VIEW_CONTEXT_ROWS = 20
+"""Rows of agreement shown before the first divergence in the view."""
+
+
+def _stats_by_op(tables: Sequence[Table]) -> dict[str, dict[str, dict[str, Any]]]:
+    by_op: dict[str, dict[str, dict[str, Any]]] = {}
+    for table in tables:
+        if table.name == "value_stats":
+            for row in table.dicts():
+                by_op.setdefault(row.pop("op"), {})[row.pop("side")] = row
+    return by_op
+
+
+def divergence_view(rows: Sequence[dict[str, Any]], tables: Sequence[Table], first: str | None,
+                    *, side_a: str, side_b: str,
+                    sides: Callable[[dict[str, Any]], tuple[str, str]]) -> dict[str, Any]:
+    """The payload view of the comparison panel: a window of rows in execution order around
+    the first divergence plus the diverged rows, each with both sides' value statistics.
+
+    ``rows`` are table row dicts with ``op``, ``status`` (or ``is_diverged``), the error columns
+    and ``source_line``; ``sides(row)`` gives the text of each side (shape and dtype).
+    """
+    stats = _stats_by_op(tables)
+    items = []
+    for position, row in enumerate(rows):
+        diverged = row.get("is_diverged", row.get("status") in DIVERGED_STATUSES)
+        text_a, text_b = sides(row)
+        items.append({
+            "position": position, "op": row["op"], "func": row.get("func"),
+            "module": row.get("module"), "kind": row.get("kind", "op"),
+            "status": row.get("status", "diverged" if diverged else "match"),
+            "is_diverged": bool(diverged), "a": text_a, "b": text_b,
+            "max_abs": row.get("max_abs_diff", row.get("max_abs_err")),
+            "max_rel": row.get("max_rel_diff", row.get("max_rel_err")),
+            "mismatched": row.get("mismatched"), "numel": row.get("numel"),
+            "reason": row.get("reason") or (f"rtol={row['rtol']:.2g}, atol={row['atol']:.2g}"
+                                            if "rtol" in row else None),
+            "source_line": row.get("source_line"),
+            "stats_a": stats.get(row["op"], {}).get("a"),
+            "stats_b": stats.get(row["op"], {}).get("b")})
+    start = next((i for i, item in enumerate(items) if item["op"] == first), 0)
+    start = max(0, start - VIEW_CONTEXT_ROWS)
+    diverged_items = [item for item in items if item["is_diverged"]]
+    return {"side_a": side_a, "side_b": side_b, "first": first, "offset": start,
+            "total": len(items), "rows": items[start:start + VIEW_ROWS],
+            "diverged": diverged_items[:VIEW_ROWS], "diverged_total": len(diverged_items)}
+
+
+def _shape_dtype(row: dict[str, Any], side: str) -> str:
+    shape, dtype = row.get(f"shape_{side}"), row.get(f"dtype_{side}")
+    if shape is None and dtype is None:
+        return "—"
+    return f"{tuple(shape) if shape is not None else '?'} {dtype or ''}".strip()
+
+
+def _compare_sides(row: dict[str, Any]) -> tuple[str, str]:
+    return _shape_dtype(row, "a"), _shape_dtype(row, "b")
+
+
+Verdict = Literal["repeatable_under_test", "nondeterminism_observed", "inconclusive"]
+"""``check_determinism``'s answer to "do N isolated same-seed runs agree?" (never
+"deterministic": agreement under test does not generalise to other inputs or machines)."""
+SeedVerdict = Literal["seed_sensitive", "seed_insensitive", "not_run", "inconclusive"]
+"""The second slot: does ONE differently seeded run change the outputs?"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareReport(Report):
+    """Two traces aligned on op labels in execution order (``tl.debug.compare``).
+
+    ``to_pandas()`` is the ``comparison`` table; its ``attrs`` carry the counts
+    (``value_diverged``, ``shape_diverged``, ``structure_diverged``, ``only_in_a``, ...).
+    """
+
+    report_type = "compare"
+    rtol: float
+    atol: float
+    first_divergence: str | None = None
+    """Label of the first execution-order op where the runs separate, or None."""
+    first_divergence_status: RowStatus | None = None
+    counts: Mapping[str, int] = field(default_factory=frozen_mapping)
+    """Rows per status plus ``compared`` (value comparisons made) and ``matched`` (aligned)."""
+    alignment: Mapping[str, int] = field(default_factory=frozen_mapping)
+    """How values were aligned (``same dtype and device``, ``in float64 (float32 vs float64)``,
+    ``on cpu (cuda:0 vs cpu)``, ``exact (int64)``) -> number of compared rows."""
+    coverage: str = ""
+    """The card's coverage line: compared / aligned ops and the alignments used."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "counts", frozen_mapping(self.counts))
+        object.__setattr__(self, "alignment", frozen_mapping(self.alignment))
+
+    def _data(self) -> dict[str, Any]:
+        return {"mode": "compare", "rtol": self.rtol, "atol": self.atol,
+                "first_divergence": self.first_divergence,
+                "first_divergence_status": self.first_divergence_status,
+                "counts": dict(self.counts), "alignment": dict(self.alignment),
+                "coverage": self.coverage,
+                "view": divergence_view(self.table("comparison").dicts(), self.tables,
+                                        self.first_divergence, side_a="trace_a",
+                                        side_b="trace_b", sides=_compare_sides)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareParamsReport(Report):
+    """Two models' parameters (and optionally buffers) aligned on qualified names."""
+
+    report_type = "compare_params"
+    rtol: float
+    atol: float
+    include_buffers: bool
+    counts: Mapping[str, int] = field(default_factory=frozen_mapping)
+    """``matched`` (names in both), ``compared``, ``value_diverged``, ``skipped``,
+    ``only_in_a``, ``only_in_b``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "counts", frozen_mapping(self.counts))
+
+    def _data(self) -> dict[str, Any]:
+        return {"rtol": self.rtol, "atol": self.atol, "include_buffers": self.include_buffers,
+                "counts": dict(self.counts)}
+
+
+@dataclass(frozen=True)
+class PrecisionRow:
+    """One op of ``bisect_precision``: native output vs the high-precision reference."""
+
+    op: str
+    func: str
+    module: str
+    dtype: str
+    """Native output dtype; the tolerances derive from it."""
+    rtol: float
+    atol: float
+    max_abs_err: float
+    max_rel_err: float
+    mismatched: int
+    """Elements beyond ``atol + rtol * |reference|``."""
+    numel: int
+    is_diverged: bool
+    is_stochastic: bool
+    """The op draws random numbers (dropout, rand*, bernoulli, ...)."""
+    source_line: str | None
+
+
+@dataclass(frozen=True)
+class SkippedOp:
+    """An op a comparison could not make, and why."""
+
+    op: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BisectPrecisionReport(Report):
+    """The first op whose native output separates from a high-precision reference run."""
+
+    report_type = "bisect_precision"
+    found: bool
+    op: str | None = None
+    """Label of the first diverged op."""
+    func_name: str | None = None
+    """Its function name, e.g. ``"sub"`` for ``a - b``."""
+    module: str | None = None
+    is_stochastic: bool = False
+    """The first divergence is a random op: likely a mask mismatch, not precision loss."""
+    reference_dtype: str = "float64"
+    seed: int = 0
+    rows: tuple[PrecisionRow, ...] = ()
+    """Every compared op in execution order."""
+    skipped: tuple[SkippedOp, ...] = ()
+    """Ops not compared, with the reason (disclosed, never counted as agreeing)."""
+
+    def _data(self) -> dict[str, Any]:
+        return {"mode": "bisect_precision", "found": self.found, "op": self.op,
+                "func_name": self.func_name, "module": self.module,
+                "is_stochastic": self.is_stochastic, "reference_dtype": self.reference_dtype,
+                "seed": self.seed, "first_divergence": self.op,
+                "skipped": [asdict(s) for s in self.skipped],
+                "view": divergence_view(
+                    [asdict(r) for r in self.rows], self.tables, self.op,
+                    side_a="native", side_b=self.reference_dtype,
+                    sides=lambda row: (row["dtype"], self.reference_dtype))}
+
+
+@dataclass(frozen=True)
+class RngOp:
+    """An op that consumes (or may consume) the global RNG, attributed to itself."""
+
+    op: str
+    func: str
+    module: str
+    source_line: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeterminismReport(Report):
+    """Do N isolated same-seed runs agree? (``tl.debug.check_determinism``)."""
+
+    report_type = "determinism"
+    verdict: Verdict
+    seed_verdict: SeedVerdict = "not_run"
+    runs: int = 2
+    seed: int = 0
+    total_runs: int = 0
+    """Forward passes actually executed (``runs``, plus one with ``seed_sensitivity``)."""
+    rtol: float | None = None
+    atol: float | None = None
+    """None: bitwise comparison (NaN equal to NaN)."""
+    first_divergence: str | None = None
+    divergent_runs: tuple[int, ...] = ()
+    """Run indices (1-based after the reference run 0) that differ from run 0."""
+    environment: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    """Witnesses: deterministic algorithms, cuDNN flags, CUBLAS_WORKSPACE_CONFIG, threads."""
+    rng_ops: tuple[RngOp, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "environment", frozen_mapping(self.environment))
+
+    def _data(self) -> dict[str, Any]:
+        return {"mode": "determinism", "verdict": self.verdict,
+                "seed_verdict": self.seed_verdict, "runs": self.runs, "seed": self.seed,
+                "total_runs": self.total_runs, "rtol": self.rtol, "atol": self.atol,
+                "first_divergence": self.first_divergence,
+                "divergent_runs": list(self.divergent_runs),
+                "environment": dict(self.environment),
+                "rng_ops": [asdict(r) for r in self.rng_ops],
+                "view": divergence_view(
+                    self.table("comparison").dicts() if self.tables else [], self.tables,
+                    self.first_divergence, side_a=f"run {self._shown_run()}",
+                    side_b="run 0", sides=_compare_sides)}
+
+    def _shown_run(self) -> int:
+        return int(self.tables[0].attrs.get("run", 1)) if self.tables else 1

@@ -1,0 +1,105 @@
+"""Reports that rank cost: ``hot_path``, ``recompute_candidates`` and ``flops_vs_dispatch``.
+
+Built by ``tl.debug`` (``debug/_cost.py``, ``debug/_flops.py``). FLOPs are forward FLOPs by
+torchlens_nb's per-op formulas (a multiply-add is 2); memory is the bytes an op's outputs newly
+allocate (views and in-place ops allocate none); duration is host wall time of each call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ._base import Report, frozen_mapping
+
+Metric = Literal["flops", "memory", "duration", "device_time"]
+"""What ``hot_path`` ranks by."""
+METRIC_UNITS: Mapping[str, str] = frozen_mapping(
+    {"flops": "flop", "memory": "byte", "duration": "ns", "device_time": "ns"})
+
+HOT_PATH_COLUMNS = ("rank", "source_line", "code", "value", "share", "num_ops", "funcs",
+                    "modules", "ops")
+"""One row per source line: ``value`` in ``attrs["unit"]``, ``share`` of the total, the number
+of ops on that line, their functions (``"linear x2"``), modules and labels (execution order)."""
+RECOMPUTE_COLUMNS = ("rank", "op", "func", "module", "bytes", "flops", "bytes_per_flop",
+                     "is_selected", "remaining_bytes", "source_line")
+"""One row per candidate op, most bytes saved per FLOP re-spent first. ``remaining_bytes`` is the
+activation memory left if this row and every row above it were recomputed; ``is_selected`` marks
+the greedy set that reaches the budget."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HotPathReport(Report):
+    """Source lines ranked by forward FLOPs, activation memory or duration."""
+
+    report_type = "hot_path"
+    metric: Metric
+    unit: str
+    total: float
+    """Sum of the metric over the ranked ops."""
+    excluded: int
+    """Ops left out of the ranking (no formula, no source line); reasons in the table attrs."""
+
+    def _data(self) -> dict[str, Any]:
+        return {"metric": self.metric, "unit": self.unit, "total": self.total,
+                "excluded": self.excluded}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecomputeReport(Report):
+    """Ops ranked by activation bytes per forward FLOP, with the greedy set for a budget."""
+
+    report_type = "recompute"
+    total_bytes: int
+    """Activation bytes of every recorded op (the forward's activation footprint)."""
+    budget_bytes: int | None = None
+    selected_bytes: int = 0
+    """Bytes freed by recomputing the selected ops."""
+    selected_flops: int = 0
+    """Forward FLOPs spent again to recompute them."""
+    is_budget_reached: bool | None = None
+    """None without a budget."""
+
+    def _data(self) -> dict[str, Any]:
+        return {"total_bytes": self.total_bytes, "budget_bytes": self.budget_bytes,
+                "selected_bytes": self.selected_bytes, "selected_flops": self.selected_flops,
+                "is_budget_reached": self.is_budget_reached}
+
+
+WitnessState = Literal["passed", "failed"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlopsVsDispatchReport(Report):
+    """torchlens_nb's FLOP formulas vs ``torch.utils.flop_counter.FlopCounterMode``.
+
+    A dispatch-formula cross-check, never "measured FLOPs". ``delta`` is ours minus native;
+    ``comparable_delta`` restricts ours to the families the native registry covers (matmul,
+    conv, attention), so on linear / conv / matmul models it is 0. A native zero can be a
+    registry-coverage fact (CPU fused attention has no native formula), not a truth verdict.
+    """
+
+    report_type = "flops_vs_dispatch"
+    witness: WitnessState
+    """Whether the raw run reproduced the captured run's outputs bitwise."""
+    ours_total: int | None = None
+    """Our FLOPs over ops with a formula (None when the witness failed)."""
+    native_total: int | None = None
+    delta: int | None = None
+    comparable_ours: int | None = None
+    comparable_delta: int | None = None
+    unknown_ops: int = 0
+    """Ops without a formula of ours: listed in the ``unknown_ops`` table, counted as unknown."""
+    family_totals: Mapping[str, Any] = field(default_factory=frozen_mapping)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "family_totals", frozen_mapping(self.family_totals))
+
+    def _data(self) -> dict[str, Any]:
+        return {"witness": self.witness, "ours_total": self.ours_total,
+                "native_total": self.native_total, "delta": self.delta,
+                "comparable_ours": self.comparable_ours,
+                "comparable_delta": self.comparable_delta, "unknown_ops": self.unknown_ops,
+                "family_totals": dict(self.family_totals)}
