@@ -1,0 +1,127 @@
+"""overfit_one_batch: a deep copy trained on one batch, with a throttled live chart."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch import nn
+
+import torchlens_nb as tl
+from torchlens_nb.errors import DiagnosticArgumentError
+from torchlens_nb.recipes import _overfit
+from tests.recipes.state import assert_untouched, snapshot
+
+
+@pytest.fixture
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return torch.randn(16, 8), torch.randint(0, 4, (16,))
+
+
+def mlp() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def test_a_healthy_mlp_memorises_one_batch_and_the_caller_model_is_untouched(batch) -> None:
+    model = mlp()
+    model.eval()
+    nn.functional.cross_entropy(model(batch[0]), batch[1]).backward()  # the caller's own grads
+    before = snapshot(model)
+    initial = nn.functional.cross_entropy(model(batch[0]), batch[1]).item()
+    report = tl.recipes.overfit_one_batch(model, batch, nn.CrossEntropyLoss(), steps=40, lr=5e-2)
+    assert report.verdict == "memorised" and report.status == "pass"
+    assert report.steps_run == 40 and len(report.grad_norms) == 40
+    assert report.losses[0] == initial  # step 0 is the untouched copy: bitwise the same loss
+    assert report.losses[-1] <= 0.05 * initial and report.target_loss == 0.05 * initial
+    assert_untouched(before, model)  # weights, .grad, eval mode, RNG
+
+
+class DeadHidden(nn.Module):
+    """Planted bug: the hidden layer's output is multiplied by zero."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.hidden, self.head = nn.Linear(8, 32), nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.hidden(x)) * 0.0)
+
+
+def test_a_model_that_cannot_memorise_is_stuck(batch) -> None:
+    report = tl.recipes.overfit_one_batch(DeadHidden(), batch, nn.CrossEntropyLoss(), steps=30,
+                                          lr=5e-2)
+    # only the head's bias learns: the loss falls to the batch's label entropy, not to zero
+    assert report.verdict == "stuck" and report.findings[0].code == "cannot_overfit"
+    assert report.losses[-1] > 0.5 * report.losses[0]
+
+
+def test_a_detached_output_reports_no_gradient(batch) -> None:
+    class Detached(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x).detach()
+
+    report = tl.recipes.overfit_one_batch(Detached(), batch, nn.CrossEntropyLoss(), steps=5)
+    assert report.steps_run == 1 and report.grad_norms == (0.0,)
+    assert {f.code for f in report.findings} == {"cannot_overfit", "no_gradient"}
+
+
+def test_a_huge_learning_rate_diverges() -> None:
+    torch.manual_seed(0)
+    batch = (10 * torch.randn(16, 4), torch.randn(16, 1))
+    report = tl.recipes.overfit_one_batch(nn.Linear(4, 1), batch, nn.MSELoss(), steps=20, lr=10.0)
+    assert report.verdict == "diverged" and report.findings[0].code == "loss_diverged"
+
+
+class SlowMLP(nn.Sequential):
+    """An MLP whose forward takes at least 5 ms, so a run spans several push intervals."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.005)
+        return super().forward(x)
+
+
+def test_live_updates_are_throttled_and_end_on_the_final_state(batch) -> None:
+    torch.manual_seed(0)
+    model = SlowMLP(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    pushed: list[tl.report.OverfitReport] = []
+    started = time.monotonic()
+    report = tl.recipes.overfit_one_batch(model, batch, nn.CrossEntropyLoss(), steps=60,
+                                          lr=5e-2, live=False, on_update=pushed.append)
+    elapsed = time.monotonic() - started
+    interim, final = pushed[:-1], pushed[-1]
+    assert final == report and final.status != "running"
+    assert interim and all(r.status == "running" and r.verdict == "running" for r in interim)
+    steps = [r.steps_run for r in interim]
+    assert steps == sorted(set(steps))  # each push shows new steps: the chart moves
+    # at most one push per LIVE_INTERVAL_S (10 Hz), plus the first and the final flush
+    assert len(interim) <= elapsed / _overfit.LIVE_INTERVAL_S + 1
+    assert interim[-1].losses == report.losses[:interim[-1].steps_run]
+
+
+def test_overfit_validates_before_copying(batch) -> None:
+    with pytest.raises(DiagnosticArgumentError, match="steps"):
+        tl.recipes.overfit_one_batch(mlp(), batch, nn.CrossEntropyLoss(), steps=0)
+    with pytest.raises(DiagnosticArgumentError, match="lr"):
+        tl.recipes.overfit_one_batch(mlp(), batch, nn.CrossEntropyLoss(), lr=-1.0)
+    with pytest.raises(DiagnosticArgumentError, match="live"):
+        tl.recipes.overfit_one_batch(mlp(), batch, nn.CrossEntropyLoss(), live="yes")
+
+
+def test_overfit_figure_has_loss_and_grad_norm_traces(batch) -> None:
+    report = tl.recipes.overfit_one_batch(mlp(), batch, nn.CrossEntropyLoss(), steps=3)
+    fig = report.figure()
+    assert [trace.name for trace in fig.data] == ["loss", "grad norm"]
+    assert list(fig.data[0].y) == list(report.losses)
+
+
+def test_outside_a_kernel_nothing_is_displayed(batch, capsys) -> None:
+    tl.recipes.overfit_one_batch(mlp(), batch, nn.CrossEntropyLoss(), steps=2)  # live=None
+    assert capsys.readouterr().out == ""

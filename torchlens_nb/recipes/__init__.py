@@ -1,0 +1,25 @@
+"""``tl.recipes``: the cheap checks practitioners paste into notebooks, one call each.
+
+Every recipe returns a typed report (``tl.report.*Report``) whose findings carry the
+expected value and what to do; tabular results carry a table and most reports draw a plotly chart
+with ``report.figure()``. No recipe modifies the caller's model, optimizer, data or global RNG:
+recipes that train work on a deep copy, the others restore train/eval flags, buffers and
+``.grad`` exactly (tests/recipes/test_contract.py).
+"""
+
+from ._confident import confident_errors
+from ._data import class_balance, data_sanity
+from ._dependency import batch_independence, causal_dependency
+from ._gradients import gradient_flow
+from ._leakage import leakage_poison
+from ._loss import init_loss, random_input_test
+from ._overfit import overfit_one_batch
+from ._shapes import prime_dims
+from ._update_ratio import update_ratio
+from ._weights import weight_distribution
+
+__all__ = [
+    "batch_independence", "causal_dependency", "class_balance", "confident_errors", "data_sanity",
+    "gradient_flow", "init_loss", "leakage_poison", "overfit_one_batch", "prime_dims",
+    "random_input_test", "update_ratio", "weight_distribution",
+]

@@ -1,0 +1,213 @@
+"""Batch forms every recipe accepts, and how a batch reaches the model.
+
+A *batch* is a tensor, a dict of tensors, or a tuple/list of tensors (``(inputs, targets)``); a
+*loader* is a ``torch.utils.data.DataLoader`` or any other iterable of batches. A batch splits
+into the model's inputs and its targets:
+
+* ``(inputs, targets)`` (any 2-sequence, e.g. what a ``TensorDataset`` loader yields);
+* a dict with a target key (``target``, ``targets``, ``label``, ``labels``, ``y``): the inputs are
+  the one remaining input-like entry (``input``, ``inputs``, ``x``, ``image``, ...) when there is
+  exactly one, else the remaining entries as keyword arguments (a Hugging Face batch).
+
+Inputs reach ``forward`` exactly as ``tl.trace`` passes them (``tl.capture.call_arguments``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..capture import call_arguments, iter_tensors
+from ..errors import DiagnosticArgumentError, InputFormError
+
+TARGET_KEYS = ("target", "targets", "label", "labels", "y")
+"""Dict keys read as the targets of a batch, in this order of preference."""
+INPUT_KEYS = ("input", "inputs", "x", "image", "images", "features", "pixel_values")
+"""Dict keys read as the single model input when the batch has exactly one of them."""
+
+
+def is_single_batch(value: Any) -> bool:
+    """A tensor, a dict, or a tuple/list whose items are all tensors is one batch."""
+    if isinstance(value, (torch.Tensor, Mapping)):
+        return True
+    return isinstance(value, (tuple, list)) and bool(value) and all(
+        isinstance(v, torch.Tensor) for v in value)
+
+
+def iter_batches(source: Any, *, what: str = "batch_or_loader") -> Iterator[Any]:
+    """Yield the batches of ``source``: one batch itself, or each batch of a loader/iterable.
+
+    Raises:
+        InputFormError: ``source`` is a string, None, or not iterable.
+    """
+    if source is None or isinstance(source, (str, bytes)):
+        raise InputFormError(
+            f"{what} must be a batch (tensor, dict or (inputs, targets) tuple) or a DataLoader / "
+            f"iterable of batches, got {type(source).__name__}."
+        )
+    if is_single_batch(source):
+        yield source
+        return
+    if not isinstance(source, Iterable):
+        raise InputFormError(
+            f"{what} must be a batch or an iterable of batches, got {type(source).__name__}; "
+            "pass next(iter(loader)) or the DataLoader itself."
+        )
+    yield from source
+
+
+def first_batch(source: Any, *, what: str = "batch") -> Any:
+    """The batch itself, or the first batch of a loader (raises when the loader is empty)."""
+    for batch in iter_batches(source, what=what):
+        return batch
+    raise DiagnosticArgumentError(f"{what} yielded no batch; pass a non-empty loader or a batch.")
+
+
+def split_batch(batch: Any, *, what: str = "batch") -> tuple[Any, Any]:
+    """``(inputs, targets)`` of one batch (see the module docstring for the accepted forms).
+
+    Raises:
+        InputFormError: the batch has no recognisable targets.
+    """
+    if isinstance(batch, Mapping):
+        target_key = next((k for k in TARGET_KEYS if k in batch), None)
+        if target_key is None:
+            raise InputFormError(
+                f"the {what} dict has keys {sorted(map(str, batch))} but none of {TARGET_KEYS}; "
+                "rename the target entry or pass (inputs, targets)."
+            )
+        rest = {k: v for k, v in batch.items() if k != target_key}
+        named = [k for k in INPUT_KEYS if k in rest]
+        inputs = rest[named[0]] if len(named) == 1 and len(rest) == 1 else rest
+        return inputs, batch[target_key]
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch[0], batch[1]
+    raise InputFormError(
+        f"the {what} must be (inputs, targets) or a dict with a target key {TARGET_KEYS}, got "
+        f"{_describe(batch)}; pass the batch as (inputs, targets)."
+    )
+
+
+def target_tensor(batch: Any) -> Any:
+    """The targets of ``batch``; a bare tensor or list is taken to be the targets themselves."""
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, Mapping) or (isinstance(batch, (tuple, list)) and len(batch) == 2
+                                      and isinstance(batch[1], torch.Tensor)):
+        return split_batch(batch)[1]
+    return batch
+
+
+def model_device(model: nn.Module) -> torch.device | None:
+    """Device of the model's first parameter or buffer (None for a stateless model)."""
+    for tensor in _model_tensors(model):
+        return tensor.device
+    return None
+
+
+def _model_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
+    yield from model.parameters()
+    yield from model.buffers()
+
+
+def to_device(value: Any, device: torch.device | None) -> Any:
+    """``value`` with its tensors moved to ``device`` (copies; the caller's tensors stay put)."""
+    if device is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, Mapping):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(to_device(v, device) for v in value)
+    if isinstance(value, list):
+        return [to_device(v, device) for v in value]
+    return value
+
+
+def call_model(model: nn.Module, inputs: Any) -> Any:
+    """``model(inputs)`` with the inputs passed as ``tl.trace`` passes them."""
+    args, kwargs = call_arguments(inputs)
+    return model(*args, **kwargs)
+
+
+def primary_output(output: Any) -> torch.Tensor:
+    """The tensor a loss reads from a model's return value.
+
+    A tensor is itself; an object or dict with ``logits`` (Hugging Face outputs) gives that; a
+    tuple gives its first tensor.
+
+    Raises:
+        InputFormError: the return value holds no tensor.
+    """
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = output.get("logits") if isinstance(output, Mapping) else getattr(
+        output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    for tensor in iter_tensors(output):
+        return tensor
+    raise InputFormError(
+        f"the model returned {type(output).__name__} with no tensor in it; recipes need the "
+        "model to return its predictions as a tensor (or an object with .logits)."
+    )
+
+
+def check_loss_fn(loss_fn: Any) -> Any:
+    """``loss_fn`` itself when callable (an ``nn.Module`` loss or a function)."""
+    if not callable(loss_fn):
+        raise DiagnosticArgumentError(
+            f"loss_fn must be callable as loss_fn(outputs, targets), got {type(loss_fn).__name__}; "
+            "pass e.g. nn.CrossEntropyLoss() or torch.nn.functional.mse_loss."
+        )
+    return loss_fn
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    """``value`` when it is an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DiagnosticArgumentError(f"{name} must be an int >= 1, got {value!r}.")
+    return value
+
+
+def check_positive_float(value: Any, name: str) -> float:
+    """``value`` as a float when it is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 < float(value) < float("inf")):
+        raise DiagnosticArgumentError(f"{name} must be a finite number > 0, got {value!r}.")
+    return float(value)
+
+
+def check_seed(value: Any) -> int:
+    """``value`` when it is an int (a seed for a private ``torch.Generator``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DiagnosticArgumentError(f"seed must be an int, got {value!r}.")
+    return value
+
+
+def loss_value(loss: Any) -> float:
+    """The Python float of a scalar loss (typed error for a non-scalar one)."""
+    if isinstance(loss, torch.Tensor):
+        if loss.numel() != 1:
+            raise DiagnosticArgumentError(
+                f"loss_fn returned a tensor of shape {tuple(loss.shape)}; it must return a scalar "
+                "(use reduction='mean')."
+            )
+        return float(loss.detach().float().item())
+    if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        return float(loss)
+    raise DiagnosticArgumentError(
+        f"loss_fn returned {type(loss).__name__}; it must return a scalar tensor."
+    )
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return type(value).__name__
