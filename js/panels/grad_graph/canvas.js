@@ -1,0 +1,221 @@
+// The grad_graph drawing surface: an SVG of laid-out units with pan (drag, arrow keys) and zoom
+// (wheel, +/-), focusable units activated by click or Enter, and selection/match highlights.
+import { listen } from "../../shared/dom.js";
+import { unitLabel } from "./layout.js";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const MIN_SCALE = 0.05;
+const MAX_SCALE = 4;
+/** A press that moves less than this many pixels is a click, not a pan. */
+const CLICK_SLOP_PX = 4;
+/** The opening view never shrinks 12 px labels below about 7 px: a deep graph (GPT-2 has over
+ * a hundred ranks) opens at its top, readable, instead of fitted into an unreadable strip. */
+const MIN_OPEN_SCALE = 0.6;
+
+/**
+ * @param {string} tag
+ * @param {Record<string, string | number>} [attrs]
+ * @returns {SVGElement}
+ */
+function svg(tag, attrs = {}) {
+  const el = /** @type {SVGElement} */ (document.createElementNS(SVG_NS, tag));
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  return el;
+}
+
+/**
+ * @typedef {{ el: SVGElement, draw: (layout: import("./layout.js").Layout,
+ *   units: import("./model.js").Unit[], frames: Frame[]) => void, select: (key: string | null) => void,
+ *   mark: (keys: Set<string>) => void, fit: () => void, open: () => void, center: (key: string) => void,
+ *   zoomBy: (factor: number) => void }} Canvas
+ */
+
+/**
+ * An unfolded group drawn as a frame around the units it contains. The layout is flat, so a
+ * group's members may sit around a unit that is not one of them: such a frame is not drawn
+ * (the group tree and the details still name the group), never one that would mislead.
+ * @typedef {{ address: string, keys: string[], depth: number }} Frame
+ */
+
+/**
+ * @param {{ signal: AbortSignal, onActivate: (key: string) => void }} options
+ * @returns {Canvas}
+ */
+export function createCanvas({ signal, onActivate }) {
+  const root = svg("svg", { class: "tln-gg-svg", tabindex: 0, role: "group",
+    "aria-label": "Autograd graph: drag or arrow keys to pan, wheel or + and - to zoom, 0 to fit" });
+  const defs = svg("defs");
+  const marker = svg("marker", { id: "tln-gg-arrow", viewBox: "0 0 8 8", refX: 8, refY: 4,
+    markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
+  marker.append(svg("path", { d: "M0,0 L8,4 L0,8 z", class: "tln-gg-arrowhead" }));
+  defs.append(marker);
+  const stage = svg("g");
+  root.append(defs, stage);
+  const view = { x: 0, y: 0, k: 1 };
+  let size = { width: 0, height: 0 };
+  /** @type {Map<string, SVGElement>} */
+  let items = new Map();
+  /** @type {Map<string, import("./layout.js").Box>} */
+  let boxes = new Map();
+
+  const apply = () => stage.setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`);
+  const viewport = () => ({ w: root.clientWidth || 800, h: root.clientHeight || 480 });
+  /** @param {number} factor @param {number} [cx] @param {number} [cy] */
+  const zoomBy = (factor, cx = viewport().w / 2, cy = viewport().h / 2) => {
+    const k = Math.min(MAX_SCALE, Math.max(MIN_SCALE, view.k * factor));
+    view.x = cx - ((cx - view.x) * k) / view.k;
+    view.y = cy - ((cy - view.y) * k) / view.k;
+    view.k = k;
+    apply();
+  };
+  /** @param {number} floor smallest scale allowed */
+  const fitAbove = (floor) => {
+    const { w, h } = viewport();
+    const k = Math.min(1.2, Math.max(floor, Math.min(w / (size.width || 1), h / (size.height || 1))));
+    Object.assign(view, { k, x: (w - size.width * k) / 2, y: Math.max(0, (h - size.height * k) / 2) });
+    apply();
+  };
+  const fit = () => fitAbove(MIN_SCALE);
+
+  /** @type {{ x: number, y: number, vx: number, vy: number, moved: boolean } | null} */
+  let press = null;
+  let dragged = false;
+  listen(root, "pointerdown", (/** @type {PointerEvent} */ e) => {
+    press = { x: e.clientX, y: e.clientY, vx: view.x, vy: view.y, moved: false };
+    dragged = false;
+  }, signal);
+  listen(root, "pointermove", (/** @type {PointerEvent} */ e) => {
+    if (!press) return;
+    const dx = e.clientX - press.x, dy = e.clientY - press.y;
+    if (!press.moved && Math.hypot(dx, dy) < CLICK_SLOP_PX) return;
+    if (!press.moved) root.setPointerCapture?.(e.pointerId);
+    press.moved = true;
+    Object.assign(view, { x: press.vx + dx, y: press.vy + dy });
+    apply();
+  }, signal);
+  const release = () => { dragged = press?.moved ?? false; press = null; };
+  listen(root, "pointerup", release, signal);
+  listen(root, "pointercancel", release, signal);
+  listen(root, "wheel", (/** @type {WheelEvent} */ e) => {
+    e.preventDefault();
+    const rect = root.getBoundingClientRect();
+    zoomBy(Math.exp(-e.deltaY * 0.0015), e.clientX - rect.left, e.clientY - rect.top);
+  }, signal);
+  listen(root, "click", (/** @type {MouseEvent} */ e) => {
+    const target = /** @type {Element} */ (e.target).closest?.("[data-key]");
+    if (target && !dragged) onActivate(/** @type {string} */ (target.getAttribute("data-key")));
+    dragged = false;
+  }, signal);
+  listen(root, "keydown", (/** @type {KeyboardEvent} */ e) => {
+    const target = /** @type {Element} */ (e.target).closest?.("[data-key]");
+    const pan = { ArrowLeft: [60, 0], ArrowRight: [-60, 0], ArrowUp: [0, 60], ArrowDown: [0, -60] }[e.key];
+    if (target && (e.key === "Enter" || e.key === " ")) onActivate(/** @type {string} */ (target.getAttribute("data-key")));
+    else if (pan) { view.x += pan[0]; view.y += pan[1]; apply(); }
+    else if (e.key === "+" || e.key === "=") zoomBy(1.25);
+    else if (e.key === "-") zoomBy(0.8);
+    else if (e.key === "0") fit();
+    else return;
+    e.preventDefault();
+  }, signal);
+
+  return {
+    el: root,
+    draw(layout, units, frames) {
+      size = { width: layout.width, height: layout.height };
+      boxes = layout.boxes;
+      const frameLayer = svg("g", { class: "tln-gg-frames", "aria-hidden": "true" });
+      for (const frame of frames) frameLayer.append(...frameItem(frame, boxes));
+      const edgeLayer = svg("g", { class: "tln-gg-edges" });
+      for (const route of layout.routes) {
+        const d = route.points.map((p, i) => `${i ? "L" : "M"}${p.x.toFixed(1)},${p.y.toFixed(1)}`).join("");
+        edgeLayer.append(svg("path", { d, class: "tln-gg-edge", "marker-end": "url(#tln-gg-arrow)" }));
+      }
+      const unitLayer = svg("g", { class: "tln-gg-units" });
+      items = new Map();
+      for (const unit of units) {
+        const box = boxes.get(unit.key);
+        if (!box) continue;
+        const item = unitItem(unit, box);
+        items.set(unit.key, item);
+        unitLayer.append(item);
+      }
+      stage.replaceChildren(frameLayer, edgeLayer, unitLayer);
+      apply();
+    },
+    select(key) {
+      for (const el of stage.querySelectorAll(".is-selected")) el.classList.remove("is-selected");
+      if (key) items.get(key)?.classList.add("is-selected");
+    },
+    mark(keys) {
+      for (const [key, el] of items) el.classList.toggle("is-match", keys.has(key));
+    },
+    fit,
+    open: () => fitAbove(MIN_OPEN_SCALE),
+    center(key) {
+      const box = boxes.get(key);
+      if (!box) return;
+      const { w, h } = viewport();
+      view.k = Math.max(view.k, 0.8);
+      Object.assign(view, { x: w / 2 - box.x * view.k, y: h / 2 - box.y * view.k });
+      apply();
+    },
+    zoomBy,
+  };
+}
+
+/** Padding of a frame around its members, shrinking with depth so nested frames stay apart. */
+const FRAME_PAD = 10;
+
+/**
+ * @param {Frame} frame
+ * @param {Map<string, import("./layout.js").Box>} boxes
+ * @returns {SVGElement[]}
+ */
+function frameItem(frame, boxes) {
+  let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+  for (const key of frame.keys) {
+    const b = boxes.get(key);
+    if (!b) continue;
+    x0 = Math.min(x0, b.x - b.w / 2); y0 = Math.min(y0, b.y - b.h / 2);
+    x1 = Math.max(x1, b.x + b.w / 2); y1 = Math.max(y1, b.y + b.h / 2);
+  }
+  if (!Number.isFinite(x0)) return [];
+  const members = new Set(frame.keys);
+  for (const [key, b] of boxes) {
+    if (!members.has(key) && b.x > x0 && b.x < x1 && b.y > y0 && b.y < y1) return [];
+  }
+  const pad = Math.max(2, FRAME_PAD - 2 * frame.depth);
+  const rect = svg("rect", { x: x0 - pad, y: y0 - pad - 10, width: x1 - x0 + 2 * pad, height: y1 - y0 + 2 * pad + 10,
+    rx: 6, class: "tln-gg-frame", "data-address": frame.address });
+  const label = svg("text", { x: x0 - pad + 4, y: y0 - pad - 1, class: "tln-gg-frame-label" });
+  label.textContent = frame.address;
+  return [rect, label];
+}
+
+/**
+ * One unit: a rounded box, its label, a second line for folded groups, a tooltip.
+ * @param {import("./model.js").Unit} unit
+ * @param {import("./layout.js").Box} box
+ */
+function unitItem(unit, box) {
+  const node = unit.node;
+  const group = unit.group;
+  const kind = group ? "group" : node?.kind ?? "op";
+  const name = group ? `group ${group.address}, ${group.count} nodes, folded: activate to unfold`
+    : `${node?.label}${node?.param ? ` (${node.name})` : ""}`;
+  const item = svg("g", { class: `tln-gg-unit is-${kind}${node?.isCut ? " is-cut" : ""}${node?.outputs.length ? " is-output" : ""}`,
+    "data-key": unit.key, tabindex: 0, role: "button", "aria-label": name,
+    transform: `translate(${(box.x - box.w / 2).toFixed(1)},${(box.y - box.h / 2).toFixed(1)})` });
+  const title = svg("title");
+  title.textContent = group ? `${group.address}${group.typeName ? ` (${group.typeName})` : ""}: ${group.count} nodes` : name;
+  item.append(title, svg("rect", { width: box.w, height: box.h, rx: group ? 8 : 4 }));
+  const label = svg("text", { x: 10, y: group ? 16 : 17 });
+  label.textContent = unitLabel(unit);
+  item.append(label);
+  if (group) {
+    const sub = svg("text", { x: 10, y: 32, class: "tln-gg-sub" });
+    sub.textContent = `${group.typeName ?? "module"} · ${group.count} nodes`;
+    item.append(sub);
+  }
+  return item;
+}
