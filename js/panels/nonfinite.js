@@ -1,0 +1,108 @@
+// The NaN forensics panel (find_nan, bisect_nan, nonfinite, backward_nan reports): the lead card
+// with the first bad value, the lineage around it (forward) or the fire ledger (backward), then
+// findings, scope and next steps. Python decided every verdict; this module lays them out.
+import { cardHeader } from "../shared/card.js";
+import { disclosureSection } from "../shared/disclosure.js";
+import { h } from "../shared/dom.js";
+import { exitsSection } from "../shared/exits.js";
+import { definitionList, findingsSection, shortPath } from "../shared/findings.js";
+import { formatNumber } from "../shared/format.js";
+import { lineageView } from "../shared/lineage.js";
+import { mountPanel } from "../shared/panel.js";
+import { PAGE_ROWS, tableView } from "../shared/table.js";
+
+/** @typedef {import("../shared/payload.js").Payload} Payload */
+
+/**
+ * The lead card: kind, op, module, file:line and the source line, counts, AMP disclosure.
+ * @param {Payload} payload
+ */
+function leadCard(payload) {
+  const d = payload.data;
+  const bad = d.first_bad_thing;
+  const backward = payload.report_type === "backward_nan";
+  /** @type {[string, string | Node][]} */
+  const rows = [];
+  if (bad) {
+    rows.push(["kind", h("strong", { class: "tln-nf-kind", "data-tone": "critical" }, bad.kind)]);
+    if (backward) rows.push(["grad_fn", h("code", null, `${bad.node} (fire ${bad.fire_order})`)]);
+    rows.push([backward ? "forward op" : "op", bad.op ? h("code", null, `${bad.op} (${bad.func})`) : "none recorded"]);
+    rows.push(["module", bad.module === null ? "—" : bad.module === "" ? "(root)" : bad.module]);
+    rows.push(["source", bad.file ? h("code", { title: bad.file }, `${shortPath(bad.file)}:${bad.line}`) : "—"]);
+    rows.push(["inputs", bad.is_proven ? "checked finite: the value was born here"
+      : backward ? "the seed gradient was already non-finite" : "not all checked: see the uncertainty zone"]);
+    if (bad.stats) {
+      rows.push(["value", `NaN ${formatNumber(bad.stats.nan_count)} · +Inf ${formatNumber(bad.stats.posinf_count)} · ` +
+        `-Inf ${formatNumber(bad.stats.neginf_count)} of ${formatNumber(bad.stats.numel)}`]);
+    }
+  }
+  if (backward) {
+    rows.push(["fires", Object.entries(d.counts).map(([k, v]) => `${k} ${formatNumber(/** @type {number} */ (v))}`).join(" · ")]);
+  } else {
+    rows.push(["checked", `${formatNumber(d.num_checked)} of ${formatNumber(d.num_checked + d.num_unchecked)} ` +
+      `floating-point outputs (${d.mode} values)`]);
+    if (d.num_nonfinite !== undefined) {
+      rows.push(["non-finite", `${formatNumber(d.num_nonfinite)} outputs, ${formatNumber(d.num_propagated)} of them propagated`]);
+    }
+    if (d.uncertainty_zone.length) rows.push(["uncertainty zone", h("code", null, d.uncertainty_zone.join(", "))]);
+  }
+  const title = !bad ? "No non-finite value" : backward ? (bad.is_proven ? "Born in backward" : "Non-finite seed")
+    : payload.report_type === "nonfinite" ? "Origin" : "First non-finite output";
+  return h("section", { class: "tln-nf-lead", "data-found": String(Boolean(bad)), "aria-label": title },
+    h("h3", null, title), definitionList(rows),
+    bad?.code ? h("pre", { class: "tln-source" }, h("code", null, bad.code)) : null,
+    d.amp_hint ? h("p", { class: "tln-note tln-nf-amp" }, h("strong", null, "AMP: "), d.amp_hint) : null,
+    d.anomaly_recipe ? h("details", { class: "tln-nf-recipe" },
+      h("summary", null, "Anomaly-mode recipe (for what a forward scan cannot see)"),
+      h("pre", { class: "tln-source" }, h("code", null, d.anomaly_recipe))) : null);
+}
+
+/**
+ * The fire ledger, opened at the page of the birth row, which is marked (class + text cell).
+ * @param {Payload} payload @param {import("../shared/panel.js").PanelContext} ctx
+ */
+function ledger(payload, ctx) {
+  const table = payload.tables[0];
+  const birth = table.attrs.highlight_order;
+  const key = `table:${table.name}`;
+  if (birth !== null && !ctx.state.has(key)) {
+    ctx.state.set(key, { sort: null, descending: false, filter: "", offset: Math.floor(birth / PAGE_ROWS) * PAGE_ROWS });
+  }
+  const block = tableView(table, ctx);
+  const tbody = block.querySelector("tbody");
+  if (birth !== null && tbody) {
+    const mark = () => {
+      for (const tr of tbody.querySelectorAll("tr")) {
+        const isBirth = tr.getAttribute("data-index") === String(birth);
+        tr.classList.toggle("tln-nf-birth", isBirth);
+        if (isBirth) tr.setAttribute("aria-current", "true");
+      }
+    };
+    const observer = new MutationObserver(mark);
+    observer.observe(tbody, { childList: true });
+    ctx.signal.addEventListener("abort", () => observer.disconnect());
+    mark();
+  }
+  return h("section", { class: "tln-nf-ledger", "aria-label": "Transition ledger" },
+    h("h3", null, "Transition ledger"),
+    h("p", { class: "tln-muted" }, "Every grad_fn fire in measured order; the headlined birth row is marked ◆."), block);
+}
+
+/** @param {Payload} payload @param {import("../shared/panel.js").PanelContext} ctx */
+function view(payload, ctx) {
+  const d = payload.data;
+  const middle = payload.report_type === "backward_nan" ? ledger(payload, ctx)
+    : d.lineage_nodes?.length ? lineageView(d.lineage_nodes, ctx, { centre: d.first_bad_thing.op,
+      highlight: d.first_bad_thing.op, role: d.lineage_role })
+      : null;
+  return h("article", { class: "tln-card", "aria-label": `${payload.report_type} report: ${payload.subject}` },
+    cardHeader(payload), leadCard(payload), middle,
+    findingsSection(payload.findings, payload.findings_total ?? payload.findings.length),
+    disclosureSection(payload), exitsSection(payload.exits, ctx));
+}
+
+function render(/** @type {any} */ props) {
+  return mountPanel(props, view, { name: "nonfinite", render });
+}
+
+export default { render };
