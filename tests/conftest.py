@@ -7,6 +7,8 @@ import torch
 
 from tests import models
 
+pytest_plugins = ["tests.browser.fixtures"]  # one chromium per session for every browser test
+
 
 @pytest.fixture
 def mlp() -> torch.nn.Sequential:

@@ -1,0 +1,261 @@
+"""The checks kit under ``torch.distributed``: rank detection, the S-B agreement, the gather.
+
+Where the evidence lives under DistributedDataParallel (measured, gloo, torch 2.13,
+``tests/distributed/test_ddp_checks.py::test_sites_read_local_gradients``): S-A (the
+post-accumulate-grad hook) fires inside ``AccumulateGrad`` BEFORE DDP's reducer hook on the same
+parameter copies the gradient into its bucket, and the S-D callback is queued at the first S-A
+arrival, so it runs BEFORE the reducer's ``finalize_backward`` copies the averaged bucket back.
+Every S-A / S-D number is therefore this rank's LOCAL, pre-all-reduce gradient (with the default
+``gradient_as_bucket_view=False``; with ``True`` the gradient IS the bucket, already divided by
+the world size when S-D reads it and possibly being all-reduced on gloo's thread: disclosed).
+A NaN born on
+one rank is found on that rank only, not on every rank after the all-reduce averaged it in.
+
+That is also why one collective per optimizer step is needed: the rank that holds a clean local
+gradient would otherwise write the smeared NaN average. At S-B every rank contributes one int32
+flag to ONE ``all_reduce`` (SUM) of a ``world_size``-long tensor (8 bytes at 2 ranks) and every
+rank raises when any rank's check raises, before any rank's optimizer writes: replicas stay
+bitwise identical and clean. No other collective runs per step; none per parameter. The gather
+(``report(gather=True)``) is one ``gather_object`` at report time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import DiagnosticArgumentError
+from ..report import Exit, Finding, Table, Unavailable, Where
+from ..report.checks import CheckReport, CheckRun
+
+SUMMED_COUNTERS = ("attempts", "accepted", "skipped", "raised", "failed", "pending_backwards",
+                   "backwards", "grad_arrivals", "step_pre_fires", "step_post_fires")
+"""Counters added across ranks (rank-attempts, rank-backwards); the rest stay per rank."""
+
+RANK_COLUMNS = ("rank", "status", "attempts", "accepted", "skipped", "raised", "backwards",
+                "accumulation_factor", "findings", "agreements", "agreement_ms_per_step")
+
+_STATUS_ORDER = ("clean", "incomplete", "found", "raised")
+_STATE_ORDER = ("clean", "collecting", "unavailable", "warned", "raised")
+
+
+@dataclass
+class RankContext:
+    """This process's place in the process group and the session's collective bookkeeping."""
+
+    rank: int = 0
+    world_size: int = 1
+    group: Any = None
+    is_active: bool = False
+    """True when the session runs the S-B agreement (a DDP model in an initialized group)."""
+    bucket_view: bool = False
+    """The DDP module was built with ``gradient_as_bucket_view=True``."""
+    agreements: int = 0
+    agree_ns: int = 0
+    remote_findings: list[Finding] = dataclasses.field(default_factory=list)
+    """``check_raised_on_other_rank`` findings of this rank (kept in its report)."""
+
+    @classmethod
+    def detect(cls, model: torch.nn.Module, distributed: bool | None) -> RankContext:
+        """``distributed=None``: active for a ``DistributedDataParallel`` model in an initialized
+        group of more than one rank; ``True`` forces it (every rank must then run the session),
+        ``False`` keeps the session rank-local (no collective; a NaN on another rank is not
+        seen before this rank writes)."""
+        dist = torch.distributed
+        is_ready = dist.is_available() and dist.is_initialized()
+        if distributed and not is_ready:
+            raise DiagnosticArgumentError(
+                "distributed=True needs an initialized process group: call "
+                "torch.distributed.init_process_group(...) before creating the session.")
+        if not is_ready:
+            return cls()
+        is_ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        context = cls(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                      group=getattr(model, "process_group", None) if is_ddp else None,
+                      bucket_view=is_ddp and bool(getattr(model, "gradient_as_bucket_view",
+                                                          False)))
+        context.is_active = (distributed if distributed is not None
+                             else is_ddp and context.world_size > 1)
+        return context
+
+    def agree(self, violation: Finding | None) -> Finding | None:
+        """S-B: one ``all_reduce`` of one int32 per rank; every rank returns a finding when
+        any rank has one (its own, with ``rank`` added, or ``check_raised_on_other_rank``)."""
+        dist = torch.distributed
+        device = "cuda" if dist.get_backend(self.group) == "nccl" else "cpu"
+        flags = torch.zeros(self.world_size, dtype=torch.int32, device=device)
+        flags[self.rank] = int(violation is not None)
+        start = time.perf_counter_ns()
+        dist.all_reduce(flags, group=self.group)
+        raised_on = [rank for rank, flag in enumerate(flags.tolist()) if flag]
+        self.agree_ns += time.perf_counter_ns() - start
+        self.agreements += 1
+        if violation is not None:
+            return dataclasses.replace(violation, fields={
+                **violation.fields, "rank": self.rank, "raised_on_ranks": raised_on})
+        if not raised_on:
+            return None
+        self.remote_findings.append(Finding(
+            "check_raised_on_other_rank", "critical",
+            f"rank {self.rank} stopped optimizer.step() before it wrote because rank(s) "
+            f"{raised_on} raised; this rank's own pre-all-reduce gradients passed every check.",
+            remedy="Read the gathered report (session.report(gather=True) on every rank): the "
+                   "finding of the raising rank names the parameter and the rank where the "
+                   "value was born.",
+            fields={"code": "check_raised_on_other_rank", "rank": self.rank,
+                    "raised_on_ranks": raised_on}))
+        return self.remote_findings[-1]
+
+    def annotate(self, report: CheckReport) -> CheckReport:
+        """This rank's report with ``rank`` / ``world_size`` / agreement counters and the
+        rank-local disclosures."""
+        if not self.is_active:
+            return report
+        notes = [f"Rank {self.rank} of {self.world_size}: gradient evidence (S-A / S-D) is this "
+                 "rank's local gradient before DDP's all-reduce; update ratios (S-C) are of the "
+                 "averaged update every rank applied.",
+                 f"{self.agreements} S-B agreement all_reduce(s) of {4 * self.world_size} bytes, "
+                 f"{self.agree_ns / 1e6:.3f} ms in total."]
+        if self.bucket_view:
+            notes.append("gradient_as_bucket_view=True: S-D norms read the bucket view, which "
+                         f"DDP has already divided by the world size ({self.world_size}) and may "
+                         "be all-reducing asynchronously; build DDP with the default "
+                         "gradient_as_bucket_view=False for exact per-rank evidence.")
+        remote = tuple(self.remote_findings)
+        return dataclasses.replace(
+            report, findings=report.findings + remote,
+            status="raised" if remote else report.status,
+            disclosures=report.disclosures + tuple(notes),
+            counters={**report.counters, **self.counters()})
+
+    def counters(self) -> dict[str, Any]:
+        return {"rank": self.rank, "world_size": self.world_size,
+                "agreements": self.agreements, "agreement_ms": self.agree_ns / 1e6}
+
+    def gather(self, report: CheckReport) -> CheckReport:
+        """Every rank calls it (one ``gather_object``); rank 0 returns the merged report, the
+        other ranks their own."""
+        portable = _portable(report)
+        received: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        torch.distributed.gather_object(portable, received, dst=0, group=self.group)
+        if received is None:
+            return report
+        return merge_reports(received)
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and tuples as dicts and lists (picklable: the report freezes with proxies)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _portable(report: CheckReport) -> dict[str, Any]:
+    return {
+        "subject": report.subject, "status": report.status,
+        "findings": [(f.code, f.severity, f.message, None if f.where is None else
+                      dataclasses.asdict(f.where), f.remedy, _plain(f.fields))
+                     for f in report.findings],
+        "tables": [(t.name, list(t.columns), _plain(t.rows), _plain(t.attrs))
+                   for t in report.tables],
+        "disclosures": list(report.disclosures),
+        "unavailable": [dataclasses.asdict(u) for u in report.unavailable],
+        "exits": [(e.label, e.code) for e in report.exits],
+        "checks_run": [_plain(run.as_dict()) for run in report.checks_run],
+        "counters": _plain(report.counters), "ledgers": _plain(report.ledgers),
+        "is_final": report.is_final, "exit_reason": report.exit_reason,
+    }
+
+
+def merge_reports(parts: list[dict[str, Any]]) -> CheckReport:
+    """One ``CheckReport`` from every rank's portable report (index = rank).
+
+    Findings carry ``fields["rank"]`` and a ``[rank r]`` prefix; :data:`SUMMED_COUNTERS` are
+    added (rank-attempts); every rank's counters stay in ``counters["per_rank"]`` and the
+    ``ranks`` table; ``params`` and ``series`` rows gain a leading ``rank`` column.
+    """
+    findings = [Finding(code, severity, f"[rank {rank}] {message}",
+                        where=None if where is None else Where(**where), remedy=remedy,
+                        fields={**fields, "rank": rank})
+                for rank, part in enumerate(parts)
+                for code, severity, message, where, remedy, fields in part["findings"]]
+    per_rank = [{"rank": rank, **part["counters"]} for rank, part in enumerate(parts)]
+    counters = {key: sum(c.get(key) or 0 for c in per_rank) for key in SUMMED_COUNTERS}
+    factors = {c.get("accumulation_factor") for c in per_rank}
+    counters.update(
+        world_size=len(parts), per_rank=per_rank,
+        accumulation_factor=factors.pop() if len(factors) == 1 else None,
+        step_provenance="explicit" if all(c.get("step_provenance") == "explicit"
+                                          for c in per_rank) else "inferred",
+        agreements=sum(c.get("agreements", 0) for c in per_rank))
+    status = max((part["status"] for part in parts), key=_STATUS_ORDER.index)
+    lead = (f"{len(parts)} ranks, {counters['attempts']} rank-attempt(s): "
+            f"{counters['accepted']} accepted, {counters['skipped']} skipped, "
+            f"{counters['raised']} raised; "
+            + (f"{len(findings)} finding(s) on rank(s) "
+               f"{sorted({f.fields['rank'] for f in findings})}." if findings else
+               "no findings."))
+    scales = [part["ledgers"].get("scale", {}) for part in parts]
+    skipped = [s.get("skipped") for s in scales]
+    ledgers = {"scale": {**{k: v for k, v in scales[0].items() if k != "decrements"},
+                         "skipped": None if None in skipped else sum(skipped),
+                         "skipped_per_rank": skipped},
+               "per_rank": [part["ledgers"] for part in parts]}
+    disclosures = [f"Gathered from {len(parts)} ranks: attempts, skips and the other counters "
+                   f"in {list(SUMMED_COUNTERS)} are summed over ranks (rank-attempts); every "
+                   "rank's own counters are in counters['per_rank'] and the 'ranks' table."]
+    for part in parts:
+        disclosures += [d for d in part["disclosures"] if d not in disclosures]
+    unavailable = list(dict.fromkeys(Unavailable(**u) for part in parts
+                                     for u in part["unavailable"]))
+    exits = [Exit(label, code) for label, code in dict.fromkeys(
+        (label, code) for part in parts for label, code in part["exits"])]
+    return CheckReport(
+        subject=f"{parts[0]['subject']} on {len(parts)} ranks", status=status, lead=lead,
+        findings=tuple(findings), tables=(_ranks_table(parts), *_rank_tables(parts)),
+        disclosures=tuple(disclosures), unavailable=tuple(unavailable), exits=tuple(exits),
+        checks_run=tuple(_merge_runs(parts)), counters=counters, ledgers=ledgers,
+        is_final=all(part["is_final"] for part in parts),
+        exit_reason=parts[0]["exit_reason"])
+
+
+def _ranks_table(parts: list[dict[str, Any]]) -> Table:
+    rows = []
+    for rank, part in enumerate(parts):
+        count = part["counters"]
+        steps = count.get("agreements", 0)
+        rows.append({**{k: count.get(k) for k in RANK_COLUMNS}, "rank": rank,
+                     "status": part["status"], "findings": len(part["findings"]),
+                     "agreements": steps,
+                     "agreement_ms_per_step": count.get("agreement_ms", 0.0) / steps
+                     if steps else None})
+    return Table.from_dicts("ranks", rows, RANK_COLUMNS, {"world_size": len(parts)})
+
+
+def _rank_tables(parts: list[dict[str, Any]]) -> list[Table]:
+    """Each rank-local table once, its rows from every rank behind a ``rank`` column."""
+    tables = []
+    for index, (name, columns, _, _) in enumerate(parts[0]["tables"]):
+        rows = [(rank, *row) for rank, part in enumerate(parts)
+                for row in part["tables"][index][2]]
+        tables.append(Table(name, ("rank", *columns), rows, parts[0]["tables"][index][3]))
+    return tables
+
+
+def _merge_runs(parts: list[dict[str, Any]]) -> list[CheckRun]:
+    runs = []
+    for index, first in enumerate(parts[0]["checks_run"]):
+        same = [part["checks_run"][index] for part in parts]
+        runs.append(CheckRun(
+            name=first["name"], site=first["site"], action=first["action"],
+            state=max((r["state"] for r in same), key=_STATE_ORDER.index),
+            evaluations=sum(r["evaluations"] for r in same),
+            findings=sum(r["findings"] for r in same), options=first["options"]))
+    return runs
