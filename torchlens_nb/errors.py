@@ -43,7 +43,8 @@ class OpNotFoundError(TorchlensNbError, KeyError):
 
 
 class ForwardError(TorchlensNbError, RuntimeError):
-    """The model's forward raised during capture; ``partial_trace`` holds what was recorded."""
+    """The model's forward raised; ``partial_trace`` holds what was recorded (None when no
+    capture ran, e.g. inside a ``tl.recipes`` call); the exception is the ``__cause__``."""
 
     def __init__(self, message: str, partial_trace: Any) -> None:
         super().__init__(message)

@@ -119,10 +119,12 @@ def run_capture(model: Any, inputs: Any, *, save: Any = True,
         )
     args, kwargs = call_arguments(inputs)
     recorder = Recorder(model, save, options, tripwire)
-    recorder.record_inputs(args, kwargs)
     error: BaseException | None = None
     output: Any = None
     try:
+        # Inside the try: a tripwire may stop the capture at an input (a NaN fed to the model),
+        # and then the forward never runs.
+        recorder.record_inputs(args, kwargs)
         with _eager_stance(), _module_hooks(recorder), RecordingMode(recorder):
             output = model(*args, **kwargs)
     except _StopCapture:

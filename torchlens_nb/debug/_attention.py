@@ -31,6 +31,7 @@ from ..report.sinks import (
     HEADS_COLUMNS, OUTLIER_COLUMNS, AttentionLayer, AttentionSinksReport, PatternBlock,
     ResidualLayer, heads_rows, outlier_rows,
 )
+from ._isolation import preserved_model_state
 from ._probes import check_selector
 from ._sinks import OUTLIER_FACTOR, SINK_MASS, SINK_UNIFORM_RATIO, SinkProbe
 
@@ -137,8 +138,9 @@ def attention_sinks(model: nn.Module, inputs: Any, tokens: Any = None, *,
             patterns[site.label] = value[sample].detach().float().clone()
 
     plan = probe.hook_plan() + HookPlan(tuple((sel, keep) for sel in attention_sel))
-    run = trace(model, inputs, save=False,
-                capture=CaptureOptions(hooks=plan, source_lines=False, keep_output=False))
+    with preserved_model_state(model):  # a train-mode forward would move BatchNorm and the RNG
+        run = trace(model, inputs, save=False,
+                    capture=CaptureOptions(hooks=plan, source_lines=False, keep_output=False))
     layers, residual_layers = probe.attention_layers(), probe.residual_layers()
     facts = probe.facts()
     length = patterns[layers[0].label].shape[-1] if layers else 0

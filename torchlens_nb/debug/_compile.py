@@ -22,7 +22,7 @@ from typing import Any
 from torch import nn
 
 from ..capture import call_arguments, validate_model
-from ..errors import CompileCountsUnavailableError, UnavailableError
+from ..errors import CompileCountsUnavailableError, ForwardError, UnavailableError
 from ..report import Finding, Table
 from ..report.probing import BREAK_COLUMNS, GraphBreaksReport
 from ._isolation import clone_input_tree, copy_model, preserved_rng_state, seed_all
@@ -125,6 +125,7 @@ def graph_breaks(model: nn.Module, inputs: Any) -> GraphBreaksReport:
         UnavailableError: code ``graph_breaks_unavailable`` when this torch has no
             ``torch._dynamo.explain``.
         ModelCopyError: the model cannot be deep-copied.
+        ForwardError: the copy's forward raised under ``explain`` (the cause is chained).
     """
     validate_model(model)
     args, kwargs = call_arguments(inputs)
@@ -142,7 +143,21 @@ def graph_breaks(model: nn.Module, inputs: Any) -> GraphBreaksReport:
         seed_all(0)
         copy = copy_model(original)
         copy_args, copy_kwargs = clone_input_tree((args, kwargs))
-        result = explain(copy)(*copy_args, **copy_kwargs)
+        # explain's frames are not compile regions of the user (it resets Dynamo after): put
+        # the frame counters back, else every later tl.trace warns that compiled code exists.
+        frames = torch._dynamo.utils.counters["frames"]
+        frames_before = dict(frames)
+        try:
+            result = explain(copy)(*copy_args, **copy_kwargs)
+        except Exception as exc:  # the copy's forward (or Dynamo tracing it) raised
+            raise ForwardError(
+                f"the model's forward raised {type(exc).__name__} under torch._dynamo.explain: "
+                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''} (the model was "
+                "not touched: explain ran on a copy); run model(inputs) eagerly to see it.",
+                None) from exc
+        finally:
+            frames.clear()
+            frames.update(frames_before)
     rows = []
     for index, reason in enumerate(result.break_reasons):
         frame = reason.user_stack[-1] if reason.user_stack else None

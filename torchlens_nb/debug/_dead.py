@@ -39,6 +39,8 @@ def _saved_tensor(op: Op) -> torch.Tensor | None:
     # Integer outputs are ids, masks and positions, not activations: never scanned.
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return None
+    if value.layout != torch.strided or value.device.type == "meta":
+        return None  # sparse or meta: no dense values to scan
     return value
 
 

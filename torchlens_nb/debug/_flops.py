@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..capture import Op, Trace, call_arguments, iter_tensors, trace, validate_model
+from ..errors import DiagnosticArgumentError
 from ..report import Finding, Table
 from ..report.cost import FlopsVsDispatchReport
 from ._isolation import clone_input_tree, preserved_rng_state
@@ -187,7 +188,14 @@ def op_flops(op: Op) -> FlopCount:
         >>> t = trace(nn.Linear(3, 5), torch.ones(4, 3))
         >>> op_flops(t["linear_1"]).flops  # 2 * 4 * 5 * 3
         120
+
+    Raises:
+        DiagnosticArgumentError: ``op`` is not an ``Op`` (e.g. a label: pass ``trace[label]``).
     """
+    if not isinstance(op, Op):
+        raise DiagnosticArgumentError(
+            f"op_flops takes an Op of a trace, got {type(op).__name__} {op!r:.60}; pass "
+            "trace[label], e.g. op_flops(trace['linear_1']).")
     entry = _lookup(op.func)
     if entry is None or op.shape is None:
         return FlopCount(None, "unknown", "unknown")
@@ -229,8 +237,14 @@ def _bitwise_equal(a: Any, b: Any) -> bool:
     if len(left) != len(right):
         return False
     for x, y in zip(left, right):
-        if x.shape != y.shape or x.dtype != y.dtype:
+        if x.shape != y.shape or x.dtype != y.dtype or x.layout != y.layout:
             return False
+        if x.device.type == "meta" or y.device.type == "meta":
+            continue  # no values: matching shapes and dtypes are all a meta run can witness
+        if x.layout != torch.strided:  # sparse outputs: compare their values densely
+            x, y = x.to_dense(), y.to_dense()
+        if x.is_quantized:
+            x, y = x.int_repr(), y.int_repr()
         same = x == y
         if x.is_floating_point() or x.is_complex():
             same |= torch.isnan(x) & torch.isnan(y)

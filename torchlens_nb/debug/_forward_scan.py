@@ -32,6 +32,7 @@ from ..report.nonfinite import Coverage, ValueStats
 from ._first_bad import (
     checkable, finite_flags, is_all_finite, is_float_dtype, saved_tensors, value_stats,
 )
+from ._isolation import preserved_model_state
 
 Cause = Literal["birth", "propagated", "unattributed"]
 
@@ -218,7 +219,8 @@ def run_live(model: Any, inputs: Any, *, stop_at_first: bool,
 
     ``trace_kwargs`` may hold ``capture=CaptureOptions(...)`` (hook plans, source lines) and
     ``save=False``. Gradients and the model output are never kept. A forward that raises is
-    reported through ``forward_error`` with the facts gathered before the raise.
+    reported through ``forward_error`` with the facts gathered before the raise. The model's
+    buffers and the global RNG streams are restored afterwards (``preserved_model_state``).
 
     Raises:
         DiagnosticArgumentError: an unknown keyword, or ``save`` other than False.
@@ -242,7 +244,10 @@ def run_live(model: Any, inputs: Any, *, stop_at_first: bool,
     check = _LiveCheck(model, stop_at_first)
     error: BaseException | None = None
     try:
-        trace = run_capture(model, inputs, save=False, capture=options, tripwire=check)
+        # The forward runs as the model is (train mode: batch statistics, Dropout), but leaves
+        # no trace: a NaN would otherwise poison BatchNorm running stats for good.
+        with preserved_model_state(model):
+            trace = run_capture(model, inputs, save=False, capture=options, tripwire=check)
     except ForwardError as err:
         trace, error = err.partial_trace, err.__cause__ or err
         # the traceback's frames would pin the model's locals (activations) in the report

@@ -57,6 +57,27 @@ def preserved_rng_state() -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda_states)
 
 
+@contextlib.contextmanager
+def preserved_model_state(model: nn.Module) -> Iterator[None]:
+    """Run a block on the caller's own model, then restore its buffers and the global RNG streams
+    (exceptions included).
+
+    For diagnostics that must run the model as it is (a train-mode forward uses batch statistics
+    and Dropout, like the training run being debugged) and leave no trace of it: a train-mode
+    forward updates BatchNorm running statistics (a NaN there poisons them for good) and Dropout
+    draws from the global RNG. Parameters are not copied (a forward does not write them).
+    Cost: one copy of each buffer.
+    """
+    saved = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
+    try:
+        with preserved_rng_state():
+            yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
+
+
 def seed_all(seed: int) -> None:
     """Seed Python ``random``, NumPy's global generator (if imported) and torch (CPU and CUDA)."""
     random.seed(seed)

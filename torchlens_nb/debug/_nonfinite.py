@@ -155,7 +155,8 @@ def lead_text(thing: Any, facts: ForwardFacts, verb: str) -> str:
                    else "the rest were not checked")
         return (f"no NaN or Inf in the {facts.num_checked} checked floating-point op outputs; "
                 f"{missing}.")
-    source = f" (line {thing.line}: `{thing.code}`)" if thing.line else ""
+    code = f": `{thing.code}`" if thing.code else ""  # no source text for exec'd code
+    source = f" (line {thing.line}{code})" if thing.line else ""
     if thing.func == "input":
         return f"the model input {thing.op} already holds {thing.kind}{source}."
     place = f" in {thing.module}" if thing.module else ""

@@ -49,6 +49,20 @@ def check_selector(selector: Any, where: str) -> Selector:
     return selector
 
 
+def check_selectors(items: Any, where: str) -> tuple[Selector, ...]:
+    """``items`` (one selector or an iterable of them) as a tuple of checked selectors.
+
+    A string is refused whole (iterating it would report its first letter): name the fix.
+    """
+    if isinstance(items, Selector):
+        return (items,)
+    if isinstance(items, str):
+        raise DiagnosticArgumentError(
+            f"{where} takes selectors such as tl.func('relu') or tl.module('encoder.*'), got the "
+            f"string {items!r}; write [tl.func({items!r})] or [tl.module({items!r})].")
+    return tuple(check_selector(s, where) for s in items)
+
+
 def _as_numeric(value: Any) -> torch.Tensor | None:
     if not isinstance(value, torch.Tensor) or value.is_complex() or value.numel() == 0:
         return None
@@ -289,9 +303,7 @@ class LivenessProbe:
     """
 
     def __init__(self, selectors: Iterable[Any], *, unit_dim: int | None = None) -> None:
-        if isinstance(selectors, Selector):
-            selectors = [selectors]
-        self._selectors = tuple(check_selector(s, "LivenessProbe") for s in selectors)
+        self._selectors = check_selectors(selectors, "LivenessProbe")
         if not self._selectors:
             raise DiagnosticArgumentError(
                 "LivenessProbe needs at least one selector, e.g. [tl.func('relu')]."

@@ -43,7 +43,7 @@ from ..capture import Selector
 from ..errors import DiagnosticArgumentError
 from ..options import HookPlan, Site
 from ..report.sinks import AttentionLayer, OutlierDim, ResidualLayer, SinkHead
-from ._probes import check_selector
+from ._probes import check_selectors
 
 SINK_MASS = 0.5
 """Mean attention on one key position at or above which a head is a sink (see module docstring)."""
@@ -273,9 +273,7 @@ class SinkProbe:
 
 
 def _selectors(items: Iterable[Any], what: str) -> tuple[Selector, ...]:
-    if isinstance(items, Selector):
-        items = [items]
-    return tuple(check_selector(s, f"SinkProbe({what}=...)") for s in items)
+    return check_selectors(items, f"SinkProbe({what}=...)")
 
 
 def _describe(value: Any) -> str:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..capture import call_arguments, iter_tensors
-from ..errors import DiagnosticArgumentError, InputFormError
+from ..errors import DiagnosticArgumentError, ForwardError, InputFormError, TorchlensNbError
 
 TARGET_KEYS = ("target", "targets", "label", "labels", "y")
 """Dict keys read as the targets of a batch, in this order of preference."""
@@ -118,6 +118,10 @@ def to_device(value: Any, device: torch.device | None) -> Any:
     if device is None:
         return value
     if isinstance(value, torch.Tensor):
+        if value.device.type == "meta" and device.type != "meta":
+            raise InputFormError(
+                f"the batch holds a meta tensor of shape {tuple(value.shape)}: it has no values "
+                f"to run the {device.type} model on; load the real data first.")
         return value.to(device)
     if isinstance(value, Mapping):
         return {k: to_device(v, device) for k, v in value.items()}
@@ -129,9 +133,22 @@ def to_device(value: Any, device: torch.device | None) -> Any:
 
 
 def call_model(model: nn.Module, inputs: Any) -> Any:
-    """``model(inputs)`` with the inputs passed as ``tl.trace`` passes them."""
+    """``model(inputs)`` with the inputs passed as ``tl.trace`` passes them.
+
+    Raises:
+        ForwardError: the model's forward raised (its exception is the ``__cause__``; no
+            capture ran, so ``partial_trace`` is None), as ``tl.trace`` reports it.
+    """
     args, kwargs = call_arguments(inputs)
-    return model(*args, **kwargs)
+    try:
+        return model(*args, **kwargs)
+    except TorchlensNbError:
+        raise
+    except Exception as exc:
+        raise ForwardError(
+            f"the model's forward raised {type(exc).__name__}: {exc} (the recipe stopped there "
+            "and restored the model; check that the batch fits the model's forward).",
+            None) from exc
 
 
 def primary_output(output: Any) -> torch.Tensor:

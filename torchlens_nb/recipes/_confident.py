@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..capture import validate_model
-from ..errors import InputFormError
+from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
 from ..report.recipes import ConfidentError, ConfidentErrorsReport, recipe_status
 from ._batches import (
@@ -101,6 +101,9 @@ def confident_errors(model: nn.Module, loader: Any, *, k: int = 10) -> Confident
                     heapq.heappushpop(heap, item)
             errors += len(wrong)
             seen += probs.shape[0]
+    if seen == 0:
+        raise DiagnosticArgumentError("loader yielded no example; pass a non-empty loader or a "
+                                      "batch.")
     top = sorted(heap, reverse=True)
     rows = tuple(ConfidentError(rank, -neg, pred, true, conf, tprob)
                  for rank, (conf, neg, pred, true, tprob) in enumerate(top, start=1))

@@ -22,7 +22,7 @@ from ..report.recipes import (
     recipe_status,
 )
 from ._batches import TARGET_KEYS, check_positive_int, is_single_batch, iter_batches, target_tensor
-from ._stats import histogram, tensor_stats
+from ._stats import flat_values, histogram, tensor_stats
 
 MEAN_ABS_MAX = 1.0
 """An input whose |mean| exceeds this is an order of magnitude off zero-centred (unit-std) data."""
@@ -84,7 +84,7 @@ def data_sanity(batch_or_loader: Any, *, num_batches: int = 1,
     for batch in batches:
         for name, _, value in _fields(batch):
             if name in pooled and isinstance(value, torch.Tensor):
-                pooled[name].append(value.detach().reshape(-1).cpu())
+                pooled[name].append(flat_values(value))
     summaries = []
     for name, role, value in first:
         if not isinstance(value, torch.Tensor):

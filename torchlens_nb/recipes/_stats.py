@@ -10,12 +10,32 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InputFormError
 from ..report.recipes import Histogram, TensorStats
+
+
+def flat_values(tensor: torch.Tensor) -> torch.Tensor:
+    """The elements of ``tensor`` as one dense CPU vector of its dtype (sparse tensors are
+    densified, quantized ones dequantized).
+
+    Raises:
+        InputFormError: a meta tensor (it has a shape but no values).
+    """
+    if tensor.device.type == "meta":
+        raise InputFormError(
+            f"a tensor of shape {tuple(tensor.shape)} is on the meta device: it has no values to "
+            "summarise; load the data or weights first (e.g. model.to_empty(device='cpu') and "
+            "load_state_dict).")
+    if tensor.is_quantized:
+        tensor = tensor.dequantize()
+    if tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+    return tensor.detach().reshape(-1).cpu()
 
 
 def tensor_stats(tensor: torch.Tensor) -> TensorStats:
     """Statistics of ``tensor`` (any dtype; bool and integer tensors are read as float64)."""
-    values = tensor.detach().reshape(-1).to(torch.float64)
+    values = flat_values(tensor).to(torch.float64)
     numel = values.numel()
     if numel == 0:
         nan = float("nan")
@@ -35,7 +55,7 @@ def tensor_stats(tensor: torch.Tensor) -> TensorStats:
 
 def histogram(tensor: torch.Tensor, bins: int) -> Histogram:
     """Equal-width histogram of the finite elements (one bin around the value when constant)."""
-    values = tensor.detach().reshape(-1).to(torch.float64)
+    values = flat_values(tensor).to(torch.float64)
     values = values[torch.isfinite(values)]
     if values.numel() == 0:
         return Histogram((), ())

@@ -224,9 +224,10 @@ class Report:
     # ----- views -----------------------------------------------------------------------------
     def card(self, max_findings: int = MAX_CARD_FINDINGS) -> str:
         """Bounded text: lead line, at most ``max_findings`` findings, the remainder, the exits."""
-        if max_findings < 1:
+        if isinstance(max_findings, bool) or not isinstance(max_findings, int) or max_findings < 1:
             raise ReportOptionError(
-                f"max_findings must be >= 1, got {max_findings}; the card always shows one."
+                f"max_findings must be >= 1, got {max_findings!r}; pass an int (the card always "
+                "shows one)."
             )
         lines = [f"{self.report_type} [{self.status}] {self.subject}: {self.lead}"]
         for finding in self.findings[:max_findings]:

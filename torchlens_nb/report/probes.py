@@ -34,6 +34,10 @@ THRESHOLD_COLUMNS = ("label", "module", "func", "shape", "below", "above", "nonf
                      "file", "line")
 MAX_LISTED_INDICES = 32
 """Dead-unit indices listed per op (the count is always exact; the list is for reading)."""
+MAX_PAYLOAD_ITEMS = 200
+"""Dead-unit entries / violations in the payload's ``data`` (``*_total`` keeps the count). The
+tables carry every row and the panel pages them from Python: without the cut a 5,000-op trace
+shipped its threshold violations twice, 1.4 MB (tests/faults/test_size.py)."""
 
 
 @dataclass(frozen=True)
@@ -206,7 +210,8 @@ class DeadReport(Report):
     """Ops skipped because they were not saved (or not float) in every trace."""
 
     def _data(self) -> dict[str, Any]:
-        return {"samples": self.samples, "batch_rows": self.batch_rows, "units": self.units,
+        return {"samples": self.samples, "batch_rows": self.batch_rows,
+                "units": self.units[:MAX_PAYLOAD_ITEMS], "units_total": len(self.units),
                 "ops_not_common": self.ops_not_common}
 
 
@@ -224,7 +229,9 @@ class ThresholdReport(Report):
 
     def _data(self) -> dict[str, Any]:
         return {"low": self.low, "high": self.high, "ops_scanned": self.ops_scanned,
-                "ops_unsaved": self.ops_unsaved, "violations": self.violations}
+                "ops_unsaved": self.ops_unsaved,
+                "violations": self.violations[:MAX_PAYLOAD_ITEMS],
+                "violations_total": len(self.violations)}
 
 
 __all__ = [
