@@ -1,0 +1,79 @@
+"""Side-by-side timing for the benchmarks: interleaved runs, min and median, one table.
+
+Ratios are measured in one process with the contenders interleaved round by round, so a load
+change on the machine hits every contender alike. Report min (the least disturbed run) and
+median; targets are checked on the min ratio.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Timing:
+    name: str
+    seconds: tuple[float, ...]
+
+    @property
+    def min_s(self) -> float:
+        return min(self.seconds)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def interleaved(contenders: Sequence[tuple[str, Callable[[], object]]], *, rounds: int = 7,
+                warmup: int = 2) -> list[Timing]:
+    """Time each contender ``rounds`` times, interleaved, after ``warmup`` untimed rounds."""
+    for _ in range(warmup):
+        for _, fn in contenders:
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name, _ in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders:
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    return [Timing(name, tuple(samples[name])) for name, _ in contenders]
+
+
+def ratio_rows(timings: Sequence[Timing], baseline: str, *, case: str,
+               targets: dict[str, float] | None = None) -> list[dict[str, object]]:
+    """Rows of a ratio table: each contender against ``baseline`` (min and median ratios)."""
+    base = next(t for t in timings if t.name == baseline)
+    rows = []
+    for timing in timings:
+        target = (targets or {}).get(timing.name)
+        ratio = timing.min_s / base.min_s
+        rows.append({
+            "case": case, "contender": timing.name, "min_ms": timing.min_s * 1e3,
+            "median_ms": timing.median_s * 1e3, "min_ratio": ratio,
+            "median_ratio": timing.median_s / base.median_s,
+            "target": f"<= {target:.2f}x" if target else "",
+            "ok": "" if target is None else ("yes" if ratio <= target else "NO"),
+        })
+    return rows
+
+
+def print_table(rows: Sequence[dict[str, object]]) -> None:
+    """Print rows as a fixed-width table (floats with 2-3 significant decimals)."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    cells = [[_fmt(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    print("  ".join("-" * w for w in widths))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+    return str(value)
