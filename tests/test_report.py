@@ -131,3 +131,11 @@ def test_doctor_environment_rows_and_model_rows() -> None:
     assert meta.status == "warn" and meta.findings[0].code == "doctor_tensor_variants"
     with pytest.raises(tl.errors.ReportOptionError, match="no doctor row 'nope'"):
         report.check("nope")
+
+
+def test_every_report_type_keeps_the_short_stable_repr() -> None:
+    report_types = [obj for obj in vars(tl.report).values()
+                    if isinstance(obj, type) and issubclass(obj, Report)]
+    assert len(report_types) > 20
+    long_reprs = [cls.__name__ for cls in report_types if cls.__repr__ is not Report.__repr__]
+    assert long_reprs == []  # subclasses use @dataclass(..., repr=False)

@@ -1,12 +1,10 @@
 """Live display of a recipe that runs for a while (``overfit_one_batch``).
 
-The first report is displayed in the running cell like any report (its panel widget, with the
-text card as fallback). Every later report is one traitlet push: the same widget's ``payload``
-is set to ``report.to_dict()`` and the panel redraws in place. Recipes may not import the widget
-layer (only ``report/_display.py`` builds widgets), so the widget is found by the ``model_id``
-its display bundle names, in ipywidgets' instance registry; where that lookup fails (no widget
-could be built, another ipywidgets), each push replaces the cell output through the display
-handle instead. Pushes are throttled by the caller; this module only knows where they go.
+The first report is displayed in the running cell as a live panel (``report.live_panel``); every
+later report is one ``widget.update(report)``: a single traitlet message, and the panel redraws
+in place. Where no panel can be built, each push replaces the cell output through the display
+handle instead (text card). Pushes are throttled by the caller; this module only knows where
+they go.
 """
 
 from __future__ import annotations
@@ -16,9 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import DiagnosticArgumentError
-from ..report import Report
-
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+from ..report import Report, live_panel
 
 
 def in_kernel() -> bool:
@@ -26,13 +22,6 @@ def in_kernel() -> bool:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-def _widget(model_id: str) -> Any:
-    """The live widget with ``model_id`` (ipywidgets 8 keeps every open widget by id)."""
-    module = sys.modules.get("ipywidgets.widgets.widget")
-    registry = getattr(module, "_instances", None)
-    return registry.get(model_id) if isinstance(registry, dict) else None
 
 
 class PanelSink:
@@ -44,17 +33,16 @@ class PanelSink:
 
     def __call__(self, report: Report) -> None:
         if self._widget is not None:
-            self._widget.payload = report.to_dict()
+            self._widget.update(report)
             return
         from IPython.display import display
 
-        bundle = report._repr_mimebundle_()
         if self._handle is None:
-            self._handle = display(bundle, raw=True, display_id=True)
-            view = bundle.get(WIDGET_MIME)
-            self._widget = _widget(view["model_id"]) if isinstance(view, dict) else None
+            self._widget = live_panel(report)
+            self._handle = display(self._widget if self._widget is not None else report,
+                                   display_id=True)
         else:
-            self._handle.update(bundle, raw=True)
+            self._handle.update(report)
 
 
 def live_sink(live: bool | None) -> Callable[[Report], None] | None:

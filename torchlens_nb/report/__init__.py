@@ -1,6 +1,7 @@
 """Reports: the plain, immutable results every diagnostic returns (``tl.report``)."""
 
 from ._base import SCHEMA, Exit, Finding, Report, Table, Unavailable, Where, frozen_mapping
+from ._display import live_panel
 from .checks import CheckReport, CheckRun, ParamHealthReport, ParamHealthRow, SessionOverhead
 from .compare import (
     BisectPrecisionReport,
@@ -85,6 +86,7 @@ from .probes import (
 )
 
 __all__ = [
+    "live_panel",
     "CheckReport", "CheckRun", "ParamHealthReport", "ParamHealthRow", "SessionOverhead",
     "BackwardNanReport", "BisectNanReport", "FindNanReport", "FirstBadThing", "LineageNode",
     "LineageReport", "NonfiniteReport", "NonfiniteScanReport", "TransitionRow", "ValueStats",

@@ -45,6 +45,24 @@ def mimebundle(report: Report) -> dict[str, Any]:
     return bundle
 
 
+def live_panel(report: Report) -> Any:
+    """A live panel widget of ``report`` whose ``update(new_report)`` redraws it in place.
+
+    For diagnostics that run for a while in a cell (``tl.recipes.overfit_one_batch``): display
+    the widget once, then push each new report (throttled by the caller to 10-20 Hz). Returns
+    None when no panel can be built (warned once); callers then fall back to redisplaying text.
+    """
+    try:
+        from .. import widgets
+
+        return widgets.widget_for(report)
+    except Exception as exc:  # display never raises; the caller degrades to text
+        _warn_once("live:" + report.report_type,
+                   f"the live {report.report_type!r} panel could not be built "
+                   f"({type(exc).__name__}: {exc}); showing text updates instead.")
+        return None
+
+
 def live_view(report: Report) -> Any:
     """The live dashboard widget of a ``ChecksSession`` snapshot ``report``, or None.
 

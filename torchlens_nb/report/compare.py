@@ -106,7 +106,7 @@ SeedVerdict = Literal["seed_sensitive", "seed_insensitive", "not_run", "inconclu
 """The second slot: does ONE differently seeded run change the outputs?"""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class CompareReport(Report):
     """Two traces aligned on op labels in execution order (``tl.debug.compare``).
 
@@ -144,7 +144,7 @@ class CompareReport(Report):
                                         side_b="trace_b", sides=_compare_sides)}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class CompareParamsReport(Report):
     """Two models' parameters (and optionally buffers) aligned on qualified names."""
 
@@ -195,7 +195,7 @@ class SkippedOp:
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class BisectPrecisionReport(Report):
     """The first op whose native output separates from a high-precision reference run."""
 
@@ -237,7 +237,7 @@ class RngOp:
     source_line: str | None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class DeterminismReport(Report):
     """Do N isolated same-seed runs agree? (``tl.debug.check_determinism``)."""
 

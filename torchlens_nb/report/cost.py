@@ -29,7 +29,7 @@ activation memory left if this row and every row above it were recomputed; ``is_
 the greedy set that reaches the budget."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class HotPathReport(Report):
     """Source lines ranked by forward FLOPs, activation memory or duration."""
 
@@ -46,7 +46,7 @@ class HotPathReport(Report):
                 "excluded": self.excluded}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class RecomputeReport(Report):
     """Ops ranked by activation bytes per forward FLOP, with the greedy set for a budget."""
 
@@ -70,7 +70,7 @@ class RecomputeReport(Report):
 WitnessState = Literal["passed", "failed"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class FlopsVsDispatchReport(Report):
     """torchlens_nb's FLOP formulas vs ``torch.utils.flop_counter.FlopCounterMode``.
 

@@ -39,7 +39,7 @@ class DoctorCheck:
     suggestion: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class DoctorReport(Report):
     """Environment rows (always) and model rows (when a model was given)."""
 

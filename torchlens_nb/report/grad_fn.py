@@ -122,7 +122,7 @@ class GradFnOutput:
     dtype: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class GradFnSketch(Report):
     """The autograd graph of one or more tensors; nodes and edges are also the tables."""
 

@@ -56,7 +56,7 @@ _PROFILE_COLOURS = {"ok": "#2e7d32", "vanishing": "#ef6c00", "exploding": "#c628
 """Plotly figures are not themed by the notebook CSS, so the verdict colours are fixed here."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class GradHealthReport(Report):
     """One row per gradient a backward pass saved, with verdicts and the frontier.
 
@@ -185,7 +185,7 @@ def profile_points(report: GradHealthReport) -> list[dict[str, Any]]:
     return points
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class DeadNeuronsReport(Report):
     """Units that are zero at every position, one row per op a module (or the model) returned."""
 
@@ -204,7 +204,7 @@ class DeadNeuronsReport(Report):
                 "total_dead": self.total_dead}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class DTypeRangeReport(Report):
     """Numeric-range and precision hazards of saved activations, with audited coverage."""
 
@@ -234,7 +234,7 @@ class CheckOutcome:
     num_findings: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class HealthReport(Report):
     """What ``trace.audit()`` ran, what each found, and what it skipped (never counted as run).
 

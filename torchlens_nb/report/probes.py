@@ -173,7 +173,7 @@ def threshold_rows(violations: Sequence[RangeViolation], low: float, high: float
                   "origins": sum(v.is_origin for v in violations)}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class RangeReport(Report):
     """Declared activation ranges against what a :class:`RangeProbe` observed."""
 
@@ -184,7 +184,7 @@ class RangeReport(Report):
         return {"stats": self.stats}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class LivenessReport(Report):
     """Per-site zero fraction and running maxima from a :class:`LivenessProbe`."""
 
@@ -195,7 +195,7 @@ class LivenessReport(Report):
         return {"stats": self.stats}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class DeadReport(Report):
     """``tl.dead``: units zero in every sample seen, an upper bound on dead units."""
 
@@ -215,7 +215,7 @@ class DeadReport(Report):
                 "ops_not_common": self.ops_not_common}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class ThresholdReport(Report):
     """``tl.threshold``: saved ops holding values outside ``[low, high]``, in execution order."""
 

@@ -25,7 +25,7 @@ class ShapeProbe:
 PROBE_COLUMNS = ("shape", "dtype", "is_ok", "error")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class GuessInputShapeReport(Report):
     """A verified synthetic input shape for a model, or the diagnostic of why none was found."""
 
@@ -52,7 +52,7 @@ class GuessInputShapeReport(Report):
 BREAK_COLUMNS = ("index", "reason", "source_line", "code")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class GraphBreaksReport(Report):
     """Where ``torch.compile`` (Dynamo) splits a model's forward into several graphs."""
 

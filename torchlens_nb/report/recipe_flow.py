@@ -34,7 +34,7 @@ class Leak:
     """Largest |gradient| over those inputs."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class DependencyReport(Report):
     """Gradient of every output index with respect to every input index, and the leaks."""
 
@@ -119,7 +119,7 @@ class StageResult:
     """Why a check is None (a stage that raised, rows that could not be aligned)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class LeakageReport(Report):
     """Per-stage result of poisoning the forbidden rows and running the real pipeline."""
 
@@ -170,7 +170,7 @@ class BroadcastSite:
     """The free dimensions that were crossed (e.g. ``("batch",)`` for ``(7, 1) + (7,)``)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class PrimeDimsReport(Report):
     """The model run with ordinary and with distinct prime sizes for every free dimension."""
 

@@ -24,7 +24,7 @@ OverfitVerdict = Literal["memorised", "decreasing", "stuck", "diverged", "runnin
 not fall; ``diverged``: it became non-finite or grew; ``running``: a live interim report."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class OverfitReport(Report):
     """Loss and gradient norm per step of training a copy of the model on one batch."""
 
@@ -113,7 +113,7 @@ class FrontierOp:
     """Parameters the op reads (where the flagged cone starts)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class GradientFlowReport(Report):
     """Per-parameter gradient statistics plus grad_health's frontier, from one backward."""
 
@@ -178,7 +178,7 @@ class ParamWeights:
     verdict: WeightVerdict
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class WeightDistributionReport(Report):
     """Per-parameter weight statistics and histograms, with param_health's findings."""
 
@@ -224,7 +224,7 @@ class LayerRatio:
     verdict: RatioVerdict
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class UpdateRatioReport(Report):
     """Per-layer update-to-weight ratios over training steps against the 1e-3 target."""
 

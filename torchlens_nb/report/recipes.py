@@ -107,7 +107,7 @@ class FieldSummary:
     histogram: Histogram | None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class DataSanityReport(Report):
     """Per-field shape, dtype, range, mean, std and NaN/Inf counts of a batch or loader."""
 
@@ -137,7 +137,7 @@ class ClassCount:
     fraction: float
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class ClassBalanceReport(Report):
     """Class counts, the majority:minority ratio, and its verdict."""
 
@@ -180,7 +180,7 @@ LossKind = Literal["cross_entropy", "nll", "bce", "bce_logits", "mse", "l1", "un
 """The loss families whose value at initialisation is predictable (``unknown``: any other)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class InitLossReport(Report):
     """The loss at initialisation against the value random predictions give."""
 
@@ -229,7 +229,7 @@ class InitLossReport(Report):
                 "target_shape": self.target_shape}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class RandomInputReport(Report):
     """The loss on the real inputs against the loss on random noise of the same shape."""
 
@@ -289,7 +289,7 @@ class ConfidentError:
     """Probability the model gave the true class."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class ConfidentErrorsReport(Report):
     """The most confident wrong predictions over a loader."""
 

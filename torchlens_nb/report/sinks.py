@@ -105,7 +105,7 @@ class PatternBlock:
                 for q in range(size)]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class AttentionSinksReport(Report):
     """``tl.debug.attention_sinks``: sink heads per layer, outlier residual dims, patterns."""
 

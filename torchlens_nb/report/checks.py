@@ -1,0 +1,264 @@
+"""Reports of the training checks kit: ``CheckReport`` and ``ParamHealthReport``.
+
+Both are frozen plain data built by ``torchlens_nb.checks``. This module also owns the closed
+vocabularies every gradient or parameter scalar carries across a surface (``Stage``,
+``ScaleProvenance``) and the session's ``Site`` / ``Action`` / ``CheckState`` words, so the
+payload, the card and the panel use one spelling.
+
+``CheckReport.to_dict()`` carries ``schema_version`` (1), ``counters``, ``ledgers`` and
+``checks_run`` at the top level of the envelope as well as under ``data``: the public export is
+``report.to_dict()["counters"]`` and ``report.to_dict()["ledgers"]["scale"]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._jsonsafe import to_jsonable
+from ..errors import ReportOptionError
+from ._base import Report, Table, frozen_mapping
+
+CHECK_REPORT_SCHEMA_VERSION = 1
+"""Version of the ``CheckReport`` record shape (``counters``, ``ledgers``, ``checks_run``)."""
+
+Stage = Literal["pre_clip_scaled", "pre_clip_unscaled", "post_clip_applied"]
+"""Where a gradient scalar was read: before clipping (loss-scaled or not) or as applied."""
+ScaleProvenance = Literal["unscaled", "gradscaler", "explicit", "unknown"]
+"""What scale a gradient scalar carries: none, a GradScaler's, a caller-declared one, unknown."""
+Site = Literal["S-A", "S-B", "S-C", "S-D"]
+"""S-A gradient arrival, S-B step pre-hook (pre-write), S-C step post-hook, S-D boundary."""
+Action = Literal["raise", "warn", "collect"]
+"""Control flow of a check, separate from the severity of what it finds."""
+CheckState = Literal["clean", "collecting", "warned", "raised", "unavailable"]
+"""``clean``: evaluated, nothing found; ``collecting``: not evaluated yet or findings collected;
+``warned`` / ``raised``: emitted; ``unavailable``: the evidence does not exist in this run."""
+StepProvenance = Literal["inferred", "explicit"]
+"""How attempts were grouped: from hooks alone (``inferred``) or by ``session.step()``."""
+CheckStatus = Literal["clean", "found", "raised", "incomplete"]
+"""``clean`` only when every registered check was evaluated and nothing was found or unknown."""
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """One registered check of a session and where it stands."""
+
+    name: str
+    """``"change"``, ``"nonfinite_grad"``, ``"update_ratio"``, ``"magnitude"``,
+    ``"no_accepted_steps"`` or ``"param_scan"``."""
+    site: Site
+    """The site whose evidence the check judges."""
+    action: Action
+    state: CheckState
+    evaluations: int
+    """How many attempts (or scans) the check judged."""
+    findings: int
+    """How many findings it made."""
+    options: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    """The registration arguments (window, thresholds, schedule)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", frozen_mapping(self.options))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-dict form (JSON-safe values)."""
+        return to_jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class CheckReport(Report):
+    """What a ``ChecksSession`` observed: findings, checks run, counters and ledgers.
+
+    ``counters`` holds ``attempts``, ``accepted``, ``skipped``, ``raised``, ``pending_backwards``,
+    ``backwards``, ``grad_arrivals``, ``step_pre_fires``, ``step_post_fires``,
+    ``accumulation_factor`` and ``step_provenance``. ``ledgers["scale"]`` is the skip ledger
+    (GradScaler scale decrements) and ``ledgers["steps"]`` the per-attempt records (most recent
+    first-in order, bounded; ``ledgers["steps_truncated"]`` counts what was dropped).
+    """
+
+    report_type = "checks"
+    schema_version: int = CHECK_REPORT_SCHEMA_VERSION
+    checks_run: tuple[CheckRun, ...] = ()
+    counters: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    ledgers: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    is_final: bool = False
+    """True once the session's scope exited (normally or by an exception)."""
+    exit_reason: str | None = None
+    """``"completed"``, ``"raised CheckViolationError"``, ``"exception ValueError"``; None while
+    the session is still attached."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "checks_run", tuple(self.checks_run))
+        object.__setattr__(self, "counters", frozen_mapping(self.counters))
+        object.__setattr__(self, "ledgers", frozen_mapping(self.ledgers))
+
+    def check(self, name: str) -> CheckRun:
+        """The registered check called ``name``."""
+        for run in self.checks_run:
+            if run.name == name:
+                return run
+        raise ReportOptionError(
+            f"no check {name!r} ran in this session; registered: "
+            f"{[r.name for r in self.checks_run]}."
+        )
+
+    def panel_arrays(self) -> dict[str, Any]:
+        """The ``series`` table as binary arrays for the dashboard chart.
+
+        ``series``: float32 ``(rows, 4)`` of attempt, group, grad_norm, update_ratio (NaN where
+        not measured); ``series_present``: uint8 ``(rows, 2)``, 1 where grad_norm / update_ratio
+        was measured (so a measured NaN stays distinguishable from "not measured").
+        """
+        if not any(t.name == "series" for t in self.tables):
+            return {}
+        rows = self.table("series").dicts()
+        values = [[r["attempt"], r["group"], _number(r["grad_norm"]),
+                   _number(r["update_ratio"])] for r in rows]
+        present = [[int(r["grad_norm"] is not None), int(r["update_ratio"] is not None)]
+                   for r in rows]
+        return {"series": {"dtype": "float32", "shape": [len(rows), 4], "data": values},
+                "series_present": {"dtype": "uint8", "shape": [len(rows), 2], "data": present}}
+
+    def _data(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "checks_run": [r.as_dict() for r in self.checks_run],
+            "counters": dict(self.counters),
+            "ledgers": dict(self.ledgers),
+            "is_final": self.is_final,
+            "exit_reason": self.exit_reason,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The payload envelope plus ``schema_version``, ``counters``, ``ledgers`` and
+        ``checks_run`` at the top level (the spec's public export shape)."""
+        payload = super().to_dict()
+        data = payload["data"]
+        for key in ("schema_version", "counters", "ledgers", "checks_run"):
+            payload[key] = data[key]
+        return payload
+
+
+@dataclass(frozen=True)
+class SessionOverhead:
+    """What ``ChecksSession.overhead()`` measured (milliseconds and bytes, never percentages:
+    a percentage belongs to the caller's batch shape)."""
+
+    scan_ms: float
+    """Best of the repeated scan-kernel runs over the parameters and their gradients."""
+    scanned_tensors: int
+    scanned_bytes: int
+    snapshot_bytes: int
+    """Bytes one update-ratio snapshot copies."""
+    site_ms: float
+    """Time spent so far in the session's S-B, S-C and S-D callbacks (S-D's batched norm
+    included; S-A's counting is not timed)."""
+    attempts: int
+    site_ms_per_attempt: float | None
+
+
+def _number(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+ParamHealthKind = Literal["parameter", "buffer", "tensor"]
+ParamHealthStatus = Literal["scanned", "skipped"]
+Fill = Literal["all_zero", "all_same"]
+
+PARAM_HEALTH_COLUMNS = (
+    "name", "kind", "status", "skip_reason", "dtype", "shape", "numel", "device", "coverage",
+    "nan_count", "posinf_count", "neginf_count", "zero_count", "subnormal_count", "finite_min",
+    "finite_max", "absmax", "dtype_max", "headroom_fraction", "fill", "bounds",
+    "out_of_bounds_count",
+)
+
+
+@dataclass(frozen=True)
+class ParamHealthRow:
+    """One tensor of a ``param_health`` scan (scanned, or skipped with its reason)."""
+
+    name: str
+    kind: ParamHealthKind
+    status: ParamHealthStatus
+    skip_reason: str | None
+    """``"meta"``, ``"sparse"``, ``"quantized"``, ``"not_a_tensor"`` or ``"none"``."""
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    numel: int
+    device: str | None
+    coverage: float
+    """Fraction of the tensor's elements the scan read: 1.0 when scanned, 0.0 when skipped."""
+    nan_count: int = 0
+    posinf_count: int = 0
+    neginf_count: int = 0
+    zero_count: int = 0
+    subnormal_count: int = 0
+    finite_min: float | None = None
+    """Smallest finite value (None when no element is finite)."""
+    finite_max: float | None = None
+    absmax: float | None = None
+    """Largest finite magnitude."""
+    dtype_max: float | None = None
+    """Largest finite value of the dtype (``finfo.max`` / ``iinfo.max``)."""
+    headroom_fraction: float | None = None
+    """``absmax / dtype_max``: 0.95 means one 1.05x growth from overflow."""
+    fill: Fill | None = None
+    """``all_zero`` or ``all_same`` when every element holds one value (numel >= 2)."""
+    bounds: tuple[float, float] | None = None
+    """The caller-declared ``(low, high)`` that applied to this tensor."""
+    out_of_bounds_count: int | None = None
+    """Finite elements outside ``bounds`` (None when no bounds applied)."""
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """The row in ``PARAM_HEALTH_COLUMNS`` order."""
+        return tuple(getattr(self, c) for c in PARAM_HEALTH_COLUMNS)
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class ParamHealthReport(Report):
+    """A one-shot scan of a module's tensors or of any name -> tensor mapping."""
+
+    report_type = "param_health"
+    rows: tuple[ParamHealthRow, ...] = ()
+    checks_run: tuple[str, ...] = ()
+    """The rules evaluated: ``nonfinite``, ``bounds``, ``dtype_headroom``, ``subnormal``,
+    ``fill``."""
+    coverage: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    """``tensors_scanned``, ``tensors_skipped``, ``elements_scanned``, ``elements_total`` and
+    ``fraction`` (elements scanned / elements total)."""
+    thresholds: Mapping[str, Any] = field(default_factory=frozen_mapping)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "rows", tuple(self.rows))
+        object.__setattr__(self, "checks_run", tuple(self.checks_run))
+        object.__setattr__(self, "coverage", frozen_mapping(self.coverage))
+        object.__setattr__(self, "thresholds", frozen_mapping(self.thresholds))
+        if not self.tables:
+            table = Table(
+                "param_health", PARAM_HEALTH_COLUMNS, tuple(r.as_tuple() for r in self.rows),
+                {**self.coverage, **self.thresholds},
+            )
+            object.__setattr__(self, "tables", (table,))
+
+    @property
+    def skipped(self) -> tuple[ParamHealthRow, ...]:
+        """The rows that were not scanned, each with its ``skip_reason``."""
+        return tuple(r for r in self.rows if r.status == "skipped")
+
+    def row(self, name: str) -> ParamHealthRow:
+        """The row of tensor ``name``."""
+        for candidate in self.rows:
+            if candidate.name == name:
+                return candidate
+        raise ReportOptionError(f"no tensor {name!r} in this scan; {len(self.rows)} rows.")
+
+    def _data(self) -> dict[str, Any]:
+        return {
+            "checks_run": list(self.checks_run),
+            "coverage": to_jsonable(dict(self.coverage)),
+            "thresholds": to_jsonable(dict(self.thresholds)),
+        }
