@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.torchlens_nb-installed
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: setup sysdeps bundle demo test test-unit test-browser test-notebooks bench clean
+.PHONY: setup sysdeps bundle demo test bench docs clean
 
 setup: sysdeps $(STAMP) bundle
 
@@ -39,6 +39,10 @@ demo: setup
 test: setup
 	$(PYTEST) -q tests
 	$(PYTEST) -q -p nbval --nbval-lax --nbval-current-env notebooks
+
+docs: setup
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
 
 bench: setup
 	$(BIN)/python benchmarks/run.py

@@ -78,3 +78,17 @@ def test_update_ratio_validates_its_source(batch) -> None:
 def test_update_ratio_figure_draws_the_target_line(batch) -> None:
     fig = tl.recipes.update_ratio(mlp(), batch, nn.CrossEntropyLoss(), steps=2).figure()
     assert len(fig.data) == 2 and fig.layout.shapes[0].y0 == -3
+
+
+def test_an_optimizer_class_trains_at_the_recipes_lr() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+    batch = (torch.randn(16, 8), torch.randn(16, 1))
+    slow = tl.recipes.update_ratio(model, batch, nn.MSELoss(), steps=3, lr=1e-4,
+                                   optimizer=torch.optim.SGD)
+    fast = tl.recipes.update_ratio(model, batch, nn.MSELoss(), steps=3, lr=1e-1,
+                                   optimizer=torch.optim.SGD)
+    # SGD's update is lr * grad, so a 1000x lr moves every layer's ratio by about 3 decades
+    slow_ratio = slow.to_pandas()["median_log10"].mean()
+    fast_ratio = fast.to_pandas()["median_log10"].mean()
+    assert 2.0 < fast_ratio - slow_ratio < 4.0

@@ -72,7 +72,12 @@ def _train_copy(model: nn.Module, batch: Any, loss_fn: Any, steps: int, lr: floa
             "the model has no trainable weight matrix (parameters with 2+ dimensions); the "
             "update ratio is judged on weights, not biases.")
     groups = [{"params": [p]} for _, p in named]  # every parameter trains, in its own group
-    opt = optimizer(groups) if optimizer is not None else torch.optim.Adam(groups, lr=lr)
+    if optimizer is None:
+        opt = torch.optim.Adam(groups, lr=lr)
+    elif isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        opt = optimizer(groups, lr=lr)  # an optimizer class gets the recipe's lr
+    else:
+        opt = optimizer(groups)
     session = ChecksSession(clone, opt, scaler=None)
     session.register_update_ratio_check(every=1)
     with preserved_rng_state(), session:
@@ -103,7 +108,8 @@ def update_ratio(model_or_report: Any, batch: Any = None, loss_fn: Any = None, *
         batch: ``(inputs, targets)`` or a dict batch (model form).
         loss_fn: ``loss_fn(outputs, targets)`` (model form).
         steps: optimizer steps (model form).
-        lr: Adam learning rate (model form, when ``optimizer`` is None).
+        lr: learning rate (model form) of Adam, or of ``optimizer`` when it is an optimizer
+            class such as ``torch.optim.SGD``; a factory function sets its own.
         optimizer: ``optimizer(param_groups) -> Optimizer`` to judge another optimizer, e.g.
             ``lambda groups: torch.optim.SGD(groups, lr=0.1)`` (one group per parameter; the
             weight matrices, 2+ dimensions, are judged).
