@@ -1,0 +1,67 @@
+"""End-to-end tier: the live checks dashboard in a real JupyterLab, updating while the cell runs.
+
+One scenario (~30 s): a cell displays a ChecksSession and then trains for ~4 s in the same cell.
+The test reads the panel's ``accepted`` counter while the kernel is still busy with that cell
+and counts the distinct values it saw; when the cell ends the panel shows the final report.
+Screenshot: tests/artifacts/lab_checks.png.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.lab import _JS_NOTEBOOK
+
+pytestmark = pytest.mark.slow
+
+STEPS = 40
+CELLS = [
+    "import time\n"
+    "import torch\n"
+    "import torch.nn as nn\n"
+    "import torchlens_nb as tl\n"
+    "torch.manual_seed(0)\n"
+    "model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))\n"
+    "optimizer = torch.optim.AdamW(model.parameters())\n"
+    "session = tl.debug.ChecksSession(model, optimizer, scaler=None)\n"
+    "session.register_change_check()\n"
+    "session.register_nonfinite_grad_check()\n"
+    "session.register_update_ratio_check(every=1)\n"
+    "display(session)\n"
+    "with session:\n"
+    f"    for step in range({STEPS}):\n"
+    "        optimizer.zero_grad()\n"
+    "        model(torch.randn(4, 8)).square().mean().backward()\n"
+    "        optimizer.step()\n"
+    "        time.sleep(0.1)\n",
+]
+
+
+def test_dashboard_counts_up_while_the_cell_is_still_running(lab_notebook) -> None:
+    nb = lab_notebook(CELLS, name="checks_live.ipynb")
+    page = nb.page
+    page.evaluate(f"() => {{ const nb = {_JS_NOTEBOOK}; nb.content.activeCellIndex = 0;"
+                  " void window.jupyterapp.commands.execute('notebook:run-cell'); }")
+    has_finished = f"() => {_JS_NOTEBOOK}.content.model.cells.get(0).executionCount != null"
+    panel = nb.output_panel(0)
+    accepted = panel.locator('[data-counter="accepted"]')
+    seen_while_running: set[str] = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        # the cell's execution count stays null until its execute_reply: the cell is running
+        # (the kernel's status word flips to idle for widget traffic on the control channel)
+        if page.evaluate(has_finished):
+            break
+        if accepted.count():
+            seen_while_running.add(accepted.first.inner_text())
+        page.wait_for_timeout(50)  # a sampling period, not a wait for a state
+    # the loop takes ~4 s and the feed sends up to 10 updates per second
+    assert len(seen_while_running) >= 5, seen_while_running
+    expect(panel.locator(".tln-ck-final")).to_have_text("Final report (completed).",
+                                                        timeout=30_000)
+    expect(panel.locator('[data-counter="accepted"]')).to_have_text(str(STEPS))
+    assert panel.locator('svg[data-chart="update_ratio"] circle').count() == STEPS
+    nb.screenshot("lab_checks", panel)

@@ -1,0 +1,9 @@
+"""The training checks kit: ``ChecksSession`` and ``param_health`` (capture-free).
+
+Public names are re-exported by ``tl.debug``; this package never imports the capture core.
+"""
+
+from ._param_health import param_health, param_health_rows
+from ._session import ChecksSession
+
+__all__ = ["ChecksSession", "param_health", "param_health_rows"]

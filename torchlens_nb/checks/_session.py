@@ -1,0 +1,409 @@
+"""``tl.debug.ChecksSession``: training sanity checks that run inside the user's loop.
+
+Two modes, both first-class:
+
+* hook-only (zero loop edits): ``with session:`` around the loop; attempts are grouped from the
+  hooks (``step_provenance="inferred"``);
+* boundary: ``with session.step(global_step=..., micro_batches=...):`` around each optimizer
+  attempt for exact accepted / skipped attribution and the caller's step ids.
+
+The four sites: S-A gradient arrival (post-accumulate-grad hooks: pre-clip, scaled under a
+GradScaler; counting only), S-B optimizer step pre-hook (post-clip, unscaled: the last point
+before the weights are written; checks raise here), S-C optimizer step post-hook (weights
+written: update ratios, movement), S-D backward completion / the ``step()`` boundary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import torch
+
+from ..errors import CheckViolationError, DiagnosticArgumentError
+from ..report import Finding
+from ..report.checks import Action, CheckReport, SessionOverhead
+from ._assemble import build_report, live_state
+from ._change import ChangeCheck
+from ._check import Check
+from ._distributed import RankContext
+from ._engine import Block, Engine
+from ._feed import DashboardFeed, LiveView
+from ._ledger import ScalerKind
+from ._live import open_live_view
+from ._magnitude import MagnitudeCheck
+from ._nonfinite import NonfiniteGradCheck
+from ._param_scan import ParamScanCheck
+from ._params import Roster
+from ._scan import scan_tensors
+from ._update_ratio import UpdateRatioCheck, UpdateSampler
+from ._watchdog import NoAcceptedStepsCheck
+
+
+class _Undeclared:
+    def __repr__(self) -> str:
+        return "<scaler undeclared>"
+
+
+UNDECLARED: Any = _Undeclared()
+"""Default of ``scaler=``: nothing was declared, so the loss scale is unknown."""
+
+
+class ChecksSession:
+    """Training checks on a model and its optimizer; capture-free, ``torch.compile``-safe.
+
+    Construction is silent and device-free: it reads parameter metadata only (no hook, no sync,
+    no output). Hooks are installed by ``attach()`` / ``with session:`` and all removed on exit,
+    exceptions included. Register checks with the ``register_*`` methods; read the result with
+    :meth:`report`.
+
+    Args:
+        model: the trained module (a ``torch.compile``'d module is fine).
+        optimizer: its optimizer (S-B / S-C are its step hooks).
+        scaler: the GradScaler, or ``None`` to DECLARE that no scaler runs. Left out, the loss
+            scale is unknown: magnitude verdicts become unknown and the skip ledger unavailable.
+        loss_scale: a constant the loss is multiplied by before backward (manual loss scaling);
+            gradient magnitudes are divided by it (``scale_provenance="explicit"``).
+        distributed: ``None`` (default) runs the per-step S-B agreement when ``model`` is a
+            ``DistributedDataParallel`` module in an initialized group of more than one rank;
+            ``True`` forces it, ``False`` keeps the session rank-local. See
+            ``torchlens_nb/checks/_distributed.py`` and ``docs/distributed.md``.
+
+    Example:
+        >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        >>> optimizer = torch.optim.AdamW(model.parameters())
+        >>> session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+        >>> session.register_nonfinite_grad_check()
+        >>> with session:
+        ...     for _ in range(3):
+        ...         optimizer.zero_grad()
+        ...         model(torch.randn(4, 8)).square().mean().backward()
+        ...         optimizer.step()
+        >>> session.report().counters["accepted"], session.report().status
+        (3, 'clean')
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 scaler: Any = UNDECLARED, *, loss_scale: float | None = None,
+                 distributed: bool | None = None) -> None:
+        roster = Roster(model, optimizer)
+        kind = _scaler_kind(scaler)
+        if loss_scale is not None and (
+                kind == "gradscaler" or isinstance(loss_scale, bool)
+                or not isinstance(loss_scale, (int, float)) or not 0 < loss_scale < float("inf")):
+            raise DiagnosticArgumentError(
+                f"loss_scale must be a positive finite number and cannot be combined with a "
+                f"GradScaler, got loss_scale={loss_scale!r} with scaler={scaler!r}.")
+        self._engine = Engine(roster, optimizer, scaler, kind, loss_scale)
+        self._engine.raise_violation = self._raise
+        self._engine.on_progress = self._progress
+        self._ranks = RankContext.detect(model, distributed)
+        if self._ranks.is_active:
+            self._engine.agree = self._ranks.agree
+        self._model_ref = weakref.ref(model)
+        self._subject = (f"{type(model).__name__} with {type(optimizer).__name__} "
+                         f"({len(roster)} parameters)" + (
+                             f" on rank {self._ranks.rank}" if self._ranks.is_active else ""))
+        self._hooks: contextlib.ExitStack | None = None
+        self._final: CheckReport | None = None
+        self._feed: DashboardFeed | None = None
+        self._paused_spans = 0
+
+    # ----- registration -----------------------------------------------------------------------
+    def register_change_check(self, *, window: int = 8, min_hits: int = 6,
+                              action: Action = "warn", movement_every: int = 50) -> None:
+        """Flag parameters whose gradient is None or zero on ``min_hits`` of ``window`` attempts.
+
+        Uses the gradient fact, not parameter movement: under default AdamW, weight decay moves
+        every parameter whose gradient stopped (``tests/checks/test_change_check.py``). Movement
+        sampled every ``movement_every`` accepted steps is attached as corroboration with its
+        lag. Finding: ``param_received_no_gradient``. Warns once per episode by default.
+        """
+        self._register(ChangeCheck(self._engine.roster, window=window, min_hits=min_hits,
+                                   action=action), sample_every=movement_every)
+
+    def register_nonfinite_grad_check(self, *, action: Action = "raise",
+                                      smear_min_params: int = 2) -> None:
+        """Collect non-finite pre-clip gradients at S-A; raise at S-B before the write.
+
+        Raises ``CheckViolationError`` (``code="nonfinite_grad"``) from ``optimizer.step()``
+        before it writes: weights and optimizer state stay bitwise unchanged. The finding names
+        the culprit (or ``attribution="smeared"`` when ``smear_min_params`` or more parameters
+        are non-finite) and the clipping collateral count.
+        """
+        self._register(NonfiniteGradCheck(self._engine.roster, action=action,
+                                          smear_min_params=smear_min_params))
+
+    def register_update_ratio_check(self, *, every: int = 50,
+                                    band: tuple[float, float] | None = None, window: int = 8,
+                                    min_hits: int = 6, action: Action = "collect") -> None:
+        """Record ``||dw|| / ||w||`` (raw and lr-normalised) every ``every`` accepted steps.
+
+        Each sampled step copies the parameters at S-B (``estimated_snapshot_bytes``) and reads
+        three batched norms at S-C: on GPT-2 small (1x32 tokens, CPU, one thread) a sampled step
+        took 1.62x a bare one (``benchmarks/bench_checks.py``), so the default samples 1 step in
+        50 (about +1.2% amortised); pass ``every=1`` for a ratio at every step. With ``band``
+        declared, sustained out-of-band ratios yield ``update_ratio_out_of_band``.
+        """
+        self._register(UpdateRatioCheck(self._engine.roster, every=every, band=band,
+                                        window=window, min_hits=min_hits, action=action),
+                       sample_every=every)
+
+    def register_magnitude_check(self, *, high: float = 1e4, low: float = 1e-7,
+                                 window: int = 8, min_hits: int = 6,
+                                 site: Literal["S-A", "S-B"] = "S-A",
+                                 action: Action = "warn") -> None:
+        """Judge pre-clip gradient norms (off by default; S-A is the only uncensored site).
+
+        ``site="S-B"`` reads the step-site total norm each attempt; where clipping lowered it the
+        attempt is reported as a typed unavailable entry (``censored_by_clipping``).
+        """
+        self._register(MagnitudeCheck(self._engine.roster, high=high, low=low, window=window,
+                                      min_hits=min_hits, site=site,
+                                      loss_scale=self._engine.loss_scale, action=action))
+
+    def register_no_accepted_steps_check(self, *, threshold_attempts: int = 20,
+                                         action: Action = "warn") -> None:
+        """The death-spiral watchdog: warn when ``K x threshold_attempts`` backwards pass
+        without an accepted step (counting tier, no tensor read)."""
+        self._register(NoAcceptedStepsCheck(self._engine.roster,
+                                            threshold_attempts=threshold_attempts, action=action))
+
+    def register_param_scan(self, *, every: int = 100, max_fraction: float = 0.9,
+                            subnormal_fraction_threshold: float = 0.1,
+                            action: Action = "collect") -> None:
+        """Run ``param_health``'s scan and rules on the parameters at S-C every ``every``
+        accepted steps (first on the first)."""
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise DiagnosticArgumentError(f"every must be >= 1 accepted steps, got {every!r}.")
+        self._register(ParamScanCheck(
+            self._engine.roster, every=every, max_fraction=max_fraction,
+            subnormal_fraction_threshold=subnormal_fraction_threshold, action=action))
+
+    def _register(self, check: Check, sample_every: int | None = None) -> None:
+        if self._final is not None:
+            raise DiagnosticArgumentError(
+                "this session is finalized; create a new ChecksSession to register checks.")
+        engine = self._engine
+        engine.checks[check.name] = check
+        engine.sites.needs_norms = any(c.needs_norms for c in engine.checks.values())
+        if sample_every is not None:
+            every = min(sample_every, engine.sampler.every) if engine.sampler else sample_every
+            engine.sampler = UpdateSampler(engine.roster, every)
+
+    # ----- scope ------------------------------------------------------------------------------
+    def attach(self) -> ChecksSession:
+        """Install the hooks (S-A per parameter, S-B and S-C on the optimizer)."""
+        if self._final is not None:
+            raise DiagnosticArgumentError(
+                "this session is finalized (its scope exited); create a new ChecksSession.")
+        if self._hooks is not None:
+            raise DiagnosticArgumentError("this session is already attached.")
+        stack = contextlib.ExitStack()
+        try:
+            self._engine.sites.install(stack)
+            optimizer = self._engine.optimizer
+            stack.callback(optimizer.register_step_pre_hook(self._engine.on_step_pre).remove)
+            stack.callback(optimizer.register_step_post_hook(self._engine.on_step_post).remove)
+        except BaseException:
+            stack.close()  # roll back a half-installed set
+            raise
+        self._hooks = stack
+        return self
+
+    def detach(self, exit_reason: str = "completed") -> CheckReport:
+        """Remove every hook and finalize the report (idempotent); returns the final report."""
+        if self._final is not None:
+            return self._final
+        if self._hooks is not None:
+            self._hooks.close()
+            self._hooks = None
+        self._engine.close_in_flight()
+        self._settle()
+        self._final = self._build(is_final=True, exit_reason=exit_reason)
+        if self._feed is not None:
+            self._feed.finish(self._final)
+        return self._final
+
+    def __enter__(self) -> ChecksSession:
+        return self.attach()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        reason = "completed" if exc_type is None else (
+            f"raised {exc_type.__name__}" if issubclass(exc_type, CheckViolationError)
+            else f"exception {exc_type.__name__}")
+        self.detach(reason)
+
+    @contextlib.contextmanager
+    def step(self, *, global_step: int | None = None,
+             micro_batches: int | None = None) -> Iterator[None]:
+        """One optimizer attempt (boundary mode): exact accepted/skipped and the caller's ids.
+
+        Args:
+            global_step: the caller's step id, carried by every record of this attempt.
+            micro_batches: declared accumulation factor K (backwards in this block).
+        """
+        if self._hooks is None:
+            raise DiagnosticArgumentError(
+                "session.step() needs an attached session: use it inside `with session:`.")
+        if micro_batches is not None and (isinstance(micro_batches, bool) or not isinstance(
+                micro_batches, int) or micro_batches < 1):
+            raise DiagnosticArgumentError(
+                f"micro_batches must be >= 1, got {micro_batches!r}; pass the int number of "
+                "backwards in this step.")
+        engine = self._engine
+        if engine.block is not None:
+            raise DiagnosticArgumentError("session.step() blocks do not nest.")
+        engine.carry.extend(engine.resolve())
+        engine.block = Block(global_step, micro_batches)
+        if micro_batches is not None:
+            engine.ledger.declared_micro_batches = micro_batches
+        try:
+            yield
+        finally:
+            block, engine.block = engine.block, None
+            engine.close_block(block)
+
+    def disable(self) -> None:
+        """Stop observing: hooks stay installed but return at once; the open attempt's
+        evidence is dropped, never judged half-seen."""
+        engine = self._engine
+        if engine.sites.is_enabled:
+            self._paused_spans += 1
+        engine.sites.is_enabled = False
+        engine.evidence.discard()
+        engine.carry.clear()
+        engine.in_flight = None
+        if engine.sampler is not None:
+            engine.sampler.discard()
+
+    def enable(self) -> None:
+        """Resume observing from the next backward."""
+        self._engine.sites.is_enabled = True
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """``disable()`` for the block (e.g. an evaluation pass), ``enable()`` after."""
+        self.disable()
+        try:
+            yield
+        finally:
+            self.enable()
+
+    # ----- results ----------------------------------------------------------------------------
+    def report(self, *, gather: bool = False) -> CheckReport:
+        """The report now (final once the scope exited). One host read while attached.
+
+        ``gather=True`` (distributed sessions; EVERY rank must call it): one ``gather_object``
+        to rank 0, which returns the merged report (findings carry ``fields["rank"]``,
+        attempts and skips summed, per-rank counters in the ``ranks`` table); other ranks
+        return their own report.
+        """
+        if gather:
+            if not self._ranks.is_active:
+                raise DiagnosticArgumentError(
+                    "report(gather=True) needs a distributed session (a DDP model in an "
+                    "initialized process group, or distributed=True).")
+            return self._ranks.gather(self.report())
+        if self._final is not None:
+            return self._final
+        self._settle()
+        report = self._build(is_final=False, exit_reason=None)
+        if self._feed is not None:
+            self._feed.flush_if_dirty()
+        return report
+
+    @property
+    def estimated_snapshot_bytes(self) -> int:
+        """Bytes of one weight snapshot (numel x element size of the checked parameters)."""
+        return self._engine.roster.snapshot_bytes
+
+    def overhead(self, repeats: int = 3) -> SessionOverhead:
+        """Measure now: the scan kernel over the parameters and gradients (min of ``repeats``),
+        plus the time the session's sites spent so far."""
+        roster = self._engine.roster
+        tensors = list(roster.tensors) + [t.grad for t in roster.tensors if t.grad is not None]
+        best = float("inf")
+        for _ in range(max(1, repeats)):
+            start = time.perf_counter()
+            scan_tensors(tensors, [None] * len(tensors))
+            best = min(best, time.perf_counter() - start)
+        attempts = self._engine.ledger.attempts
+        site_ms = (self._engine.site_ns + self._engine.sites.norm_ns) / 1e6
+        return SessionOverhead(
+            scan_ms=best * 1e3, scanned_tensors=len(tensors),
+            scanned_bytes=sum(t.numel() * t.element_size() for t in tensors),
+            snapshot_bytes=self.estimated_snapshot_bytes, site_ms=site_ms, attempts=attempts,
+            site_ms_per_attempt=site_ms / attempts if attempts else None)
+
+    def dashboard(self) -> LiveView:
+        """Open the live dashboard: a panel in a notebook, a printed summary elsewhere.
+
+        The panel updates while the loop runs (at most 10 messages per second, the last state
+        always delivered) and shows the final ``CheckReport`` when the scope exits.
+        """
+        if self._feed is None:
+            view = open_live_view(self._build(is_final=False, exit_reason=None))
+            self._engine.series.is_feeding = True
+            self._feed = DashboardFeed(view, self._live_state)
+            if self._final is not None:
+                self._feed.finish(self._final)
+        return self._feed.view
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """``display(session)``: opens the dashboard; the card of the report so far is the
+        ``text/plain`` fallback."""
+        view = self.dashboard()
+        bundle = {"text/plain": self.report().card()}
+        widget_bundle = getattr(view, "_repr_mimebundle_", None)
+        if widget_bundle is not None:
+            data = widget_bundle(**kwargs)
+            data = data[0] if isinstance(data, tuple) else data
+            bundle.update({k: v for k, v in data.items() if k != "text/plain"})
+        return bundle
+
+    def __repr__(self) -> str:
+        state = ("final" if self._final is not None else
+                 "attached" if self._hooks is not None else "detached")
+        return f"<ChecksSession {self._subject}: {state}, checks={list(self._engine.checks)}>"
+
+    # ----- internals --------------------------------------------------------------------------
+    def _settle(self) -> None:
+        engine = self._engine
+        engine.carry_or_block(engine.resolve())
+        if engine.block is None:
+            engine.settle_hook_only(engine.observe_live_scale())
+
+    def _build(self, *, is_final: bool, exit_reason: str | None) -> CheckReport:
+        return self._ranks.annotate(build_report(
+            self._engine, self._subject, is_final=is_final, exit_reason=exit_reason,
+            paused_spans=self._paused_spans))
+
+    def _live_state(self) -> dict[str, Any]:
+        return live_state(self._engine)
+
+    def _progress(self) -> None:
+        if self._feed is not None:
+            self._feed.offer()
+
+    def _raise(self, finding: Finding) -> None:
+        report = self._build(is_final=False, exit_reason=None)
+        if self._feed is not None:
+            self._feed.flush()
+        raise CheckViolationError(f"{finding.code}: {finding.message} {finding.remedy or ''}",
+                                  finding, report)
+
+
+def _scaler_kind(scaler: Any) -> ScalerKind:
+    if scaler is UNDECLARED:
+        return "undeclared"
+    if scaler is None:
+        return "declared_none"
+    if not all(hasattr(scaler, name) for name in ("is_enabled", "get_backoff_factor", "update")):
+        raise DiagnosticArgumentError(
+            f"scaler must be a torch.amp.GradScaler or None, got {type(scaler).__name__}; pass "
+            "scaler=None to declare that the loop runs no GradScaler.")
+    return "gradscaler"
