@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import traitlets
 
 from .._jsonsafe import to_jsonable
-from ._payload import panel_arrays, panel_payload
 from ._registry import THEME_CSS, bundle_path
 from ._widget import ReportWidget
 
@@ -41,10 +40,9 @@ class LiveChecksWidget(ReportWidget):
         self.live = to_jsonable(message)
 
     def finish(self, report: Report) -> None:
-        """Show the final report: its payload and arrays replace the snapshot."""
-        self._reports[0] = report
-        self.arrays = panel_arrays(report)
-        self.payload = panel_payload(report)
+        """Show the final report: its payload and arrays replace the snapshot (cached table
+        pages of the snapshot are dropped with it)."""
+        self.update(report)
         self.live = {"type": "final", "seq": int(self.live.get("seq", 0)) + 1}
 
 
