@@ -95,6 +95,17 @@ def test_dict_inputs_are_keyword_arguments() -> None:
     assert [op.func for op in trace] == ["input", "embedding", "mean", "mul"]
 
 
+def test_hugging_face_batch_encoding_is_keyword_arguments(tiny_gpt2: nn.Module) -> None:
+    from transformers import BatchEncoding
+
+    batch = BatchEncoding({"input_ids": torch.tensor([[1, 2, 3]]),
+                           "attention_mask": torch.tensor([[1, 1, 0]])})
+    trace = tl.trace(tiny_gpt2, batch, save=False)
+    expected = tiny_gpt2(**batch).logits
+    assert torch.equal(trace.output.logits, expected)
+    assert [trace[label].shape for label in trace.input_layers] == [(1, 3), (1, 3)]
+
+
 def test_gpt2_labels_and_module_addresses(tiny_gpt2: nn.Module) -> None:
     ids = torch.arange(8).unsqueeze(0)
     trace = tl.trace(tiny_gpt2, {"input_ids": ids})
