@@ -68,6 +68,21 @@ function countersView(counters) {
       counters.accumulation_factor ? ` · K = ${counters.accumulation_factor}` : ""));
 }
 
+/**
+ * Every rank's counters side by side (DDP): rows and column order as Python built them.
+ * @param {Record<string, number>[] | undefined} ranks
+ */
+function ranksView(ranks) {
+  if (!ranks?.length) return null;
+  const columns = Object.keys(ranks[0]);
+  return h("table", { class: "tln-ck-ranks", "data-table": "ranks" },
+    h("caption", null, `Ranks (counters at S-B agreement ${formatNumber(ranks[0].at_step ?? null)})`),
+    h("thead", null, h("tr", null, columns.map((c) => h("th", { scope: "col" }, c.replace("_", " "))))),
+    h("tbody", null, ranks.map((row) => h("tr", { "data-rank": String(row.rank) },
+      columns.map((c, i) => i === 0 ? h("th", { scope: "row" }, formatNumber(row[c]))
+        : h("td", { "data-col": c }, formatNumber(row[c])))))));
+}
+
 /** @param {Record<string, any>[]} checks */
 function checksView(checks) {
   if (!checks.length) return h("p", { class: "tln-ck-empty" }, "No check registered.");
@@ -157,9 +172,10 @@ function liveBody(store, payload) {
   const latest = store.latest ?? { status: payload.status, lead: payload.lead, counters: payload.data.counters ?? {},
     checks: payload.data.checks_run ?? [], findings: payload.findings, scale: payload.data.ledgers?.scale };
   const ledger = ledgerView(latest.scale);
+  const ranks = ranksView(latest.ranks);
   return [cardHeader({ ...payload, status: latest.status, lead: latest.lead }),
     h("p", { class: "tln-ck-running", role: "status" }, "Session running: updates while the loop runs."),
-    countersView(latest.counters), checksView(latest.checks), liveFindings(latest.findings ?? []),
+    countersView(latest.counters), ...(ranks ? [ranks] : []), checksView(latest.checks), liveFindings(latest.findings ?? []),
     ...(ledger ? [ledger] : []), chartsView(store.points)];
 }
 

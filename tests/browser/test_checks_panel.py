@@ -3,7 +3,9 @@
 Every payload and increment comes from a real ``ChecksSession`` run in the test: the snapshot
 payload the dashboard starts from, the increments the session's feed produced (delivered as the
 kernel would set the ``live`` trait), and the final report's payload and arrays.
-Screenshots: tests/artifacts/checks_live.png, tests/artifacts/checks_final.png.
+The per-rank table is fed by a real 2-rank gloo DDP run (``tests/distributed/ranks.py``).
+Screenshots: tests/artifacts/checks_live.png, tests/artifacts/checks_final.png,
+tests/artifacts/checks_ranks.png.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from playwright.sync_api import expect
 
 import torchlens_nb as tl
 from tests import models
+from tests.distributed import ranks
 from torchlens_nb import widgets
 from torchlens_nb._jsonsafe import to_jsonable
 
@@ -109,3 +112,30 @@ def test_final_report_renders_offline_from_its_html_file(page, base_url, out_dir
     root = page.locator("#tln-root")
     expect(root.locator('[data-counter="accepted"]')).to_have_text("8")
     assert root.locator('svg[data-chart="grad_norm"] circle').count() == 8
+
+
+@pytest.fixture(scope="module")
+def ddp_live_run(tmp_path_factory):
+    """Rank 0's snapshot payload and increments of 4 DDP steps on 2 gloo ranks (rank 1 runs
+    two backwards per step); about 2 s."""
+    return ranks.launch(tmp_path_factory.mktemp("ranks"), ["live"])["live"][0]
+
+
+def test_live_dashboard_on_rank_0_lays_out_every_ranks_counters(ddp_live_run,
+                                                                 panel_page) -> None:
+    root = panel_page.mount("checks", ddp_live_run["snapshot"])
+    table = root.locator('table[data-table="ranks"]')
+    expect(table).to_have_count(0)  # no agreement yet: no per-rank rows
+    for message in ddp_live_run["increments"]:
+        panel_page.kernel_set("live", message)
+    expect(table.locator("caption")).to_have_text("Ranks (counters at S-B agreement 4)")
+    expect(table.locator("thead th")).to_have_text(
+        ["rank", "at step", "raising", "attempts", "accepted", "skipped", "raised", "backwards",
+         "pending backwards"])
+    expect(table.locator('[data-rank="0"] [data-col="backwards"]')).to_have_text("4")
+    expect(table.locator('[data-rank="1"] [data-col="backwards"]')).to_have_text("8")
+    expect(table.locator('tbody [data-col="accepted"]')).to_have_text(["3", "3"])
+    expect(root.locator('[data-counter="backwards"]')).to_have_text("4")  # rank 0's own
+    panel_page.screenshot("checks_ranks", root)
+    panel_page.cleanup()
+    assert panel_page.listener_count() == 0

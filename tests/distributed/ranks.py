@@ -16,7 +16,6 @@ import math
 import os
 import socket
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -199,6 +198,54 @@ def cost_scenario(rank: int) -> dict[str, Any]:
     return out
 
 
+class Recorder:
+    """A live view that keeps every increment the session's feed sends (the widget's stand-in
+    outside a kernel)."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.snapshot: dict[str, Any] | None = None
+
+    def open(self, snapshot: Any) -> Recorder:
+        """What ``report._display.live_view`` would do: keep the snapshot's panel payload."""
+        self.snapshot = tl.widgets.panel_payload(snapshot)
+        return self
+
+    def push(self, message: dict[str, Any]) -> None:
+        self.messages.append(tl._jsonsafe.to_jsonable(message))
+
+    def finish(self, report: Any) -> None:
+        self.final = report.to_dict()
+
+
+def live_scenario(rank: int) -> dict[str, Any]:
+    """4 steps with the dashboard open on every rank; rank 1 runs one extra backward per step
+    (accumulation K=2 there, K=1 on rank 0), so the two ranks' counters differ."""
+    ddp = DDP(mlp())
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    session = tl.debug.ChecksSession(ddp, optimizer, scaler=None)
+    session.register_nonfinite_grad_check()
+    recorder = Recorder()
+    original = tl.checks._live._display.live_view, tl.checks._feed.MIN_INTERVAL_S
+    tl.checks._live._display.live_view = recorder.open
+    tl.checks._feed.MIN_INTERVAL_S = 0.0  # every offer is sent: the test sees each increment
+    try:
+        session.dashboard()
+        with CollectiveCounter() as counter, session:
+            for step in range(4):
+                optimizer.zero_grad()
+                if rank == 1:
+                    with ddp.no_sync():
+                        ddp(batch(rank, 100 + step)).square().mean().backward()
+                ddp(batch(rank, step)).square().mean().backward()
+                optimizer.step()
+    finally:
+        tl.checks._live._display.live_view, tl.checks._feed.MIN_INTERVAL_S = original
+    return {"snapshot": recorder.snapshot, "increments": recorder.messages,
+            "collectives_in_loop": counter.calls,
+            "agreements": session.report().counters["agreements"]}
+
+
 def fsdp_scenario(rank: int) -> dict[str, Any]:
     """What exists where under FSDP: FSDP1 (``device_id=cpu``, flat parameters) and FSDP2
     (``fully_shard``, DTensor shards), each with a session (``distributed=True``) and an S-A
@@ -245,7 +292,7 @@ def _local(param: torch.Tensor) -> torch.Tensor:
 
 SCENARIOS: dict[str, Callable[[int], dict[str, Any]]] = {
     "sites": sites_scenario, "nan": nan_scenario, "accumulation": accumulation_scenario,
-    "cost": cost_scenario, "fsdp": fsdp_scenario,
+    "cost": cost_scenario, "fsdp": fsdp_scenario, "live": live_scenario,
 }
 
 

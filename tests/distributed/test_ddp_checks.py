@@ -133,3 +133,21 @@ def test_fsdp_measured_facts(runs) -> None:
 def test_the_launch_stays_inside_the_time_budget(runs) -> None:
     seconds = sum(v["seconds"] for run in runs.values() for v in run[:1])
     assert math.isfinite(seconds) and seconds < 30
+
+
+def test_rank0_dashboard_shows_every_ranks_counters_from_the_one_agreement(runs) -> None:
+    rank0, rank1 = runs["live"]
+    # the counters ride on the S-B all_reduce: still exactly one collective per optimizer step
+    for run in (rank0, rank1):
+        assert run["collectives_in_loop"] == {"all_reduce": 4} and run["agreements"] == 4
+    assert "ranks" not in rank0["increments"][0]  # the first backward comes before any agreement
+    last = rank0["increments"][-1]["ranks"]
+    # as of the 4th S-B: 3 attempts closed; rank 1 ran 2 backwards per step (one in no_sync)
+    assert last == [
+        {"rank": 0, "at_step": 4, "raising": 0, "attempts": 3, "accepted": 3, "skipped": 0,
+         "raised": 0, "backwards": 4, "pending_backwards": 0},
+        {"rank": 1, "at_step": 4, "raising": 0, "attempts": 3, "accepted": 3, "skipped": 0,
+         "raised": 0, "backwards": 8, "pending_backwards": 0}]
+    assert rank1["increments"][-1]["ranks"] == last  # every rank knows every rank's row
+    steps = [[row["at_step"] for row in m["ranks"]] for m in rank0["increments"] if "ranks" in m]
+    assert steps[0] == [1, 1] and steps[-1] == [4, 4]

@@ -12,10 +12,12 @@ A NaN born on
 one rank is found on that rank only, not on every rank after the all-reduce averaged it in.
 
 That is also why one collective per optimizer step is needed: the rank that holds a clean local
-gradient would otherwise write the smeared NaN average. At S-B every rank contributes one int32
-flag to ONE ``all_reduce`` (SUM) of a ``world_size``-long tensor (8 bytes at 2 ranks) and every
-rank raises when any rank's check raises, before any rank's optimizer writes: replicas stay
-bitwise identical and clean. No other collective runs per step; none per parameter. The gather
+gradient would otherwise write the smeared NaN average. At S-B every rank fills its own row of a
+``world_size x ROW_WIDTH`` int64 tensor (its raise flag and its :data:`LIVE_COUNTERS`) and ONE
+``all_reduce`` (SUM) of it gives every rank every rank's row (``8 x ROW_WIDTH x world_size``
+bytes: 112 at 2 ranks). Every rank raises when any rank's flag is set, before any rank's
+optimizer writes: replicas stay bitwise identical and clean; and the rows feed the live
+dashboard's per-rank table. No other collective runs per step; none per parameter. The gather
 (``report(gather=True)``) is one ``gather_object`` at report time.
 """
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +41,17 @@ SUMMED_COUNTERS = ("attempts", "accepted", "skipped", "raised", "failed", "pendi
 
 RANK_COLUMNS = ("rank", "status", "attempts", "accepted", "skipped", "raised", "backwards",
                 "accumulation_factor", "findings", "agreements", "agreement_ms_per_step")
+
+LIVE_COUNTERS = ("attempts", "accepted", "skipped", "raised", "backwards", "pending_backwards")
+"""Each rank's counters shared at every S-B agreement (as they stand at S-B: the attempt being
+judged is not closed yet, so ``attempts`` counts the ones before it)."""
+
+ROW_WIDTH = 1 + len(LIVE_COUNTERS)
+"""int64 values per rank in the agreement tensor: the raise flag, then :data:`LIVE_COUNTERS`."""
+
+LIVE_RANK_COLUMNS = ("rank", "at_step", "raising", *LIVE_COUNTERS)
+"""Columns of the live dashboard's ``ranks`` rows (``at_step``: the agreement they come from,
+1-based; ``raising``: 1 when that rank's check raised at that S-B)."""
 
 _STATUS_ORDER = ("clean", "incomplete", "found", "raised")
 _STATE_ORDER = ("clean", "collecting", "unavailable", "warned", "raised")
@@ -59,6 +72,10 @@ class RankContext:
     agree_ns: int = 0
     remote_findings: list[Finding] = dataclasses.field(default_factory=list)
     """``check_raised_on_other_rank`` findings of this rank (kept in its report)."""
+    read_counters: Callable[[], Mapping[str, Any]] = dict
+    """This rank's counters now (the session wires the engine's); read once per agreement."""
+    live_rows: list[dict[str, int]] = dataclasses.field(default_factory=list)
+    """Every rank's :data:`LIVE_RANK_COLUMNS` row from the last agreement (empty before it)."""
 
     @classmethod
     def detect(cls, model: torch.nn.Module, distributed: bool | None) -> RankContext:
@@ -84,17 +101,24 @@ class RankContext:
         return context
 
     def agree(self, violation: Finding | None) -> Finding | None:
-        """S-B: one ``all_reduce`` of one int32 per rank; every rank returns a finding when
-        any rank has one (its own, with ``rank`` added, or ``check_raised_on_other_rank``)."""
+        """S-B: one ``all_reduce`` of one :data:`ROW_WIDTH` int64 row per rank (its raise flag
+        and counters; every rank ends with every row, kept in :attr:`live_rows`); every rank
+        returns a finding when any rank has one (its own, with ``rank`` added, or
+        ``check_raised_on_other_rank``)."""
         dist = torch.distributed
         device = "cuda" if dist.get_backend(self.group) == "nccl" else "cpu"
-        flags = torch.zeros(self.world_size, dtype=torch.int32, device=device)
-        flags[self.rank] = int(violation is not None)
+        local = self.read_counters()
+        rows = torch.zeros(self.world_size, ROW_WIDTH, dtype=torch.int64, device=device)
+        rows[self.rank] = torch.tensor(
+            [int(violation is not None), *(int(local.get(k) or 0) for k in LIVE_COUNTERS)])
         start = time.perf_counter_ns()
-        dist.all_reduce(flags, group=self.group)
-        raised_on = [rank for rank, flag in enumerate(flags.tolist()) if flag]
+        dist.all_reduce(rows, group=self.group)
+        table = rows.tolist()
         self.agree_ns += time.perf_counter_ns() - start
         self.agreements += 1
+        self.live_rows = [dict(zip(LIVE_RANK_COLUMNS, (rank, self.agreements, *row)))
+                          for rank, row in enumerate(table)]
+        raised_on = [rank for rank, row in enumerate(table) if row[0]]
         if violation is not None:
             return dataclasses.replace(violation, fields={
                 **violation.fields, "rank": self.rank, "raised_on_ranks": raised_on})
@@ -119,7 +143,8 @@ class RankContext:
         notes = [f"Rank {self.rank} of {self.world_size}: gradient evidence (S-A / S-D) is this "
                  "rank's local gradient before DDP's all-reduce; update ratios (S-C) are of the "
                  "averaged update every rank applied.",
-                 f"{self.agreements} S-B agreement all_reduce(s) of {4 * self.world_size} bytes, "
+                 f"{self.agreements} S-B agreement all_reduce(s) of "
+                 f"{8 * ROW_WIDTH * self.world_size} bytes (every rank's flag and counters), "
                  f"{self.agree_ns / 1e6:.3f} ms in total."]
         if self.bucket_view:
             notes.append("gradient_as_bucket_view=True: S-D norms read the bucket view, which "

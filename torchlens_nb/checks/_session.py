@@ -16,6 +16,7 @@ written: update ratios, movement), S-D backward completion / the ``step()`` boun
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 import weakref
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ import torch
 from ..errors import CheckViolationError, DiagnosticArgumentError
 from ..report import Finding
 from ..report.checks import Action, CheckReport, SessionOverhead
-from ._assemble import build_report, live_state
+from ._assemble import build_report, counters, live_state
 from ._change import ChangeCheck
 from ._check import Check
 from ._distributed import RankContext
@@ -103,6 +104,7 @@ class ChecksSession:
         self._ranks = RankContext.detect(model, distributed)
         if self._ranks.is_active:
             self._engine.agree = self._ranks.agree
+            self._ranks.read_counters = functools.partial(counters, self._engine)
         self._model_ref = weakref.ref(model)
         self._subject = (f"{type(model).__name__} with {type(optimizer).__name__} "
                          f"({len(roster)} parameters)" + (
@@ -343,7 +345,9 @@ class ChecksSession:
         """Open the live dashboard: a panel in a notebook, a printed summary elsewhere.
 
         The panel updates while the loop runs (at most 10 messages per second, the last state
-        always delivered) and shows the final ``CheckReport`` when the scope exits.
+        always delivered) and shows the final ``CheckReport`` when the scope exits. Under DDP
+        every increment also carries ``ranks``: each rank's counters from the last S-B
+        agreement (they ride on that one collective: no extra communication).
         """
         if self._feed is None:
             view = open_live_view(self._build(is_final=False, exit_reason=None))
@@ -383,7 +387,10 @@ class ChecksSession:
             paused_spans=self._paused_spans))
 
     def _live_state(self) -> dict[str, Any]:
-        return live_state(self._engine)
+        state = live_state(self._engine)
+        if self._ranks.live_rows:
+            state["ranks"] = [dict(row) for row in self._ranks.live_rows]
+        return state
 
     def _progress(self) -> None:
         if self._feed is not None:

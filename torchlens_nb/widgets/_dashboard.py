@@ -33,7 +33,8 @@ class LiveChecksWidget(ReportWidget):
     after some increments still draws them."""
     live = traitlets.Dict().tag(sync=True)
     """The latest increment: ``{"type": "increment", "seq", "counters", "checks", "findings",
-    "scale", "points"}``, or ``{"type": "final", "seq"}`` once the final report is shown."""
+    "scale", "points"}`` (plus ``ranks``, one row of counters per rank, under DDP), or
+    ``{"type": "final", "seq"}`` once the final report is shown."""
 
     def push(self, message: dict[str, Any]) -> None:
         """Send one increment to every view (one comm message; NaN/Inf tagged as in payloads)."""
