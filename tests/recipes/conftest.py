@@ -29,3 +29,10 @@ def one_intra_op_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """16 rows of 8 features and 4-class labels (seeded)."""
+    torch.manual_seed(0)
+    return torch.randn(16, 8), torch.randint(0, 4, (16,))

@@ -14,12 +14,6 @@ from torchlens_nb.recipes import _overfit
 from tests.recipes.state import assert_untouched, snapshot
 
 
-@pytest.fixture
-def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    torch.manual_seed(0)
-    return torch.randn(16, 8), torch.randint(0, 4, (16,))
-
-
 def mlp() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
