@@ -135,7 +135,9 @@ def test_action_to_another_panel_ships_that_panel_module() -> None:
     ({"type": "action", "name": "nope", "args": {}, "request_id": 3},
      "ReportOptionError: Report has no action 'nope'; available: ['doctor']."),
     ({"type": "action", "name": "doctor", "args": {"depth": 2}, "request_id": 3},
-     "TypeError: traced_ops_report.<locals>.<lambda>() got an unexpected keyword argument 'depth'"),
+     "ReportOptionError: action 'doctor' does not take ['depth']: got an unexpected keyword "
+     "argument 'depth'; pass "
+     "the arguments its exit lists, e.g. {}."),
     ({"type": "action", "name": "doctor", "args": {}, "request_id": 3, "report": 9},
      "follow-up 9 is no longer held by this widget (it keeps 64); re-run the cell to get a "
      "fresh panel."),

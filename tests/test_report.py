@@ -139,3 +139,10 @@ def test_every_report_type_keeps_the_short_stable_repr() -> None:
     assert len(report_types) > 20
     long_reprs = [cls.__name__ for cls in report_types if cls.__repr__ is not Report.__repr__]
     assert long_reprs == []  # subclasses use @dataclass(..., repr=False)
+
+
+def test_an_action_called_with_wrong_arguments_is_a_typed_error() -> None:
+    report = make_report()
+    with pytest.raises(tl.errors.ReportOptionError,
+                       match=r"action 'lineage' does not take \['depth'\]"):
+        report.run_action("lineage", depth=2)

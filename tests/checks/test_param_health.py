@@ -126,3 +126,8 @@ def test_session_param_scan_uses_the_same_rules_at_the_step_site() -> None:
     assert first_seen == {"2.bias": 1, "0.weight": 2, "0.bias": 2, "2.weight": 2}
     assert {f.code for f in report.findings} == {"param_nonfinite"}
     assert report.check("param_scan").evaluations == 3
+
+
+def test_include_buffers_must_be_a_bool() -> None:
+    with pytest.raises(tl.errors.DiagnosticArgumentError, match="include_buffers must be True"):
+        tl.debug.param_health(torch.nn.BatchNorm1d(2), include_buffers="yes")

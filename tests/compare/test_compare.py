@@ -246,3 +246,10 @@ def test_the_lineage_exit_walks_trace_a_and_holds_it_weakly() -> None:
     gc.collect()
     with pytest.raises(tl.errors.UnavailableError, match="garbage-collected"):
         report.run_action("lineage", op="linear_2")
+
+
+def test_compare_params_with_no_common_names_does_not_claim_agreement() -> None:
+    report = tl.debug.compare_params(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2)))
+    assert report.status == "diverged"
+    # weight/bias only in model_a, 0.weight/0.bias only in model_b
+    assert report.lead == "no tensor could be compared; 4 names exist in one model only"

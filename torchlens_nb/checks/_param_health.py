@@ -129,6 +129,9 @@ def param_health_rows(
     subnormal_fraction_threshold: float = 0.1,
 ) -> tuple[list[ParamHealthRow], dict[str, Any]]:
     """The pandas-free core of :func:`param_health`: ``(rows, attrs)``."""
+    if not isinstance(include_buffers, bool):
+        raise DiagnosticArgumentError(
+            f"include_buffers must be True or False, got {include_buffers!r}.")
     check_fractions(max_fraction, subnormal_fraction_threshold)
     patterns = _patterns(within)
     _validate_bounds(bounds)

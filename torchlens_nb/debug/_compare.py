@@ -441,8 +441,7 @@ def compare_params(model_a: nn.Module, model_b: nn.Module, *, rtol: float = 1e-5
     return CompareParamsReport(
         subject=f"{type(model_a).__name__} vs {type(model_b).__name__} ({len(names)} names)",
         status="diverged" if diverged or counts["only_in_a"] or counts["only_in_b"] else "match",
-        lead=(f"{len(diverged)} of {counts['compared']} compared tensors differ" if diverged else
-              f"all {counts['compared']} compared tensors agree"),
+        lead=_params_lead(len(diverged), counts),
         findings=tuple(findings),
         tables=(Table.from_dicts("compare_params", rows, COMPARE_PARAMS_COLUMNS,
                                  {**counts, "rtol": rtol, "atol": atol,
@@ -481,3 +480,15 @@ def _param_row(name: str, a: tuple[str, Any] | None, b: tuple[str, Any] | None, 
                    max_abs_diff=diff.max_abs, max_rel_diff=diff.max_rel,
                    mismatched=diff.mismatched, reason=diff.alignment)
     return row
+
+
+def _params_lead(num_diverged: int, counts: dict[str, int]) -> str:
+    """The compare_params verdict sentence; names present in one model only are part of it."""
+    unmatched = counts["only_in_a"] + counts["only_in_b"]
+    missing = (f"; {unmatched} name{'s' if unmatched != 1 else ''} exist in one model only"
+               if unmatched else "")
+    if num_diverged:
+        return f"{num_diverged} of {counts['compared']} compared tensors differ{missing}"
+    if counts["compared"] == 0:
+        return "no tensor could be compared" + missing
+    return f"all {counts['compared']} compared tensors agree{missing}"

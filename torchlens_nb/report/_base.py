@@ -19,6 +19,7 @@ by weak reference, so a report never keeps a model alive.
 
 from __future__ import annotations
 
+import inspect
 import json
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -309,7 +310,21 @@ class Report:
             raise ReportOptionError(
                 f"{type(self).__name__} has no action {name!r}; available: {sorted(self.actions)}."
             )
-        return self.actions[name](**kwargs)
+        action = self.actions[name]
+        try:
+            inspect.signature(action).bind(**kwargs)
+        except TypeError as exc:
+            raise ReportOptionError(
+                f"action {name!r} does not take {sorted(kwargs)}: {exc}; pass the arguments its "
+                f"exit lists, e.g. {self._exit_args(name)}."
+            ) from exc
+        return action(**kwargs)
+
+    def _exit_args(self, name: str) -> dict[str, Any]:
+        for item in self.exits:
+            if item.action == name:
+                return _thaw(item.args)
+        return {}
 
     def to_html(self, path: str | None = None) -> str:
         """Self-contained HTML of the panel (offline, no kernel); written to ``path`` if given."""
