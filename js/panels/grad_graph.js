@@ -53,6 +53,15 @@ function view(payload, ctx) {
   const redraw = () => {
     const key = [...expanded].sort().join("\n");
     const visible = visibleGraph(graph, expanded);
+    if (visible.units.length > data.layout.max_units) {  // even folded, too many to lay out
+      treeSlot.replaceChildren(groupTree(graph, expanded, { signal, onToggle: toggle }));
+      warn(`${visible.units.length} boxes and nodes even with every module group folded; the ` +
+        `panel lays out at most ${data.layout.max_units}. Search and inspect nodes here, pass ` +
+        "model= so nodes fold into module groups, or render everything with " +
+        "tl.debug.sketch_grad_fn(...).");
+      panel.dataset.units = "0";
+      return;
+    }
     let layout = layouts.get(key);
     if (!layout) {
       layout = layoutVisible(visible);
