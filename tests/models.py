@@ -5,6 +5,8 @@ Import from tests as ``from tests.models import ...``; fixtures in ``conftest.py
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch import nn
 
@@ -74,3 +76,15 @@ class DictInput(nn.Module):
 
     def forward(self, ids: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
         return self.emb(ids).mean(dim=1) * scale
+
+
+class Locked(nn.Module):
+    """A model ``copy.deepcopy`` refuses (it holds a lock), like ones owning a process handle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.lock = threading.Lock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 import torch
 from torch import nn
 
 import torchlens_nb as tl
+from tests import models
 
 
 def test_same_seed_runs_of_a_plain_model_are_repeatable_under_test() -> None:
@@ -46,22 +46,12 @@ def test_nondeterminism_is_observed_at_the_first_op_in_execution_order() -> None
     assert (table.attrs["run"], table.attrs["reference_run"]) == (1, 0)
 
 
-class Locked(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(2, 2)
-        self.lock = threading.Lock()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x)
-
-
 def test_a_model_deepcopy_refuses_is_inconclusive_with_a_model_factory_remedy() -> None:
-    report = tl.debug.check_determinism(Locked(), torch.ones(1, 2))
+    report = tl.debug.check_determinism(models.Locked(), torch.ones(1, 2))
     assert (report.verdict, report.total_runs) == ("inconclusive", 0)
     assert report.findings[0].code == "model_not_copyable"
     assert "model_factory" in report.findings[0].remedy
-    with_factory = tl.debug.check_determinism(None, torch.ones(1, 2), model_factory=Locked)
+    with_factory = tl.debug.check_determinism(None, torch.ones(1, 2), model_factory=models.Locked)
     assert with_factory.verdict == "repeatable_under_test"
 
 

@@ -4,7 +4,6 @@ streams stay bitwise as they were."""
 from __future__ import annotations
 
 import random
-import threading
 from collections import namedtuple
 
 import numpy as np
@@ -13,6 +12,7 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
+from tests import models
 
 
 def _rng_draws() -> tuple[float, float, torch.Tensor]:
@@ -118,20 +118,10 @@ def test_deepcopy_right_after_a_trace_needs_no_release() -> None:
     assert [op.label for op in trace] == ["input_1", "linear_1", "relu_1"]
 
 
-class Locked(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(2, 2)
-        self.lock = threading.Lock()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x)
-
-
 def test_a_model_deepcopy_refuses_needs_a_factory() -> None:
     with pytest.raises(tl.errors.ModelCopyError, match="pass model_factory="):
-        tl.debug.isolated_capture(Locked(), torch.ones(1, 2), seed=0)
-    trace = tl.debug.isolated_capture(None, torch.ones(1, 2), seed=0, model_factory=Locked)
+        tl.debug.isolated_capture(models.Locked(), torch.ones(1, 2), seed=0)
+    trace = tl.debug.isolated_capture(None, torch.ones(1, 2), seed=0, model_factory=models.Locked)
     assert trace.output_layers == ("linear_1",)
 
 
