@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.torchlens_nb-installed
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: setup sysdeps bundle demo test bench docs clean
+.PHONY: setup sysdeps bundle demo test lint bench docs clean
 
 setup: sysdeps $(STAMP) bundle
 
@@ -43,6 +43,14 @@ test: setup
 docs: setup
 	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
+
+# The habits that keep the house in order: lint + format check, types of the package, types of
+# the panels' JS. Configuration lives in pyproject.toml ([tool.ruff], [tool.mypy]) and js/.
+LINT_PATHS := torchlens_nb tests benchmarks docs notebooks/strip.py
+lint: setup
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/python benchmarks/run.py

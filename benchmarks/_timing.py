@@ -27,8 +27,9 @@ class Timing:
         return statistics.median(self.seconds)
 
 
-def interleaved(contenders: Sequence[tuple[str, Callable[[], object]]], *, rounds: int = 7,
-                warmup: int = 2) -> list[Timing]:
+def interleaved(
+    contenders: Sequence[tuple[str, Callable[[], object]]], *, rounds: int = 7, warmup: int = 2
+) -> list[Timing]:
     """Time each contender ``rounds`` times, interleaved, after ``warmup`` untimed rounds."""
     for _ in range(warmup):
         for _, fn in contenders:
@@ -42,21 +43,27 @@ def interleaved(contenders: Sequence[tuple[str, Callable[[], object]]], *, round
     return [Timing(name, tuple(samples[name])) for name, _ in contenders]
 
 
-def ratio_rows(timings: Sequence[Timing], baseline: str, *, case: str,
-               targets: dict[str, float] | None = None) -> list[dict[str, object]]:
+def ratio_rows(
+    timings: Sequence[Timing], baseline: str, *, case: str, targets: dict[str, float] | None = None
+) -> list[dict[str, object]]:
     """Rows of a ratio table: each contender against ``baseline`` (min and median ratios)."""
     base = next(t for t in timings if t.name == baseline)
     rows = []
     for timing in timings:
         target = (targets or {}).get(timing.name)
         ratio = timing.min_s / base.min_s
-        rows.append({
-            "case": case, "contender": timing.name, "min_ms": timing.min_s * 1e3,
-            "median_ms": timing.median_s * 1e3, "min_ratio": ratio,
-            "median_ratio": timing.median_s / base.median_s,
-            "target": f"<= {target:.2f}x" if target else "",
-            "ok": "" if target is None else ("yes" if ratio <= target else "NO"),
-        })
+        rows.append(
+            {
+                "case": case,
+                "contender": timing.name,
+                "min_ms": timing.min_s * 1e3,
+                "median_ms": timing.median_s * 1e3,
+                "min_ratio": ratio,
+                "median_ratio": timing.median_s / base.median_s,
+                "target": f"<= {target:.2f}x" if target else "",
+                "ok": "" if target is None else ("yes" if ratio <= target else "NO"),
+            }
+        )
     return rows
 
 

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _timing  # noqa: E402
+import _timing
 
-import torchlens_nb as tl  # noqa: E402
+import torchlens_nb as tl
 
 
 def _mlp() -> tuple[nn.Module, torch.Tensor]:
@@ -65,9 +65,16 @@ def main(rounds: int = 7) -> list[dict[str, object]]:
         if has_torchlens:
             import torchlens
 
-            contenders.append(("torchlens log_forward_pass", lambda: torchlens.log_forward_pass(
-                model, inputs if not isinstance(inputs, dict) else [],
-                input_kwargs=inputs if isinstance(inputs, dict) else None)))
+            contenders.append(
+                (
+                    "torchlens log_forward_pass",
+                    lambda: torchlens.log_forward_pass(
+                        model,
+                        inputs if not isinstance(inputs, dict) else [],
+                        input_kwargs=inputs if isinstance(inputs, dict) else None,
+                    ),
+                )
+            )
         targets = {"tl.trace save=False": 1.3, "tl.trace save=True": 2.0} if "gpt2" in case else {}
         with torch.no_grad():
             timings = _timing.interleaved(contenders, rounds=rounds)

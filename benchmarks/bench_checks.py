@@ -49,10 +49,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _timing  # noqa: E402
+import _timing
 
-import torchlens_nb as tl  # noqa: E402
-from torchlens_nb.widgets import _dashboard  # noqa: E402
+import torchlens_nb as tl
+from torchlens_nb.widgets import _dashboard
 
 ROUNDS = 9
 SAMPLED_ROUNDS = 3
@@ -71,11 +71,13 @@ def stepper(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ids: torch
         optimizer.zero_grad(set_to_none=True)
         model(input_ids=ids, labels=ids).loss.backward()
         optimizer.step()
+
     return step
 
 
-def default_session(model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer) -> tl.debug.ChecksSession:
+def default_session(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> tl.debug.ChecksSession:
     session = tl.debug.ChecksSession(model, optimizer, scaler=None)
     session.register_change_check()
     session.register_nonfinite_grad_check()
@@ -101,8 +103,10 @@ def interleaved_wall_and_cpu(contenders, rounds: int, warmup: int):
             fn()
             wall[name].append(time.perf_counter() - start_wall)
             cpu[name].append(time.process_time() - start_cpu)
-    return ([_timing.Timing(n, tuple(wall[n])) for n, _ in contenders],
-            [_timing.Timing(n, tuple(cpu[n])) for n, _ in contenders])
+    return (
+        [_timing.Timing(n, tuple(wall[n])) for n, _ in contenders],
+        [_timing.Timing(n, tuple(cpu[n])) for n, _ in contenders],
+    )
 
 
 def main() -> int:
@@ -133,36 +137,57 @@ def main() -> int:
         own_ms = (after.site_ms - before.site_ms) / ROUNDS  # per unsampled attempt
         checks.register_update_ratio_check(every=1)  # every step of phase 2 is a sampled step
         sampled_runs = interleaved_wall_and_cpu(
-            [("bare", steps["bare"]), ("checks (sampled step)", steps["checks"])],
-            SAMPLED_ROUNDS, 0)
+            [("bare", steps["bare"]), ("checks (sampled step)", steps["checks"])], SAMPLED_ROUNDS, 0
+        )
     failed = False
     for clock, timings, sampled in zip(("wall", "cpu"), main_runs, sampled_runs):
         case = f"gpt2 1x32 step, {clock}"
         rows = _timing.ratio_rows(timings, "bare", case=case, targets=TARGETS)
-        rows += [r for r in _timing.ratio_rows(sampled, "bare", case=case)
-                 if r["contender"] != "bare"]
+        rows += [
+            r for r in _timing.ratio_rows(sampled, "bare", case=case) if r["contender"] != "bare"
+        ]
         ratio = {r["contender"]: r["min_ratio"] for r in rows}
-        rows.append({"case": case, "contender": "checks, 1 in 50 sampled (amortised)",
-                     "min_ms": float("nan"), "median_ms": float("nan"),
-                     "min_ratio": (49 * ratio["checks"] + ratio["checks (sampled step)"]) / 50,
-                     "median_ratio": float("nan"), "target": "", "ok": ""})
+        rows.append(
+            {
+                "case": case,
+                "contender": "checks, 1 in 50 sampled (amortised)",
+                "min_ms": float("nan"),
+                "median_ms": float("nan"),
+                "min_ratio": (49 * ratio["checks"] + ratio["checks (sampled step)"]) / 50,
+                "median_ratio": float("nan"),
+                "target": "",
+                "ok": "",
+            }
+        )
         if clock == "wall":
             bare_ms = next(t.min_s for t in timings if t.name == "bare") * 1e3
-            rows.append({"case": case, "contender": "checks, session's own time (measured)",
-                         "min_ms": own_ms, "median_ms": float("nan"),
-                         "min_ratio": 1 + own_ms / bare_ms,
-                         "median_ratio": float("nan"), "target": "", "ok": ""})
+            rows.append(
+                {
+                    "case": case,
+                    "contender": "checks, session's own time (measured)",
+                    "min_ms": own_ms,
+                    "median_ms": float("nan"),
+                    "min_ratio": 1 + own_ms / bare_ms,
+                    "median_ratio": float("nan"),
+                    "target": "",
+                    "ok": "",
+                }
+            )
         _timing.print_table(rows)
         print()
         failed |= any(r["ok"] == "NO" for r in rows)
     overhead = checks.overhead(repeats=1)
-    print(f"parameters: {len(list(pairs['bare'][0].parameters()))}; snapshot "
-          f"{checks.estimated_snapshot_bytes / 2**20:.0f} MiB; scan kernel over params+grads "
-          f"{overhead.scan_ms:.0f} ms; session sites {overhead.site_ms_per_attempt:.1f} ms per "
-          f"attempt (phase 2 samples every step); dashboard messages sent: {len(messages)} "
-          f"({type(view).__name__}).")
-    print("seed reference (spec): counting tier 0.910/0.995/1.019x; counting + one batched "
-          "norm 0.971/0.969x.")
+    print(
+        f"parameters: {len(list(pairs['bare'][0].parameters()))}; snapshot "
+        f"{checks.estimated_snapshot_bytes / 2**20:.0f} MiB; scan kernel over params+grads "
+        f"{overhead.scan_ms:.0f} ms; session sites {overhead.site_ms_per_attempt:.1f} ms per "
+        f"attempt (phase 2 samples every step); dashboard messages sent: {len(messages)} "
+        f"({type(view).__name__})."
+    )
+    print(
+        "seed reference (spec): counting tier 0.910/0.995/1.019x; counting + one batched "
+        "norm 0.971/0.969x."
+    )
     return 1 if failed else 0
 
 

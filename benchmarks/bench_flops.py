@@ -24,9 +24,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _timing  # noqa: E402
+import _timing
 
-import torchlens_nb as tl  # noqa: E402
+import torchlens_nb as tl
 
 
 def gpt2() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -47,17 +47,24 @@ def main() -> int:
             model(**inputs)
         return counter.get_total_flops()
 
-    timings = _timing.interleaved([
-        ("plain forward", lambda: model(**inputs)),
-        ("FlopCounterMode forward", counted),
-        ('hot_path(by="flops")', lambda: tl.debug.hot_path(trace, by="flops")),
-    ], rounds=5, warmup=1)
-    _timing.print_table(_timing.ratio_rows(timings, "plain forward",
-                                           case=f"GPT-2 small 1x64 ({len(trace)} ops)"))
+    timings = _timing.interleaved(
+        [
+            ("plain forward", lambda: model(**inputs)),
+            ("FlopCounterMode forward", counted),
+            ('hot_path(by="flops")', lambda: tl.debug.hot_path(trace, by="flops")),
+        ],
+        rounds=5,
+        warmup=1,
+    )
+    _timing.print_table(
+        _timing.ratio_rows(timings, "plain forward", case=f"GPT-2 small 1x64 ({len(trace)} ops)")
+    )
     report = tl.report.flops_vs_dispatch(model, inputs)
-    print(f"\nours {report.ours_total:,} vs native {report.native_total:,} FLOPs: delta "
-          f"{report.delta:+,}, comparable (matmul/conv/attention) delta "
-          f"{report.comparable_delta:+,}; {report.unknown_ops} op(s) without a formula")
+    print(
+        f"\nours {report.ours_total:,} vs native {report.native_total:,} FLOPs: delta "
+        f"{report.delta:+,}, comparable (matmul/conv/attention) delta "
+        f"{report.comparable_delta:+,}; {report.unknown_ops} op(s) without a formula"
+    )
     return 0 if report.comparable_delta == 0 else 1
 
 

@@ -34,10 +34,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _timing  # noqa: E402
+import _timing
 
-import torchlens_nb as tl  # noqa: E402
-from torchlens_nb import widgets  # noqa: E402
+import torchlens_nb as tl
+from torchlens_nb import widgets
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -52,17 +52,19 @@ def gpt2_small_loss() -> tuple[torch.nn.Module, torch.Tensor]:
     return model, model(input_ids=ids, labels=ids).loss
 
 
-def visible_edges(sketch: tl.report.GradFnSketch,
-                  depth: int | None) -> tuple[set[str], set[tuple[str, str]]]:
+def visible_edges(
+    sketch: tl.report.GradFnSketch, depth: int | None
+) -> tuple[set[str], set[tuple[str, str]]]:
     """Units and edges the panel draws with groups unfolded to ``depth`` (None: all).
 
     A node shows as its outermost folded group (the prefix one level below ``depth``) or as
     itself when every group above it is unfolded.
     """
+
     def unit(node: tl.report.GradFnNode) -> str:
         parts = node.group.split(".") if node.group else []
         if depth is not None and len(parts) > depth:
-            return ".".join(parts[:depth + 1])
+            return ".".join(parts[: depth + 1])
         return f"#{node.id}"
 
     keys = [unit(n) for n in sketch.nodes]
@@ -125,8 +127,9 @@ def browser_paint_ms(payload: dict) -> dict[str, float] | None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=["--no-sandbox", "--disable-gpu"])
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         theme = (widgets.STATIC_DIR / "theme.css").read_text()
         page.set_content(f"<!doctype html><style>{theme}</style>")
@@ -142,29 +145,52 @@ def main() -> None:
     out_dir = Path(tempfile.mkdtemp(prefix="bench_grad_fn_"))
     contenders = [
         ("walk_grad_fn", lambda: tl.debug.walk_grad_fn(loss, model=model)),
-        ("sketch_grad_fn -> svg", lambda: tl.debug.sketch_grad_fn(
-            loss, out_dir / "ours", file_format="svg", model=model)),
-        ("sketch_grad_fn -> svg, clusters=False", lambda: tl.debug.sketch_grad_fn(
-            loss, out_dir / "flat", file_format="svg", model=model, clusters=False)),
-        ("panel payload (walk + panel_payload)",
-         lambda: widgets.panel_payload(tl.debug.walk_grad_fn(loss, model=model))),
+        (
+            "sketch_grad_fn -> svg",
+            lambda: tl.debug.sketch_grad_fn(loss, out_dir / "ours", file_format="svg", model=model),
+        ),
+        (
+            "sketch_grad_fn -> svg, clusters=False",
+            lambda: tl.debug.sketch_grad_fn(
+                loss, out_dir / "flat", file_format="svg", model=model, clusters=False
+            ),
+        ),
+        (
+            "panel payload (walk + panel_payload)",
+            lambda: widgets.panel_payload(tl.debug.walk_grad_fn(loss, model=model)),
+        ),
     ]
     has_torchviz = importlib.util.find_spec("torchviz") is not None
     if has_torchviz:
         from torchviz import make_dot
 
-        contenders.append(("torchviz make_dot + svg",
-                           lambda: make_dot(loss, params=params).pipe(format="svg")))
+        contenders.append(
+            ("torchviz make_dot + svg", lambda: make_dot(loss, params=params).pipe(format="svg"))
+        )
     timings = _timing.interleaved(contenders, rounds=5, warmup=1)
     base = next((t for t in timings if t.name.startswith("torchviz")), None)
-    rows = [{"contender": t.name, "min_ms": t.min_s * 1e3, "median_ms": t.median_s * 1e3,
-             "vs_torchviz": "n/a" if base is None else f"{t.min_s / base.min_s:.3f}x"}
-            for t in timings]
+    rows = [
+        {
+            "contender": t.name,
+            "min_ms": t.min_s * 1e3,
+            "median_ms": t.median_s * 1e3,
+            "vs_torchviz": "n/a" if base is None else f"{t.min_s / base.min_s:.3f}x",
+        }
+        for t in timings
+    ]
     if base is None:
-        rows.append({"contender": "torchviz make_dot + svg", "min_ms": "n/a", "median_ms": "n/a",
-                     "vs_torchviz": "n/a (pip install torchviz)"})
-    print(f"GPT-2 small loss: {len(sketch.nodes)} nodes, {len(sketch.edges)} edges, "
-          f"{len(sketch.groups)} groups")
+        rows.append(
+            {
+                "contender": "torchviz make_dot + svg",
+                "min_ms": "n/a",
+                "median_ms": "n/a",
+                "vs_torchviz": "n/a (pip install torchviz)",
+            }
+        )
+    print(
+        f"GPT-2 small loss: {len(sketch.nodes)} nodes, {len(sketch.edges)} edges, "
+        f"{len(sketch.groups)} groups"
+    )
     _timing.print_table(rows)
 
     payload = widgets.panel_payload(sketch)
@@ -173,18 +199,30 @@ def main() -> None:
     if shutil.which("node") and (ROOT / "js" / "node_modules" / "@dagrejs").is_dir():
         payload_file = out_dir / "payload.json"
         payload_file.write_text(json.dumps(payload))
-        script = NODE_LAYOUT % {"model": (ROOT / "js/panels/grad_graph/model.js").as_uri(),
-                                "layout": (ROOT / "js/panels/grad_graph/layout.js").as_uri()}
-        done = subprocess.run(["node", "--input-type=module", "-e", script, str(payload_file)],
-                              capture_output=True, text=True, check=True, cwd=ROOT / "js")
+        script = NODE_LAYOUT % {
+            "model": (ROOT / "js/panels/grad_graph/model.js").as_uri(),
+            "layout": (ROOT / "js/panels/grad_graph/layout.js").as_uri(),
+        }
+        done = subprocess.run(
+            ["node", "--input-type=module", "-e", script, str(payload_file)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT / "js",
+        )
         for view, result in json.loads(done.stdout).items():
             units, edges = visible_edges(sketch, None if view == "full" else result["depth"])
-            dot_ms = (min(dot_plain_ms(units, edges) for _ in range(3))
-                      if shutil.which("dot") else None)
-            layout_rows.append({"view": f"{view} (depth {result['depth']})",
-                                "units": result["units"],
-                                "dagre_js_ms": result["ms"],
-                                "dot_plain_ms": "n/a" if dot_ms is None else dot_ms})
+            dot_ms = (
+                min(dot_plain_ms(units, edges) for _ in range(3)) if shutil.which("dot") else None
+            )
+            layout_rows.append(
+                {
+                    "view": f"{view} (depth {result['depth']})",
+                    "units": result["units"],
+                    "dagre_js_ms": result["ms"],
+                    "dot_plain_ms": "n/a" if dot_ms is None else dot_ms,
+                }
+            )
     _timing.print_table(layout_rows)
     paint = browser_paint_ms(payload)
     if paint is None:
@@ -192,10 +230,15 @@ def main() -> None:
     else:
         prepare = next(t for t in timings if t.name.startswith("panel payload"))
         total_ms = prepare.min_s * 1e3 + paint["paint"]
-        print(f"\npanel first paint (chromium, render to drawn graph): {paint['paint']:.0f} ms; "
-              f"Unfold all ({len(sketch.nodes)} nodes): {paint['unfold']:.0f} ms")
-        ratio = "" if base is None else (
-            f" = {total_ms / (base.min_s * 1e3):.3f}x torchviz make_dot + svg")
+        print(
+            f"\npanel first paint (chromium, render to drawn graph): {paint['paint']:.0f} ms; "
+            f"Unfold all ({len(sketch.nodes)} nodes): {paint['unfold']:.0f} ms"
+        )
+        ratio = (
+            ""
+            if base is None
+            else (f" = {total_ms / (base.min_s * 1e3):.3f}x torchviz make_dot + svg")
+        )
         print(f"walk + payload + first paint: {total_ms:.0f} ms{ratio}")
     shutil.rmtree(out_dir, ignore_errors=True)
 

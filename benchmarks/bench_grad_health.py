@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _timing  # noqa: E402
+import _timing
 
-import torchlens_nb as tl  # noqa: E402
-from torchlens_nb.options import CaptureOptions  # noqa: E402
+import torchlens_nb as tl
+from torchlens_nb.options import CaptureOptions
 
 ROUNDS, WARMUP = 5, 1
 TARGET_RATIO = 0.10
@@ -83,12 +83,15 @@ def main() -> int:
         for name, value in one_round(model, inputs).items():
             samples.setdefault(name, []).append(value)
     timings = [_timing.Timing(name, tuple(values)) for name, values in samples.items()]
-    rows = _timing.ratio_rows(timings, "trace.backward", case="gpt2-small 1x64",
-                              targets={"grad_health": TARGET_RATIO})
+    rows = _timing.ratio_rows(
+        timings, "trace.backward", case="gpt2-small 1x64", targets={"grad_health": TARGET_RATIO}
+    )
     _timing.print_table(rows)
     ok = next(r for r in rows if r["contender"] == "grad_health")["ok"] == "yes"
-    print(f"\ngrad_health rows: one per saved op gradient; target grad_health <= "
-          f"{TARGET_RATIO:.2f}x trace.backward: {'met' if ok else 'NOT met'}")
+    print(
+        f"\ngrad_health rows: one per saved op gradient; target grad_health <= "
+        f"{TARGET_RATIO:.2f}x trace.backward: {'met' if ok else 'NOT met'}"
+    )
     return 0 if ok else 1
 
 

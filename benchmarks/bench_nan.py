@@ -39,13 +39,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _timing  # noqa: E402
+import _timing
 
-import torchlens_nb as tl  # noqa: E402
-from torchlens_nb.debug._first_bad import is_all_finite  # noqa: E402
+import torchlens_nb as tl
+from torchlens_nb.debug._first_bad import is_all_finite
 
-CONTENDERS = ("plain forward", "find_nan live", "find_nan live, clean model",
-              "nonfinite_origin live", "trace save=True + find_nan")
+CONTENDERS = (
+    "plain forward",
+    "find_nan live",
+    "find_nan live, clean model",
+    "nonfinite_origin live",
+    "trace save=True + find_nan",
+)
 
 
 def _gpt2(*, with_nan: bool) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -59,8 +64,9 @@ def _gpt2(*, with_nan: bool) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     return model, {"input_ids": torch.randint(0, 50257, (1, 64))}
 
 
-def _runner(name: str, model: torch.nn.Module, clean: torch.nn.Module,
-            inputs: dict[str, torch.Tensor]) -> Callable[[], object]:
+def _runner(
+    name: str, model: torch.nn.Module, clean: torch.nn.Module, inputs: dict[str, torch.Tensor]
+) -> Callable[[], object]:
     return {
         "plain forward": lambda: model(**inputs),
         "find_nan live": lambda: tl.debug.find_nan(model, inputs),
@@ -113,8 +119,9 @@ def check_costs(rounds: int = 50) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for shape in ((1, 64, 768), (1, 12, 64, 64), (1, 64, 3072), (1, 64, 50257)):
         value = torch.randn(shape)
-        timings = _timing.interleaved([(name, lambda c=check: c(value)) for name, check
-                                       in checks.items()], rounds=rounds)
+        timings = _timing.interleaved(
+            [(name, lambda c=check: c(value)) for name, check in checks.items()], rounds=rounds
+        )
         rows.append({"shape": str(shape), **{f"{t.name} us": t.min_s * 1e6 for t in timings}})
     return rows
 
@@ -127,17 +134,24 @@ def main(rounds: int = 7) -> None:
     contenders = [(name, _runner(name, model, clean, inputs)) for name in CONTENDERS]
     with torch.no_grad():
         timings = _timing.interleaved(contenders, rounds=rounds)
-    rows = _timing.ratio_rows(timings, "plain forward", case="gpt2-small 1x64",
-                              targets={"find_nan live": 1.5})
+    rows = _timing.ratio_rows(
+        timings, "plain forward", case="gpt2-small 1x64", targets={"find_nan live": 1.5}
+    )
     for row in rows:
-        out = subprocess.run([sys.executable, __file__, "--memory", str(row["contender"])],
-                             capture_output=True, text=True, check=True,
-                             env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
+        out = subprocess.run(
+            [sys.executable, __file__, "--memory", str(row["contender"])],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
+        )
         row.update(json.loads(out.stdout.strip().splitlines()[-1]))
     n_ops = len(tl.trace(model, inputs, save=False))
-    print(f"GPT-2 small, {n_ops} ops; find_nan stops after {found.num_ops} ops at "
-          f"{found.op} ({found.first_bad_thing.module}); memory: RSS growth in a fresh process "
-          "(see the docstring)")
+    print(
+        f"GPT-2 small, {n_ops} ops; find_nan stops after {found.num_ops} ops at "
+        f"{found.op} ({found.first_bad_thing.module}); memory: RSS growth in a fresh process "
+        "(see the docstring)"
+    )
     _timing.print_table(rows)
     print("\nper-op finiteness check (min of 50, microseconds):")
     _timing.print_table(check_costs())

@@ -39,67 +39,108 @@ import torchlens_nb.widgets  # noqa: E402
 from tests.probes import minilm  # noqa: E402
 from tests.probes.test_attention_payload import PlainTransformer  # noqa: E402
 
-TEXT = " ".join([
-    "The history of the city begins with a small settlement on the river, where traders met to",
-    "exchange grain, salt and cloth. Over the centuries the settlement grew into a market town,",
-    "then a walled city with a cathedral, a university and a busy port that linked it to the",
-    "rest of the continent.",
-] * 4)
+TEXT = " ".join(
+    [
+        "The history of the city begins with a small settlement on the river, where traders met to",
+        "exchange grain, salt and cloth. Over the centuries the settlement grew into a market town,",
+        "then a walled city with a cathedral, a university and a busy port that linked it to the",
+        "rest of the continent.",
+    ]
+    * 4
+)
 
 
 def shipped_bytes(report: tl.report.Report) -> int:
     arrays = tl.widgets.panel_arrays(report)
-    return len(json.dumps(tl.widgets.panel_payload(report), allow_nan=False)) + \
-        sum(len(spec["data"]) for spec in arrays.values())
+    return len(json.dumps(tl.widgets.panel_payload(report), allow_nan=False)) + sum(
+        len(spec["data"]) for spec in arrays.values()
+    )
 
 
 def cost_rows(rounds: int) -> list[dict[str, object]]:
     tokenizer, model = minilm.tokenizer(), minilm.trained()
-    batch = dict(tokenizer([TEXT], truncation=True, max_length=128, padding="max_length",
-                           return_tensors="pt"))
+    batch = dict(
+        tokenizer(
+            [TEXT], truncation=True, max_length=128, padding="max_length", return_tensors="pt"
+        )
+    )
     assert batch["input_ids"].shape == (1, 128)
 
     def probed() -> object:
-        probe = tl.debug.SinkProbe(attention=[tl.func("softmax")],
-                                   residual=[tl.module(*minilm.BLOCKS)],
-                                   attention_mask=batch["attention_mask"])
-        tl.trace(model, batch, save=False, capture=tl.options.CaptureOptions(
-            hooks=probe.hook_plan(), source_lines=False, keep_output=False))
+        probe = tl.debug.SinkProbe(
+            attention=[tl.func("softmax")],
+            residual=[tl.module(*minilm.BLOCKS)],
+            attention_mask=batch["attention_mask"],
+        )
+        tl.trace(
+            model,
+            batch,
+            save=False,
+            capture=tl.options.CaptureOptions(
+                hooks=probe.hook_plan(), source_lines=False, keep_output=False
+            ),
+        )
         return probe.sink_heads, probe.outlier_dims
 
     contenders = [
         ("plain forward", lambda: model(**batch)),
-        ("tl.trace save=False", lambda: tl.trace(
-            model, batch, save=False, capture=tl.options.CaptureOptions(source_lines=False))),
+        (
+            "tl.trace save=False",
+            lambda: tl.trace(
+                model, batch, save=False, capture=tl.options.CaptureOptions(source_lines=False)
+            ),
+        ),
         ("SinkProbe capture", probed),
         ("tl.debug.attention_sinks", lambda: tl.debug.attention_sinks(model, batch, tokenizer)),
     ]
     with torch.no_grad():
         timings = _timing.interleaved(contenders, rounds=rounds)
-    return _timing.ratio_rows(timings, "plain forward", case="MiniLM 1x128",
-                              targets={"SinkProbe capture": 1.3})
+    return _timing.ratio_rows(
+        timings, "plain forward", case="MiniLM 1x128", targets={"SinkProbe capture": 1.3}
+    )
 
 
 def payload_rows() -> list[dict[str, object]]:
     tokenizer, model = minilm.tokenizer(), minilm.trained()
     batch = tokenizer([TEXT], truncation=True, max_length=128, return_tensors="pt")
     rows = []
-    cases = [("MiniLM 6x12x128 (trained)", False, lambda: tl.debug.attention_sinks(
-        model, batch, tokenizer))]
+    cases = [
+        (
+            "MiniLM 6x12x128 (trained)",
+            False,
+            lambda: tl.debug.attention_sinks(model, batch, tokenizer),
+        )
+    ]
     for spread in (0.3, 1.0, 2.0, 8.0):
-        cases.append((f"plain 12x12x128, logits N(0, {spread:g}^2)", True,
-                      lambda s=spread: tl.debug.attention_sinks(PlainTransformer(s),
-                                                                torch.randn(1, 128, 48))))
+        cases.append(
+            (
+                f"plain 12x12x128, logits N(0, {spread:g}^2)",
+                True,
+                lambda s=spread: tl.debug.attention_sinks(
+                    PlainTransformer(s), torch.randn(1, 128, 48)
+                ),
+            )
+        )
     for case, has_target, build in cases:
         report = build()
-        values = len(report.layers) * len(report.layers[0].positions) * \
-            len(report.patterns.positions) ** 2
+        values = (
+            len(report.layers)
+            * len(report.layers[0].positions)
+            * len(report.patterns.positions) ** 2
+        )
         total = shipped_bytes(report)
-        rows.append({"case": case, "pattern_bytes": report.pattern_bytes,
-                     "shipped_bytes": total, "uint8_raw_bytes": values,
-                     "float16_raw_bytes": 2 * values, "levels": report.patterns.levels,
-                     "target": "< 2000000" if has_target else "",
-                     "ok": ("yes" if total < 2_000_000 else "NO") if has_target else ""})
+        rows.append(
+            {
+                "case": case,
+                "pattern_bytes": report.pattern_bytes,
+                "shipped_bytes": total,
+                "uint8_raw_bytes": values,
+                "float16_raw_bytes": 2 * values,
+                "levels": report.patterns.levels,
+                "target": "< 2000000" if has_target else "",
+                "ok": ("yes" if total < 2_000_000 else "NO") if has_target else "",
+            }
+        )
     return rows
 
 

@@ -39,9 +39,11 @@ def strip(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
         if cell.cell_type != "code":
             continue
         if CHECK_MARK in cell.source:
-            cell.outputs = [nbformat.v4.new_output("stream", name=out.name, text=out.text)
-                            for out in cell.outputs if out.output_type == "stream"
-                            and out.name == "stdout"]
+            cell.outputs = [
+                nbformat.v4.new_output("stream", name=out.name, text=out.text)
+                for out in cell.outputs
+                if out.output_type == "stream" and out.name == "stdout"
+            ]
         else:
             cell.outputs = []
         if not cell.outputs:
@@ -53,15 +55,22 @@ def execute(notebook: nbformat.NotebookNode, folder: pathlib.Path) -> None:
     """Run every cell in a fresh ``python3`` kernel whose working directory is ``folder``."""
     from nbclient import NotebookClient
 
-    NotebookClient(notebook, timeout=EXECUTE_TIMEOUT_S, kernel_name="python3",
-                   resources={"metadata": {"path": str(folder)}}).execute()
+    NotebookClient(
+        notebook,
+        timeout=EXECUTE_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(folder)}},
+    ).execute()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", type=pathlib.Path)
-    parser.add_argument("--execute", action="store_true",
-                        help="run the notebook first to refresh the checked outputs")
+    parser.add_argument(
+        "--execute",
+        action="store_true",
+        help="run the notebook first to refresh the checked outputs",
+    )
     args = parser.parse_args()
     for path in args.paths:
         notebook = nbformat.read(path, as_version=4)

@@ -43,8 +43,16 @@ def tiny_gpt2(seed: int = 0, n_layer: int = 2) -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    config = GPT2Config(n_layer=n_layer, n_embd=32, n_head=4, vocab_size=64, n_positions=32,
-                        bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    config = GPT2Config(
+        n_layer=n_layer,
+        n_embd=32,
+        n_head=4,
+        vocab_size=64,
+        n_positions=32,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="eager",
+    )
     return GPT2LMHeadModel(config).eval()
 
 
@@ -59,10 +67,7 @@ class InPlaceViews(nn.Module):
         y = self.fc(x)
         y.relu_()
         flat = y.view(-1)
-        if flat.sum() > 0:
-            flat = flat * 2
-        else:
-            flat = flat - 1
+        flat = flat * 2 if flat.sum() > 0 else flat - 1
         y[:, 0] = 0.0
         return flat, y.t()
 

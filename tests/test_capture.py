@@ -43,12 +43,24 @@ def test_outputs_are_bitwise_equal_and_saved_values_match(small_cnn: nn.Module) 
     assert small_cnn.training  # mode untouched
     funcs = [op.func for op in trace]
     # train-mode BatchNorm counts batches in place first: num_batches_tracked.add_(1)
-    assert funcs == ["input", "conv2d", "add_", "batch_norm", "relu", "adaptive_avg_pool2d",
-                     "flatten", "linear"]
+    assert funcs == [
+        "input",
+        "conv2d",
+        "add_",
+        "batch_norm",
+        "relu",
+        "adaptive_avg_pool2d",
+        "flatten",
+        "linear",
+    ]
     assert trace["add__1"].param_names == ("bn.num_batches_tracked",)
     assert trace["batch_norm_1"].module == "bn"
-    assert trace["batch_norm_1"].param_names == ("bn.running_mean", "bn.running_var",
-                                                 "bn.weight", "bn.bias")
+    assert trace["batch_norm_1"].param_names == (
+        "bn.running_mean",
+        "bn.running_var",
+        "bn.weight",
+        "bn.bias",
+    )
 
 
 def test_source_line_is_the_users_line_inside_a_submodule() -> None:
@@ -73,8 +85,17 @@ def test_inplace_views_multiple_outputs_and_control_flow() -> None:
     expected = model(x)
     trace = tl.trace(model, x)
     # randn seed 0 makes flat.sum() > 0, so the branch taken is `flat * 2`
-    assert [op.label for op in trace] == ["input_1", "linear_1", "relu__1", "view_1", "sum_1",
-                                          "gt_1", "mul_1", "setitem_1", "t_1"]
+    assert [op.label for op in trace] == [
+        "input_1",
+        "linear_1",
+        "relu__1",
+        "view_1",
+        "sum_1",
+        "gt_1",
+        "mul_1",
+        "setitem_1",
+        "t_1",
+    ]
     assert trace["relu__1"].is_inplace and trace["relu__1"].parents == ("linear_1",)
     assert trace["view_1"].is_view and trace["view_1"].parents == ("relu__1",)
     assert trace["setitem_1"].is_inplace
@@ -98,8 +119,9 @@ def test_dict_inputs_are_keyword_arguments() -> None:
 def test_hugging_face_batch_encoding_is_keyword_arguments(tiny_gpt2: nn.Module) -> None:
     from transformers import BatchEncoding
 
-    batch = BatchEncoding({"input_ids": torch.tensor([[1, 2, 3]]),
-                           "attention_mask": torch.tensor([[1, 1, 0]])})
+    batch = BatchEncoding(
+        {"input_ids": torch.tensor([[1, 2, 3]]), "attention_mask": torch.tensor([[1, 1, 0]])}
+    )
     trace = tl.trace(tiny_gpt2, batch, save=False)
     expected = tiny_gpt2(**batch).logits
     assert torch.equal(trace.output.logits, expected)
@@ -113,7 +135,10 @@ def test_gpt2_labels_and_module_addresses(tiny_gpt2: nn.Module) -> None:
     softmaxes = [op for op in trace if op.func == "softmax"]
     assert [op.module for op in softmaxes] == ["transformer.h.0.attn", "transformer.h.1.attn"]
     assert {op.module for op in trace if op.func == "layer_norm"} >= {
-        "transformer.h.0.ln_1", "transformer.h.1.ln_2", "transformer.ln_f"}
+        "transformer.h.0.ln_1",
+        "transformer.h.1.ln_2",
+        "transformer.ln_f",
+    }
     assert "modeling_gpt2.py" in softmaxes[0].file
     block_outputs = [c.output_labels for c in trace.module_calls if c.address == "transformer.h.1"]
     assert len(block_outputs) == 1 and block_outputs[0]
@@ -136,7 +161,7 @@ def test_forward_that_raises_leaves_no_hooks_and_keeps_partial_trace() -> None:
             self.fc = nn.Linear(2, 2)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y = self.fc(x).relu()
+            self.fc(x).relu()
             raise ValueError("boom inside forward")
 
     with pytest.raises(tl.errors.ForwardError, match="ValueError: boom") as caught:
@@ -165,7 +190,9 @@ def test_hook_plan_observes_values_without_adding_ops(mlp: nn.Sequential) -> Non
     seen: list[tuple[str, str, float]] = []
 
     def observe(site: tl.options.Site, value: torch.Tensor) -> None:
-        seen.append((site.label, site.kind, float(value.detach().abs().sum())))  # torch ops: not recorded
+        seen.append(
+            (site.label, site.kind, float(value.detach().abs().sum()))
+        )  # torch ops: not recorded
 
     plan = tl.options.HookPlan(((tl.func("relu"), observe), (tl.module("2"), observe)))
     x = torch.randn(2, 8)
@@ -224,8 +251,9 @@ def test_compiled_model_is_captured_eagerly_with_a_warning(mlp: nn.Sequential) -
     ],
     ids=["list-not-module", "string-input", "none-input", "non-string-keys"],
 )
-def test_bad_arguments_get_typed_errors(model: object, inputs: object, error: type,
-                                        match: str) -> None:
+def test_bad_arguments_get_typed_errors(
+    model: object, inputs: object, error: type, match: str
+) -> None:
     with pytest.raises(error, match=match):
         tl.trace(model, inputs)  # type: ignore[arg-type]
 

@@ -13,12 +13,12 @@ import fnmatch
 import json
 import math
 import pathlib
-import tomllib
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+import tomllib
 
 import torchlens_nb as tl
 from tests.browser.reports import awkward_values_report, big_table_report, traced_ops_report
@@ -28,8 +28,10 @@ from torchlens_nb.report import Finding, Report, Table, _display
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-pytestmark = pytest.mark.skipif(not (widgets.STATIC_DIR / "report.js").is_file(),
-                                reason="panel bundle not built: run `make bundle`")
+pytestmark = pytest.mark.skipif(
+    not (widgets.STATIC_DIR / "report.js").is_file(),
+    reason="panel bundle not built: run `make bundle`",
+)
 
 
 @pytest.fixture
@@ -68,15 +70,20 @@ def test_panel_that_fails_warns_once_and_shows_the_card(monkeypatch, fresh_warni
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second warning would raise here
         second = report._repr_mimebundle_()
-    assert first == second == {"text/plain": report.card(),
-                               "text/html": _display.static_html(report)}
+    assert (
+        first == second == {"text/plain": report.card(), "text/html": _display.static_html(report)}
+    )
 
 
-@pytest.mark.parametrize(("tables", "registered", "panel"), [
-    ((), None, "report"),
-    ((Table("t", ("a",), ((1,),)),), None, "table"),
-    ((), "my_panel", "my_panel"),
-], ids=["no-table-card", "tables-table-panel", "registered-wins"])
+@pytest.mark.parametrize(
+    ("tables", "registered", "panel"),
+    [
+        ((), None, "report"),
+        ((Table("t", ("a",), ((1,),)),), None, "table"),
+        ((), "my_panel", "my_panel"),
+    ],
+    ids=["no-table-card", "tables-table-panel", "registered-wins"],
+)
 def test_panel_name_follows_the_registry(monkeypatch, tables, registered, panel) -> None:
     if registered:
         monkeypatch.setitem(widgets.PANELS, "unbuilt", registered)
@@ -103,56 +110,93 @@ def test_every_registered_panel_has_a_source_module() -> None:
 
 def test_widget_repr_is_stable(ops_report) -> None:
     first, second = widgets.widget_for(ops_report), widgets.widget_for(ops_report)
-    assert repr(first) == repr(second) == "<TablePanel panel='table' report_type='report' status='warn'>"
+    assert (
+        repr(first)
+        == repr(second)
+        == "<TablePanel panel='table' report_type='report' status='warn'>"
+    )
 
 
 # ----- requests from the panel -----------------------------------------------------------------
 def test_action_reply_carries_the_followup_and_its_panel(ops_report) -> None:
     widget = widgets.widget_for(ops_report)
     reply, buffers = widget.handle_message(
-        {"type": "action", "name": "doctor", "args": {}, "request_id": 7, "report": 0})
-    assert (reply["type"], reply["request_id"], reply["report"], reply["child"]) == ("reply", 7, 0, 1)
+        {"type": "action", "name": "doctor", "args": {}, "request_id": 7, "report": 0}
+    )
+    assert (reply["type"], reply["request_id"], reply["report"], reply["child"]) == (
+        "reply",
+        7,
+        0,
+        1,
+    )
     assert (reply["panel"], reply["payload"]["report_type"]) == ("table", "doctor")
     assert "esm" not in reply  # same panel as the asking report: the browser has it already
     assert (reply["arrays"], buffers) == ({}, [])
     # the follow-up answers its own requests (here: a page of its table)
-    page, _ = widget.handle_message({"type": "page", "table": "checks", "sort": "key",
-                                     "request_id": 8, "report": 1, "limit": 2})
+    page, _ = widget.handle_message(
+        {"type": "page", "table": "checks", "sort": "key", "request_id": 8, "report": 1, "limit": 2}
+    )
     assert page["page"]["rows"][0][0] == "cuda"  # "cuda" < "extra_anywidget" < ...
 
 
 def test_action_to_another_panel_ships_that_panel_module() -> None:
-    report = Report(subject="s", status="ok", lead="l", tables=(Table("t", ("a",), ()),),
-                    actions={"card": lambda: Report(subject="c", status="ok", lead="no table")})
+    report = Report(
+        subject="s",
+        status="ok",
+        lead="l",
+        tables=(Table("t", ("a",), ()),),
+        actions={"card": lambda: Report(subject="c", status="ok", lead="no table")},
+    )
     widget = widgets.widget_for(report)
-    reply, _ = widget.handle_message({"type": "action", "name": "card", "args": {},
-                                      "request_id": 1})
+    reply, _ = widget.handle_message(
+        {"type": "action", "name": "card", "args": {}, "request_id": 1}
+    )
     assert (widget.panel, reply["panel"]) == ("table", "report")
     assert reply["esm"] == (widgets.STATIC_DIR / "report.js").read_text()
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ({"type": "action", "name": "nope", "args": {}, "request_id": 3},
-     "ReportOptionError: Report has no action 'nope'; available: ['doctor']."),
-    ({"type": "action", "name": "doctor", "args": {"depth": 2}, "request_id": 3},
-     "ReportOptionError: action 'doctor' does not take ['depth']: got an unexpected keyword "
-     "argument 'depth'; pass "
-     "the arguments its exit lists, e.g. {}."),
-    ({"type": "action", "name": "doctor", "args": {}, "request_id": 3, "report": 9},
-     "follow-up 9 is no longer held by this widget (it keeps 64); re-run the cell to get a "
-     "fresh panel."),
-    ({"type": "page", "table": "ops", "sort": "nope", "request_id": 3},
-     "table 'ops' has no column 'nope'; columns: ['label', 'func', 'module', 'shape', 'numel', "
-     "'ratio']."),
-    ({"type": "page", "table": "ops", "limit": 5000, "request_id": 3},
-     "page limit must be an int in 1..500, got 5000."),
-    ({"type": "frobnicate", "request_id": 3},
-     "unknown panel request type 'frobnicate'; expected 'action' or 'page'."),
-], ids=["unknown-action", "bad-args", "unknown-report", "bad-sort", "big-limit", "bad-type"])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            {"type": "action", "name": "nope", "args": {}, "request_id": 3},
+            "ReportOptionError: Report has no action 'nope'; available: ['doctor'].",
+        ),
+        (
+            {"type": "action", "name": "doctor", "args": {"depth": 2}, "request_id": 3},
+            "ReportOptionError: action 'doctor' does not take ['depth']: got an unexpected keyword "
+            "argument 'depth'; pass "
+            "the arguments its exit lists, e.g. {}.",
+        ),
+        (
+            {"type": "action", "name": "doctor", "args": {}, "request_id": 3, "report": 9},
+            "follow-up 9 is no longer held by this widget (it keeps 64); re-run the cell to get a "
+            "fresh panel.",
+        ),
+        (
+            {"type": "page", "table": "ops", "sort": "nope", "request_id": 3},
+            "table 'ops' has no column 'nope'; columns: ['label', 'func', 'module', 'shape', 'numel', "
+            "'ratio'].",
+        ),
+        (
+            {"type": "page", "table": "ops", "limit": 5000, "request_id": 3},
+            "page limit must be an int in 1..500, got 5000.",
+        ),
+        (
+            {"type": "frobnicate", "request_id": 3},
+            "unknown panel request type 'frobnicate'; expected 'action' or 'page'.",
+        ),
+    ],
+    ids=["unknown-action", "bad-args", "unknown-report", "bad-sort", "big-limit", "bad-type"],
+)
 def test_failed_requests_reply_with_a_readable_error(ops_report, content, message) -> None:
     reply, buffers = widgets.widget_for(ops_report).handle_message(content)
-    assert reply == {"type": "error", "request_id": 3, "report": content.get("report", 0),
-                     "message": message}
+    assert reply == {
+        "type": "error",
+        "request_id": 3,
+        "report": content.get("report", 0),
+        "message": message,
+    }
     assert buffers == []
 
 
@@ -168,7 +212,8 @@ def test_custom_message_is_answered_through_the_comm(ops_report, monkeypatch) ->
     monkeypatch.setattr(widget, "send", lambda content, buffers=None: sent.append(content))
     widget._handle_custom_msg({"type": "action", "name": "doctor", "args": {}, "request_id": 1}, [])
     assert [(m["type"], m["request_id"], m["payload"]["report_type"]) for m in sent] == [
-        ("reply", 1, "doctor")]
+        ("reply", 1, "doctor")
+    ]
 
 
 def test_update_shows_a_new_report_and_forgets_old_followups(ops_report) -> None:
@@ -176,9 +221,12 @@ def test_update_shows_a_new_report_and_forgets_old_followups(ops_report) -> None
     widget.handle_message({"type": "action", "name": "doctor", "args": {}, "request_id": 1})
     widget.update(big_table_report(300))
     assert (widget.payload["subject"], widget.payload["tables"][0]["total_rows"]) == (
-        "300 rows", 300)
-    reply, _ = widget.handle_message({"type": "page", "table": "rows", "request_id": 2,
-                                      "report": 1})
+        "300 rows",
+        300,
+    )
+    reply, _ = widget.handle_message(
+        {"type": "page", "table": "rows", "request_id": 2, "report": 1}
+    )
     assert reply["message"].startswith("follow-up 1 is no longer held")
 
 
@@ -186,8 +234,9 @@ def test_followups_beyond_the_cap_drop_the_oldest(ops_report, monkeypatch) -> No
     monkeypatch.setattr(widgets._widget, "MAX_FOLLOWUPS", 2)
     widget = widgets.widget_for(ops_report)
     for request_id in range(3):
-        widget.handle_message({"type": "action", "name": "doctor", "args": {},
-                               "request_id": request_id})
+        widget.handle_message(
+            {"type": "action", "name": "doctor", "args": {}, "request_id": request_id}
+        )
     assert sorted(widget._reports) == [0, 2, 3]  # follow-up 1 dropped, the root kept
 
 
@@ -217,8 +266,9 @@ def test_page_sorts_descending_with_nan_last(big_report) -> None:
 
 
 def test_page_filters_case_insensitively_before_paging(big_report) -> None:
-    page = widgets.TablePager(big_report.table()).page(filter="OP_9999", sort="index",
-                                                      descending=True, limit=2)
+    page = widgets.TablePager(big_report.table()).page(
+        filter="OP_9999", sort="index", descending=True, limit=2
+    )
     # matches op_9999 and op_99990..op_99999: 11 rows
     assert page["matched_rows"] == 11
     assert [row[0] for row in page["rows"]] == ["op_99999", "op_99998"]
@@ -233,26 +283,39 @@ def test_page_of_mixed_kinds_orders_numbers_then_booleans_then_text() -> None:
 def test_findings_above_the_cap_are_counted() -> None:
     findings = [Finding(f"f{i}", "info", "m") for i in range(widgets.MAX_FINDINGS + 5)]
     payload = widgets.panel_payload(Report(subject="s", status="ok", lead="l", findings=findings))
-    assert (len(payload["findings"]), payload["findings_total"]) == (widgets.MAX_FINDINGS,
-                                                                     widgets.MAX_FINDINGS + 5)
+    assert (len(payload["findings"]), payload["findings_total"]) == (
+        widgets.MAX_FINDINGS,
+        widgets.MAX_FINDINGS + 5,
+    )
 
 
 # ----- arrays as binary buffers ---------------------------------------------------------------
-@pytest.mark.parametrize(("dtype", "values", "data"), [
-    ("float32", [[1.0, -2.0]], np.array([[1.0, -2.0]], "<f4").tobytes()),
-    ("float16", [0.5, math.inf], np.array([0.5, math.inf], "<f2").tobytes()),
-    ("uint8", [0, 255, 7], bytes([0, 255, 7])),
-], ids=["float32", "float16", "uint8"])
+@pytest.mark.parametrize(
+    ("dtype", "values", "data"),
+    [
+        ("float32", [[1.0, -2.0]], np.array([[1.0, -2.0]], "<f4").tobytes()),
+        ("float16", [0.5, math.inf], np.array([0.5, math.inf], "<f2").tobytes()),
+        ("uint8", [0, 255, 7], bytes([0, 255, 7])),
+    ],
+    ids=["float32", "float16", "uint8"],
+)
 def test_encode_array_gives_little_endian_bytes_and_shape(dtype, values, data) -> None:
     spec = widgets.encode_array(values, dtype)
     assert spec == {"dtype": dtype, "shape": list(np.shape(values)), "data": data}
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (([1.0], "float64"), r"panel arrays are \('float32', 'float16', 'uint8'\), got dtype 'float64'"),
-    ((b"\0" * 6, "float32"), r"encode_array\(bytes\) needs shape=..."),
-    ((b"\0" * 6, "float32", (2,)), r"6 bytes for shape \(2,\) float32 \(expected 8\)"),
-], ids=["dtype", "bytes-no-shape", "bytes-wrong-size"])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ([1.0], "float64"),
+            r"panel arrays are \('float32', 'float16', 'uint8'\), got dtype 'float64'",
+        ),
+        ((b"\0" * 6, "float32"), r"encode_array\(bytes\) needs shape=..."),
+        ((b"\0" * 6, "float32", (2,)), r"6 bytes for shape \(2,\) float32 \(expected 8\)"),
+    ],
+    ids=["dtype", "bytes-no-shape", "bytes-wrong-size"],
+)
 def test_encode_array_refuses_what_a_panel_cannot_decode(args, message) -> None:
     with pytest.raises(ReportOptionError, match=message):
         widgets.encode_array(*args)
@@ -264,8 +327,9 @@ class HeatmapReport(Report):
     side: int = 4
 
     def panel_arrays(self) -> dict[str, object]:
-        return {"map": np.arange(self.side * self.side, dtype=np.float32).reshape(self.side,
-                                                                                  self.side)}
+        return {
+            "map": np.arange(self.side * self.side, dtype=np.float32).reshape(self.side, self.side)
+        }
 
 
 def test_arrays_travel_as_buffers_not_json() -> None:
@@ -290,11 +354,15 @@ def test_arrays_above_the_cap_warn_and_downsample_by_block_means(monkeypatch) ->
 
 
 def test_action_reply_sends_arrays_as_message_buffers(ops_report) -> None:
-    report = Report(subject="s", status="ok", lead="l",
-                    actions={"map": lambda: HeatmapReport(subject="m", status="ok", lead="l",
-                                                          side=2)})
+    report = Report(
+        subject="s",
+        status="ok",
+        lead="l",
+        actions={"map": lambda: HeatmapReport(subject="m", status="ok", lead="l", side=2)},
+    )
     reply, buffers = widgets.widget_for(report).handle_message(
-        {"type": "action", "name": "map", "args": {}, "request_id": 1})
+        {"type": "action", "name": "map", "args": {}, "request_id": 1}
+    )
     assert reply["arrays"] == {"map": {"dtype": "float32", "shape": [2, 2], "buffer": 0}}
     assert buffers == [np.arange(4, dtype="<f4").tobytes()]
 
@@ -306,14 +374,31 @@ def test_awkward_values_give_strict_json_everywhere() -> None:
     text = json.dumps(payload, allow_nan=False)  # no NaN/Infinity literals
     back = json.loads(text)
     assert [row[1] for row in back["tables"][0]["rows"]] == [
-        {"$float": "nan"}, {"$float": "inf"}, {"$float": "-inf"}, -0.0, 1e308, 5e-324,
-        {"$float": "nan"}, 3, -0.0, 1.5]
+        {"$float": "nan"},
+        {"$float": "inf"},
+        {"$float": "-inf"},
+        -0.0,
+        1e308,
+        5e-324,
+        {"$float": "nan"},
+        3,
+        -0.0,
+        1.5,
+    ]
     assert math.copysign(1, back["tables"][0]["rows"][3][1]) == -1  # -0.0 keeps its sign
-    assert back["findings"][0]["fields"] == {"nan": {"$float": "nan"}, "inf": {"$float": "inf"},
-                                             "neg_zero": -0.0, "np": {"$float": "nan"},
-                                             "t": [{"$float": "inf"}]}
-    assert back["data"] == {"tensor": [1.0, {"$float": "nan"}, {"$float": "-inf"}],
-                            "scalar": 2.5, "np": {"$float": "inf"}, "count": 7}
+    assert back["findings"][0]["fields"] == {
+        "nan": {"$float": "nan"},
+        "inf": {"$float": "inf"},
+        "neg_zero": -0.0,
+        "np": {"$float": "nan"},
+        "t": [{"$float": "inf"}],
+    }
+    assert back["data"] == {
+        "tensor": [1.0, {"$float": "nan"}, {"$float": "-inf"}],
+        "scalar": 2.5,
+        "np": {"$float": "inf"},
+        "count": 7,
+    }
     page = widgets.TablePager(report.table()).page(sort="value")
     json.dumps(page, allow_nan=False)
     assert page["rows"][0] == ["v2", {"$float": "-inf"}]
@@ -346,9 +431,10 @@ def test_to_html_cannot_be_closed_by_report_text(tmp_path) -> None:
 def test_every_bundle_file_is_package_data() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["torchlens_nb"]
-    built = [p.relative_to(ROOT / "torchlens_nb").as_posix()
-             for p in widgets.STATIC_DIR.iterdir()]
-    assert {"report.js", "table.js", "theme.css", "_offline.js"} <= {p.split("/")[-1] for p in built}
+    built = [p.relative_to(ROOT / "torchlens_nb").as_posix() for p in widgets.STATIC_DIR.iterdir()]
+    assert {"report.js", "table.js", "theme.css", "_offline.js"} <= {
+        p.split("/")[-1] for p in built
+    }
     assert all(any(fnmatch.fnmatch(p, pat) for pat in patterns) for p in built), built
 
 

@@ -17,8 +17,16 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 BUNDLES = ROOT / "torchlens_nb" / "widgets" / "static"
-CAPABILITY_PAGES = ("nan_forensics", "gradient_health", "training_checks", "attention_sinks",
-                    "autograd_graph", "compare_and_cost", "recipes", "panels")
+CAPABILITY_PAGES = (
+    "nan_forensics",
+    "gradient_health",
+    "training_checks",
+    "attention_sinks",
+    "autograd_graph",
+    "compare_and_cost",
+    "recipes",
+    "panels",
+)
 
 pytestmark = pytest.mark.docs
 
@@ -30,22 +38,51 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
         pytest.skip("panel bundles missing (make bundle): the offline exports need them")
     out = tmp_path_factory.mktemp("site")
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS),
-         str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            str(DOCS),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, f"sphinx-build -W failed:\n{result.stderr[-6000:]}"
     return out
 
 
 def test_every_guide_and_capability_page_is_built(site: pathlib.Path) -> None:
     built = {path.stem for path in site.glob("*.html")}
-    assert {"index", "getting_started", "coming_from", "benchmarks", "dev_panels",
-            *CAPABILITY_PAGES} <= built
+    assert {
+        "index",
+        "getting_started",
+        "coming_from",
+        "benchmarks",
+        "dev_panels",
+        *CAPABILITY_PAGES,
+    } <= built
 
 
 def test_api_reference_documents_the_public_names(site: pathlib.Path) -> None:
     debug = (site / "api" / "debug.html").read_text(encoding="utf-8")
-    for name in ("nonfinite_origin", "grad_health", "ChecksSession", "attention_sinks",
-                 "walk_grad_fn", "compare", "hot_path"):
+    for name in (
+        "nonfinite_origin",
+        "grad_health",
+        "ChecksSession",
+        "attention_sinks",
+        "walk_grad_fn",
+        "compare",
+        "hot_path",
+    ):
         assert f'id="torchlens_nb.debug.{name}"' in debug, name
     recipes = (site / "api" / "recipes.html").read_text(encoding="utf-8")
     assert 'id="torchlens_nb.recipes.overfit_one_batch"' in recipes
@@ -73,6 +110,8 @@ def test_screenshots_referenced_by_pages_are_copied(site: pathlib.Path) -> None:
     images = {path.name for path in (site / "_images").glob("*.png")}
     for page in CAPABILITY_PAGES:
         text = (DOCS / f"{page}.md").read_text(encoding="utf-8")
-        for name in (part.split(")")[0].rsplit("/", 1)[-1]
-                     for part in text.split("](_static/screenshots/")[1:]):
+        for name in (
+            part.split(")")[0].rsplit("/", 1)[-1]
+            for part in text.split("](_static/screenshots/")[1:]
+        ):
             assert name in images, (page, name)

@@ -45,7 +45,8 @@ def _imported_layers(path: pathlib.Path) -> list[tuple[str, bool]]:
                     names = [parts[0]] if child.module else [a.name for a in child.names]
                     found.extend((name, is_local) for name in names)
             elif isinstance(child, ast.ImportFrom) and (child.module or "").startswith(
-                    "torchlens_nb."):
+                "torchlens_nb."
+            ):
                 found.append((child.module.split(".")[1], is_local))
             visit(child, is_local)
 
@@ -53,8 +54,7 @@ def _imported_layers(path: pathlib.Path) -> list[tuple[str, bool]]:
     return found
 
 
-SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or
-                 p.parent != PACKAGE)
+SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE)
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -36,12 +36,16 @@ def problems(notebook: dict) -> list[str]:
                 found.append(f"cell {index} has execution_count {cell['execution_count']}")
             continue
         if not outputs or cell.get("execution_count") is None:
-            found.append(f"cell {index} is checked but has no reference output (nbval would "
-                         "skip it): run notebooks/strip.py --execute")
+            found.append(
+                f"cell {index} is checked but has no reference output (nbval would "
+                "skip it): run notebooks/strip.py --execute"
+            )
         for output in outputs:
             if (output["output_type"], output.get("name")) != ("stream", "stdout"):
-                found.append(f"cell {index} keeps a {output['output_type']} output; only "
-                             "printed text is a reference")
+                found.append(
+                    f"cell {index} keeps a {output['output_type']} output; only "
+                    "printed text is a reference"
+                )
             elif len("".join(output["text"])) > MAX_REFERENCE_CHARS:
                 found.append(f"cell {index} keeps more than {MAX_REFERENCE_CHARS} characters")
     return found
@@ -49,9 +53,16 @@ def problems(notebook: dict) -> list[str]:
 
 def test_the_notebook_folder_holds_the_tour_and_a_tutorial_per_capability() -> None:
     names = {path.name for path in NOTEBOOKS}
-    assert {"00_tour.ipynb", "02_nan_forensics.ipynb", "03_gradient_health.ipynb",
-            "04_training_checks.ipynb", "05_attention_sinks.ipynb", "06_autograd_graph.ipynb",
-            "07_compare_and_cost.ipynb", "08_recipes.ipynb"} <= names
+    assert {
+        "00_tour.ipynb",
+        "02_nan_forensics.ipynb",
+        "03_gradient_health.ipynb",
+        "04_training_checks.ipynb",
+        "05_attention_sinks.ipynb",
+        "06_autograd_graph.ipynb",
+        "07_compare_and_cost.ipynb",
+        "08_recipes.ipynb",
+    } <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.name for path in NOTEBOOKS])
@@ -64,16 +75,30 @@ def test_problems_names_outputs_counts_widgets_and_unfilled_checks() -> None:
         "metadata": {"widgets": {"application/vnd.jupyter.widget-state+json": {}}},
         "cells": [
             {"cell_type": "markdown", "source": ["# Title"]},
-            {"cell_type": "code", "source": ["report"], "execution_count": 3,
-             "outputs": [{"output_type": "display_data", "data": {}}]},
-            {"cell_type": "code", "source": ["# NBVAL_CHECK_OUTPUT\n", "print(1)"],
-             "execution_count": None, "outputs": []},
-            {"cell_type": "code", "source": ["# NBVAL_CHECK_OUTPUT\n", "x"],
-             "execution_count": 5,
-             "outputs": [{"output_type": "execute_result", "data": {}}]},
-            {"cell_type": "code", "source": ["# NBVAL_CHECK_OUTPUT\n", "print(2)"],
-             "execution_count": 6,
-             "outputs": [{"output_type": "stream", "name": "stdout", "text": ["2\n"]}]},
+            {
+                "cell_type": "code",
+                "source": ["report"],
+                "execution_count": 3,
+                "outputs": [{"output_type": "display_data", "data": {}}],
+            },
+            {
+                "cell_type": "code",
+                "source": ["# NBVAL_CHECK_OUTPUT\n", "print(1)"],
+                "execution_count": None,
+                "outputs": [],
+            },
+            {
+                "cell_type": "code",
+                "source": ["# NBVAL_CHECK_OUTPUT\n", "x"],
+                "execution_count": 5,
+                "outputs": [{"output_type": "execute_result", "data": {}}],
+            },
+            {
+                "cell_type": "code",
+                "source": ["# NBVAL_CHECK_OUTPUT\n", "print(2)"],
+                "execution_count": 6,
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": ["2\n"]}],
+            },
         ],
     }
     assert problems(executed) == [

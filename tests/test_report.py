@@ -14,26 +14,56 @@ import torchlens_nb as tl
 from torchlens_nb._jsonsafe import decode_float, to_jsonable
 from torchlens_nb.report import Exit, Finding, Report, Table, Unavailable, Where
 
-AWKWARD_VALUES = [float("nan"), float("inf"), float("-inf"), -0.0, 1e308, 5e-324,
-                  np.float32("nan"), np.int64(2**63 - 1), torch.tensor(float("inf")),
-                  torch.tensor([1.0, float("nan")]), np.array([float("-inf"), 2.0])]
+AWKWARD_VALUES = [
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    -0.0,
+    1e308,
+    5e-324,
+    np.float32("nan"),
+    np.int64(2**63 - 1),
+    torch.tensor(float("inf")),
+    torch.tensor([1.0, float("nan")]),
+    np.array([float("-inf"), 2.0]),
+]
 
 
 def make_report(n_findings: int = 7) -> Report:
     findings = [
-        Finding(f"code_{i}", ("critical", "warning", "info")[i % 3], f"finding number {i}",
-                where=Where(op=f"relu_{i}", module="encoder.0", file="/x/model.py", line=10 + i,
-                            code="y = x.relu()"),
-                remedy="look closer", fields={"value": AWKWARD_VALUES[i % len(AWKWARD_VALUES)]})
+        Finding(
+            f"code_{i}",
+            ("critical", "warning", "info")[i % 3],
+            f"finding number {i}",
+            where=Where(
+                op=f"relu_{i}",
+                module="encoder.0",
+                file="/x/model.py",
+                line=10 + i,
+                code="y = x.relu()",
+            ),
+            remedy="look closer",
+            fields={"value": AWKWARD_VALUES[i % len(AWKWARD_VALUES)]},
+        )
         for i in range(n_findings)
     ]
-    table = Table("rows", ("name", "value"), [(f"r{i}", v) for i, v in enumerate(AWKWARD_VALUES)],
-                  attrs={"threshold": float("inf")})
-    return Report(subject="toy", status="found", lead="seven things", findings=findings,
-                  tables=(table,), disclosures=("scoped to saved ops",),
-                  unavailable=(Unavailable("device_time", "no profiler session"),),
-                  exits=(Exit("Show lineage", "tl.debug.lineage(trace, 'relu_1')", "lineage"),),
-                  actions={"lineage": lambda: make_report(1)})
+    table = Table(
+        "rows",
+        ("name", "value"),
+        [(f"r{i}", v) for i, v in enumerate(AWKWARD_VALUES)],
+        attrs={"threshold": float("inf")},
+    )
+    return Report(
+        subject="toy",
+        status="found",
+        lead="seven things",
+        findings=findings,
+        tables=(table,),
+        disclosures=("scoped to saved ops",),
+        unavailable=(Unavailable("device_time", "no profiler session"),),
+        exits=(Exit("Show lineage", "tl.debug.lineage(trace, 'relu_1')", "lineage"),),
+        actions={"lineage": lambda: make_report(1)},
+    )
 
 
 def test_to_dict_is_strict_json_with_nan_inf_and_tensors_inside() -> None:
@@ -63,8 +93,16 @@ def test_card_is_bounded_and_counts_the_rest_exactly() -> None:
     report = make_report(7)
     lines = report.card().splitlines()
     assert lines[0] == "report [found] toy: seven things"
-    assert sum(1 for line in lines if line.startswith("  CRITICAL") or line.startswith(
-        "  WARNING") or line.startswith("  INFO")) == 5
+    assert (
+        sum(
+            1
+            for line in lines
+            if line.startswith("  CRITICAL")
+            or line.startswith("  WARNING")
+            or line.startswith("  INFO")
+        )
+        == 5
+    )
     assert "  ... and 2 more findings" in lines
     assert "  NOT CHECKED device_time: no profiler session" in lines
     assert lines[-1] == "  next: tl.debug.lineage(trace, 'relu_1')"
@@ -77,7 +115,8 @@ def test_card_is_bounded_and_counts_the_rest_exactly() -> None:
 def test_findings_are_ordered_by_severity_and_report_is_frozen() -> None:
     report = make_report(6)
     assert [f.severity for f in report.findings] == ["critical"] * 2 + ["warning"] * 2 + [
-        "info"] * 2
+        "info"
+    ] * 2
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.status = "clean"  # type: ignore[misc]
     with pytest.raises(TypeError):
@@ -134,8 +173,9 @@ def test_doctor_environment_rows_and_model_rows() -> None:
 
 
 def test_every_report_type_keeps_the_short_stable_repr() -> None:
-    report_types = [obj for obj in vars(tl.report).values()
-                    if isinstance(obj, type) and issubclass(obj, Report)]
+    report_types = [
+        obj for obj in vars(tl.report).values() if isinstance(obj, type) and issubclass(obj, Report)
+    ]
     assert len(report_types) > 20
     long_reprs = [cls.__name__ for cls in report_types if cls.__repr__ is not Report.__repr__]
     assert long_reprs == []  # subclasses use @dataclass(..., repr=False)
@@ -143,6 +183,7 @@ def test_every_report_type_keeps_the_short_stable_repr() -> None:
 
 def test_an_action_called_with_wrong_arguments_is_a_typed_error() -> None:
     report = make_report()
-    with pytest.raises(tl.errors.ReportOptionError,
-                       match=r"action 'lineage' does not take \['depth'\]"):
+    with pytest.raises(
+        tl.errors.ReportOptionError, match=r"action 'lineage' does not take \['depth'\]"
+    ):
         report.run_action("lineage", depth=2)

@@ -17,6 +17,17 @@ report.flops_vs_dispatch = debug.flops_vs_dispatch  # type: ignore[attr-defined]
 __version__ = "0.1.0"
 
 __all__ = [
-    "PartialTrace", "Trace", "__version__", "dead", "debug", "errors", "func", "module", "options",
-    "recipes", "report", "threshold", "trace",
+    "PartialTrace",
+    "Trace",
+    "__version__",
+    "dead",
+    "debug",
+    "errors",
+    "func",
+    "module",
+    "options",
+    "recipes",
+    "report",
+    "threshold",
+    "trace",
 ]

@@ -29,8 +29,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def lab() -> Iterator[Lab]:
     """A JupyterLab for the session (temp root); kernels can import ``tests``."""
-    with running_lab(pathlib.Path(tempfile.mkdtemp(prefix="tln_lab_root_")),
-                     extra_pythonpath=[ROOT]) as server:
+    with running_lab(
+        pathlib.Path(tempfile.mkdtemp(prefix="tln_lab_root_")), extra_pythonpath=[ROOT]
+    ) as server:
         yield server
 
 

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -24,9 +25,16 @@ from torchlens_nb import widgets
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HARNESS = pathlib.Path(__file__).resolve().parent / "harness"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
 
 def missing_browser_reasons() -> list[str]:
@@ -42,15 +50,18 @@ def missing_browser_reasons() -> list[str]:
 class _Handler(http.server.SimpleHTTPRequestHandler):
     """Serves /harness/, /static/ (the bundles), /js/ (shared sources) and /out/ (temp files)."""
 
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                      ".js": "text/javascript", ".mjs": "text/javascript"}
-    mounts: dict[str, pathlib.Path] = {}
+    extensions_map: ClassVar[dict[str, str]] = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".js": "text/javascript",
+        ".mjs": "text/javascript",
+    }
+    mounts: ClassVar[dict[str, pathlib.Path]] = {}
 
     def translate_path(self, path: str) -> str:
         clean = path.split("?", 1)[0].split("#", 1)[0]
         for prefix, folder in self.mounts.items():
             if clean.startswith(prefix):
-                return str(folder / clean[len(prefix):])
+                return str(folder / clean[len(prefix) :])
         return str(HARNESS / "__missing__")
 
     def log_message(self, *args: object) -> None:
@@ -67,9 +78,18 @@ def out_dir() -> Iterator[pathlib.Path]:
 
 @pytest.fixture(scope="session")
 def base_url(out_dir: pathlib.Path) -> Iterator[str]:
-    handler = type("Handler", (_Handler,), {"mounts": {
-        "/harness/": HARNESS, "/static/": widgets.STATIC_DIR, "/js/": ROOT / "js",
-        "/out/": out_dir}})
+    handler = type(
+        "Handler",
+        (_Handler,),
+        {
+            "mounts": {
+                "/harness/": HARNESS,
+                "/static/": widgets.STATIC_DIR,
+                "/js/": ROOT / "js",
+                "/out/": out_dir,
+            }
+        },
+    )
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -82,8 +102,9 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=CHROMIUM_ARGS)
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
         yield chromium
         chromium.close()
 

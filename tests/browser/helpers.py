@@ -30,13 +30,17 @@ def guarded_page(browser: Browser, viewport: dict[str, int]) -> Iterator[Page]:
     """A fresh page; on exit, fail on non-loopback requests, page errors, console errors."""
     context = browser.new_context(viewport=viewport)
     external: list[str] = []
-    context.route(lambda url: not (LOOPBACK.match(url) or url.startswith(("blob:", "data:"))),
-                  lambda route: (external.append(route.request.url), route.abort()))
+    context.route(
+        lambda url: not (LOOPBACK.match(url) or url.startswith(("blob:", "data:"))),
+        lambda route: (external.append(route.request.url), route.abort()),
+    )
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-    pg.on("console", lambda msg: errors.append(f"console.error: {msg.text}")
-          if msg.type == "error" else None)
+    pg.on(
+        "console",
+        lambda msg: errors.append(f"console.error: {msg.text}") if msg.type == "error" else None,
+    )
     try:
         yield pg
     finally:
@@ -54,16 +58,27 @@ class PanelPage:
         page.goto(f"{base_url}/harness/harness.html")
         page.wait_for_function("() => window.harness && window.harness.ready")
 
-    def mount(self, panel: str, payload: dict[str, Any], *, arrays: dict[str, Any] | None = None,
-              offline: bool = False) -> Locator:
+    def mount(
+        self,
+        panel: str,
+        payload: dict[str, Any],
+        *,
+        arrays: dict[str, Any] | None = None,
+        offline: bool = False,
+    ) -> Locator:
         """Render ``panel`` with ``payload`` (use ``widgets.panel_payload(report)``); returns the
         panel root (``.tln-panel``). ``arrays`` as from ``widgets.panel_arrays(report)``."""
-        encoded = {name: {**{k: v for k, v in spec.items() if k != "data"},
-                          "base64": base64.b64encode(spec["data"]).decode()}
-                   for name, spec in (arrays or {}).items()}
+        encoded = {
+            name: {
+                **{k: v for k, v in spec.items() if k != "data"},
+                "base64": base64.b64encode(spec["data"]).decode(),
+            }
+            for name, spec in (arrays or {}).items()
+        }
         index = self.page.evaluate(
             "([panel, state, arrays]) => harness.mountPanel(panel, state, arrays)",
-            [panel, {"payload": payload, "offline": offline, "panel": panel}, encoded])
+            [panel, {"payload": payload, "offline": offline, "panel": panel}, encoded],
+        )
         return self.page.locator(".harness-el").nth(index)  # render() made `el` the .tln-panel
 
     def sent(self) -> list[dict[str, Any]]:
@@ -72,8 +87,10 @@ class PanelPage:
 
     def kernel_send(self, msg: dict[str, Any], buffers: list[bytes] | None = None) -> None:
         """Deliver a custom message from Python (``widget.send(msg, buffers)``)."""
-        self.page.evaluate("([msg, buffers]) => harness.kernelSend(msg, buffers)",
-                           [msg, [base64.b64encode(b).decode() for b in buffers or []]])
+        self.page.evaluate(
+            "([msg, buffers]) => harness.kernelSend(msg, buffers)",
+            [msg, [base64.b64encode(b).decode() for b in buffers or []]],
+        )
 
     def kernel_set(self, key: str, value: Any) -> None:
         """Python sets a trait (e.g. a new ``payload``): change events fire."""
@@ -93,8 +110,10 @@ class PanelPage:
 
     def set_theme(self, mode: str) -> None:
         """``"dark"`` / ``"light"`` as JupyterLab marks it (``body[data-jp-theme-light]``)."""
-        self.page.evaluate("(light) => { document.body.dataset.jpThemeLight = light; }",
-                           "false" if mode == "dark" else "true")
+        self.page.evaluate(
+            "(light) => { document.body.dataset.jpThemeLight = light; }",
+            "false" if mode == "dark" else "true",
+        )
 
     def screenshot(self, name: str, locator: Locator | None = None) -> pathlib.Path:
         """Save ``tests/artifacts/<name>.png`` of ``locator`` (default: the whole page)."""
@@ -104,7 +123,8 @@ class PanelPage:
         return path
 
 
-def reply_to(widget: widgets.ReportWidget, content: dict[str, Any]
-             ) -> tuple[dict[str, Any], list[bytes]]:
+def reply_to(
+    widget: widgets.ReportWidget, content: dict[str, Any]
+) -> tuple[dict[str, Any], list[bytes]]:
     """What Python answers to a request the panel sent (``PanelPage.sent()[i]["content"]``)."""
     return widget.handle_message(content)

@@ -54,7 +54,8 @@ def _write_user_settings(settings: pathlib.Path) -> None:
     notification = settings / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True, exist_ok=True)
     (notification / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True}))
+        json.dumps({"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True})
+    )
     notebook = settings / "@jupyterlab" / "notebook-extension"
     notebook.mkdir(parents=True, exist_ok=True)
     (notebook / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
@@ -67,26 +68,39 @@ def running_lab(root: pathlib.Path, extra_pythonpath: Sequence[pathlib.Path] = (
     state = pathlib.Path(tempfile.mkdtemp(prefix="tln_lab_state_"))
     _write_user_settings(state / "user-settings")
     port = _free_port()
-    env = {**os.environ,
-           "JUPYTERLAB_SETTINGS_DIR": str(state / "user-settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(state / "workspaces"),
-           "JUPYTER_RUNTIME_DIR": str(state / "runtime"),
-           "IPYTHONDIR": str(state / "ipython"),
-           "PYTHONPATH": os.pathsep.join([*map(str, extra_pythonpath),
-                                          os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)}
-    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser",
-               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-               "--ServerApp.port_retries=0", "--IdentityProvider.token=",
-               "--ServerApp.password=", f"--ServerApp.root_dir={root}",
-               "--LabApp.expose_app_in_browser=True",  # window.jupyterapp for the driver
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--LabApp.extension_manager=readonly",  # no PyPI queries from the server
-               "--ServerApp.allow_root=True"]  # CI containers often run as root
+    env = {
+        **os.environ,
+        "JUPYTERLAB_SETTINGS_DIR": str(state / "user-settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(state / "workspaces"),
+        "JUPYTER_RUNTIME_DIR": str(state / "runtime"),
+        "IPYTHONDIR": str(state / "ipython"),
+        "PYTHONPATH": os.pathsep.join(
+            [*map(str, extra_pythonpath), os.environ.get("PYTHONPATH", "")]
+        ).strip(os.pathsep),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        "--IdentityProvider.token=",
+        "--ServerApp.password=",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp for the driver
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",  # no PyPI queries from the server
+        "--ServerApp.allow_root=True",
+    ]  # CI containers often run as root
     log_path = state / "lab.log"
     started = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             while True:
@@ -97,8 +111,9 @@ def running_lab(root: pathlib.Path, extra_pythonpath: Sequence[pathlib.Path] = (
                         if response.status == 200:
                             break
                 if time.monotonic() - started > LAB_START_TIMEOUT_S:
-                    raise TimeoutError(f"jupyter lab not up in {LAB_START_TIMEOUT_S} s; "
-                                       f"log: {log_path}")
+                    raise TimeoutError(
+                        f"jupyter lab not up in {LAB_START_TIMEOUT_S} s; log: {log_path}"
+                    )
                 time.sleep(0.25)
             yield Lab(url, root, log_path, round(time.monotonic() - started, 1))
         finally:
@@ -118,8 +133,9 @@ def shutdown_sessions(lab: Lab, name: str) -> None:
         sessions = json.load(response)
     for session in sessions:
         if session.get("path") == name:
-            request = urllib.request.Request(f"{lab.url}/api/sessions/{session['id']}",
-                                             method="DELETE")
+            request = urllib.request.Request(
+                f"{lab.url}/api/sessions/{session['id']}", method="DELETE"
+            )
             with contextlib.suppress(OSError):
                 urllib.request.urlopen(request, timeout=10).close()
 
@@ -140,8 +156,11 @@ class LabNotebook:
     def __init__(self, page: Page, lab: Lab, name: str, cells: Sequence[str]) -> None:
         notebook = nbformat.v4.new_notebook()
         notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
-        notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                           "language": "python"}
+        notebook.metadata["kernelspec"] = {
+            "name": "python3",
+            "display_name": "Python 3",
+            "language": "python",
+        }
         nbformat.write(notebook, lab.root / name)
         self.page = page
         # ?reset: start from an empty workspace, not the tabs an earlier test left open
@@ -149,7 +168,9 @@ class LabNotebook:
         page.wait_for_function(
             "() => window.jupyterapp?.shell?.currentWidget?.sessionContext?.session?.kernel"
             "?.status === 'idle'",
-            timeout=KERNEL_IDLE_TIMEOUT_MS, polling=250)
+            timeout=KERNEL_IDLE_TIMEOUT_MS,
+            polling=250,
+        )
 
     def run_cell(self, index: int) -> list[dict]:
         """Run cell ``index``, wait until it finished, return its outputs (nbformat dicts).
@@ -157,14 +178,20 @@ class LabNotebook:
         Raises:
             AssertionError: the cell raised (the traceback is in the message).
         """
-        self.page.evaluate(f"""(i) => {{
+        self.page.evaluate(
+            f"""(i) => {{
           const nb = {_JS_NOTEBOOK};
           nb.content.activeCellIndex = i;
           void window.jupyterapp.commands.execute('notebook:run-cell');
-        }}""", index)
+        }}""",
+            index,
+        )
         self.page.wait_for_function(
             f"(i) => {{ const s = ({_JS_CELL_STATE})(i); return s.count != null && s.kernel === 'idle'; }}",
-            arg=index, timeout=CELL_TIMEOUT_MS, polling=200)
+            arg=index,
+            timeout=CELL_TIMEOUT_MS,
+            polling=200,
+        )
         outputs = self.page.evaluate(_JS_CELL_STATE, index)["outputs"]
         errors = [o for o in outputs if o.get("output_type") == "error"]
         assert not errors, "\n".join(errors[0].get("traceback", []))
@@ -172,18 +199,25 @@ class LabNotebook:
 
     def output_panel(self, index: int) -> Locator:
         """The panel (``.tln-panel``) that cell ``index`` displayed."""
-        panel = self.page.locator(".jp-Notebook .jp-Cell").nth(index).locator(
-            ".jp-OutputArea-output .tln-panel").first
+        panel = (
+            self.page.locator(".jp-Notebook .jp-Cell")
+            .nth(index)
+            .locator(".jp-OutputArea-output .tln-panel")
+            .first
+        )
         panel.wait_for(timeout=CELL_TIMEOUT_MS)
         return panel
 
     def set_theme(self, theme: str) -> None:
         """Switch JupyterLab's theme (``"JupyterLab Dark"`` / ``"JupyterLab Light"``)."""
         light = "false" if "Dark" in theme else "true"
-        self.page.evaluate("(theme) => window.jupyterapp.commands.execute("
-                           "'apputils:change-theme', { theme })", theme)
-        self.page.wait_for_function(f"() => document.body.dataset.jpThemeLight === '{light}'",
-                                    timeout=30_000)
+        self.page.evaluate(
+            "(theme) => window.jupyterapp.commands.execute('apputils:change-theme', { theme })",
+            theme,
+        )
+        self.page.wait_for_function(
+            f"() => document.body.dataset.jpThemeLight === '{light}'", timeout=30_000
+        )
         # Lab shows a splash while the theme loads: wait until it is gone.
         self.page.locator("#jupyterlab-splash").wait_for(state="detached", timeout=30_000)
 

@@ -29,28 +29,54 @@ def traced_ops_report() -> tuple[Report, torch.nn.Module]:
     trace = tl.trace(model, torch.randn(2, 8))
     relu = trace["relu_1"]
     second = trace["linear_2"]
-    rows = [{"label": op.label, "func": op.func, "module": op.module, "shape": str(op.shape),
-             "numel": op.numel, "ratio": op.numel / 32} for op in trace]
+    rows = [
+        {
+            "label": op.label,
+            "func": op.func,
+            "module": op.module,
+            "shape": str(op.shape),
+            "numel": op.numel,
+            "ratio": op.numel / 32,
+        }
+        for op in trace
+    ]
     model_ref = weakref.ref(model)
     report = Report(
         subject=f"Sequential ({len(trace)} ops)",
         status="warn",
         lead="relu_1 zeroes part of its input; linear_2 shrinks the width from 16 to 4.",
         findings=(
-            Finding("dead_units", "warning", "relu_1 outputs zero for some units on this batch.",
-                    where=Where(relu.label, relu.module, relu.file, relu.line, relu.code),
-                    remedy="Check the init scale of layer 0 or use LeakyReLU.",
-                    fields={"zero_fraction": 0.25, "units": 16, "worst": math.nan}),
-            Finding("width_drop", "critical", "linear_2 maps 16 features to 4.",
-                    where=Where(second.label, second.module), fields={"in": 16, "out": 4}),
+            Finding(
+                "dead_units",
+                "warning",
+                "relu_1 outputs zero for some units on this batch.",
+                where=Where(relu.label, relu.module, relu.file, relu.line, relu.code),
+                remedy="Check the init scale of layer 0 or use LeakyReLU.",
+                fields={"zero_fraction": 0.25, "units": 16, "worst": math.nan},
+            ),
+            Finding(
+                "width_drop",
+                "critical",
+                "linear_2 maps 16 features to 4.",
+                where=Where(second.label, second.module),
+                fields={"in": 16, "out": 4},
+            ),
             Finding("traced", "info", f"{len(trace)} ops recorded."),
         ),
-        tables=(Table.from_dicts("ops", rows, ("label", "func", "module", "shape", "numel",
-                                               "ratio"), attrs={"model": "mlp", "batch": 2}),),
+        tables=(
+            Table.from_dicts(
+                "ops",
+                rows,
+                ("label", "func", "module", "shape", "numel", "ratio"),
+                attrs={"model": "mlp", "batch": 2},
+            ),
+        ),
         disclosures=("One batch of 2 samples; other batches may differ.",),
         unavailable=(Unavailable("backward", "no loss was given, so gradients were not checked"),),
-        exits=(Exit("Run doctor", "tl.report.doctor(model)", action="doctor"),
-               Exit("Trace again", "tl.trace(model, x)")),
+        exits=(
+            Exit("Run doctor", "tl.report.doctor(model)", action="doctor"),
+            Exit("Trace again", "tl.trace(model, x)"),
+        ),
         actions={"doctor": lambda: tl.report.doctor(model_ref())},
     )
     return report, model
@@ -58,10 +84,16 @@ def traced_ops_report() -> tuple[Report, torch.nn.Module]:
 
 def big_table_report(n_rows: int = 100_000) -> Report:
     """One table of ``n_rows`` rows with a NaN in every 97th ``value`` (for kernel paging)."""
-    rows = [(f"op_{i}", i, math.nan if i % 97 == 0 else ((i * 7919) % 1000) / 10, i % 3 == 0)
-            for i in range(n_rows)]
-    return Report(subject=f"{n_rows} rows", status="ok", lead=f"{n_rows} rows to page through.",
-                  tables=(Table("rows", ("label", "index", "value", "even3"), rows),))
+    rows = [
+        (f"op_{i}", i, math.nan if i % 97 == 0 else ((i * 7919) % 1000) / 10, i % 3 == 0)
+        for i in range(n_rows)
+    ]
+    return Report(
+        subject=f"{n_rows} rows",
+        status="ok",
+        lead=f"{n_rows} rows to page through.",
+        tables=(Table("rows", ("label", "index", "value", "even3"), rows),),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,23 +103,51 @@ class ValuesReport(Report):
     report_type = "values"
 
     def _data(self) -> dict[str, Any]:
-        return {"tensor": torch.tensor([1.0, math.nan, -math.inf]), "scalar": torch.tensor(2.5),
-                "np": np.float32(math.inf), "count": np.int64(7)}
+        return {
+            "tensor": torch.tensor([1.0, math.nan, -math.inf]),
+            "scalar": torch.tensor(2.5),
+            "np": np.float32(math.inf),
+            "count": np.int64(7),
+        }
 
 
 def awkward_values_report() -> Report:
     """NaN, +/-Inf, -0.0, huge and tiny floats, numpy scalars and tensors in every place a
     payload holds values: finding fields, table rows and table attrs, ``_data()``."""
-    values = [math.nan, math.inf, -math.inf, -0.0, 1e308, 5e-324, np.float32(math.nan),
-              np.int64(3), np.float64(-0.0), torch.tensor(1.5)]
+    values = [
+        math.nan,
+        math.inf,
+        -math.inf,
+        -0.0,
+        1e308,
+        5e-324,
+        np.float32(math.nan),
+        np.int64(3),
+        np.float64(-0.0),
+        torch.tensor(1.5),
+    ]
     rows = [{"name": f"v{i}", "value": v} for i, v in enumerate(values)]
     return ValuesReport(
-        subject="awkward", status="found", lead="every kind of awkward number",
-        findings=(Finding("nonfinite", "critical", "NaN and Inf present.",
-                          fields={"nan": math.nan, "inf": math.inf, "neg_zero": -0.0,
-                                  "np": np.float64(math.nan), "t": torch.tensor([math.inf])}),),
-        tables=(Table.from_dicts("values", rows, ("name", "value"),
-                                 attrs={"threshold": math.inf}),),
+        subject="awkward",
+        status="found",
+        lead="every kind of awkward number",
+        findings=(
+            Finding(
+                "nonfinite",
+                "critical",
+                "NaN and Inf present.",
+                fields={
+                    "nan": math.nan,
+                    "inf": math.inf,
+                    "neg_zero": -0.0,
+                    "np": np.float64(math.nan),
+                    "t": torch.tensor([math.inf]),
+                },
+            ),
+        ),
+        tables=(
+            Table.from_dicts("values", rows, ("name", "value"), attrs={"threshold": math.inf}),
+        ),
     )
 
 

@@ -27,14 +27,21 @@ def sinks_report():
 
 
 def mount(panel_page, report):
-    return panel_page.mount("attention_sinks", widgets.panel_payload(report),
-                            arrays=widgets.panel_arrays(report))
+    return panel_page.mount(
+        "attention_sinks", widgets.panel_payload(report), arrays=widgets.panel_arrays(report)
+    )
 
 
 def strongest_sink(report) -> tuple[int, int]:
-    return max(((i, h) for i, layer in enumerate(report.layers)
-                for h, flag in enumerate(layer.is_sink) if flag),
-               key=lambda lh: report.layers[lh[0]].masses[lh[1]])
+    return max(
+        (
+            (i, h)
+            for i, layer in enumerate(report.layers)
+            for h, flag in enumerate(layer.is_sink)
+            if flag
+        ),
+        key=lambda lh: report.layers[lh[0]].masses[lh[1]],
+    )
 
 
 def test_clicking_a_head_cell_shows_its_pattern_with_the_token_labels(panel_page, sinks_report):
@@ -45,7 +52,7 @@ def test_clicking_a_head_cell_shows_its_pattern_with_the_token_labels(panel_page
     assert cells.count() == 6 * 12
     layer, head = strongest_sink(report)
     cell = root.locator(f'.tln-as-cell[data-layer="{layer}"][data-head="{head}"]')
-    assert cell.locator(".tln-as-token").inner_text() == "◆ [CLS]"   # Python flagged it
+    assert cell.locator(".tln-as-token").inner_text() == "◆ [CLS]"  # Python flagged it
     cell.click()
     figure = root.locator(f'figure.tln-as-pattern[data-layer="{layer}"][data-head="{head}"]')
     expect(figure).to_be_visible()
@@ -60,7 +67,8 @@ def test_clicking_a_head_cell_shows_its_pattern_with_the_token_labels(panel_page
     canvas.hover(position={"x": side * 0.5, "y": side * 3.5})
     value = report.pattern(layer, head)[3][0]
     expect(figure.locator(".tln-as-readout")).to_have_text(
-        f"query sat (3) → key [CLS] (0): {value:.4g} · sink column")
+        f"query sat (3) → key [CLS] (0): {value:.4g} · sink column"
+    )
     panel_page.screenshot("attention_sinks_light", root)
 
 
@@ -85,9 +93,11 @@ def test_the_head_list_sorts_by_mass_and_opens_a_head(panel_page, sinks_report):
     rows = root.locator(".tln-as-list tbody tr")
     heads = report.to_pandas("heads").sort_values("mass", ascending=False, kind="stable")
     first = rows.first
-    assert (first.get_attribute("data-layer"), first.get_attribute("data-head")) == \
-        (str(heads["layer"].iloc[0]), str(heads["head"].iloc[0]))
-    root.get_by_role("button", name="mass").click()              # now ascending
+    assert (first.get_attribute("data-layer"), first.get_attribute("data-head")) == (
+        str(heads["layer"].iloc[0]),
+        str(heads["head"].iloc[0]),
+    )
+    root.get_by_role("button", name="mass").click()  # now ascending
     assert rows.first.get_attribute("data-head") == str(heads["head"].iloc[-1])
     rows.nth(4).get_by_role("button").click()
     layer, head = rows.nth(4).get_attribute("data-layer"), rows.nth(4).get_attribute("data-head")
@@ -95,7 +105,8 @@ def test_the_head_list_sorts_by_mass_and_opens_a_head(panel_page, sinks_report):
 
 
 def test_outlier_dims_are_labelled_on_the_bars_and_cleanup_releases_everything(
-        panel_page, sinks_report):
+    panel_page, sinks_report
+):
     report, _ = sinks_report
     root = mount(panel_page, report)
     chooser = root.get_by_label("Block output")

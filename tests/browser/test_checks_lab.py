@@ -43,8 +43,10 @@ CELLS = [
 def test_dashboard_counts_up_while_the_cell_is_still_running(lab_notebook) -> None:
     nb = lab_notebook(CELLS, name="checks_live.ipynb")
     page = nb.page
-    page.evaluate(f"() => {{ const nb = {_JS_NOTEBOOK}; nb.content.activeCellIndex = 0;"
-                  " void window.jupyterapp.commands.execute('notebook:run-cell'); }")
+    page.evaluate(
+        f"() => {{ const nb = {_JS_NOTEBOOK}; nb.content.activeCellIndex = 0;"
+        " void window.jupyterapp.commands.execute('notebook:run-cell'); }"
+    )
     has_finished = f"() => {_JS_NOTEBOOK}.content.model.cells.get(0).executionCount != null"
     panel = nb.output_panel(0)
     accepted = panel.locator('[data-counter="accepted"]')
@@ -60,8 +62,7 @@ def test_dashboard_counts_up_while_the_cell_is_still_running(lab_notebook) -> No
         page.wait_for_timeout(50)  # a sampling period, not a wait for a state
     # the loop takes ~4 s and the feed sends up to 10 updates per second
     assert len(seen_while_running) >= 5, seen_while_running
-    expect(panel.locator(".tln-ck-final")).to_have_text("Final report (completed).",
-                                                        timeout=30_000)
+    expect(panel.locator(".tln-ck-final")).to_have_text("Final report (completed).", timeout=30_000)
     expect(panel.locator('[data-counter="accepted"]')).to_have_text(str(STEPS))
     assert panel.locator('svg[data-chart="update_ratio"] circle').count() == STEPS
     nb.screenshot("lab_checks", panel)

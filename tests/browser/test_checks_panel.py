@@ -61,14 +61,16 @@ def dead_layer_run(monkeypatch):
     return snapshot, recorder.messages, recorder.final
 
 
-def test_live_counters_checks_findings_and_chart_update_per_increment(panel_page,
-                                                                      dead_layer_run) -> None:
+def test_live_counters_checks_findings_and_chart_update_per_increment(
+    panel_page, dead_layer_run
+) -> None:
     snapshot, increments, _ = dead_layer_run
     root = panel_page.mount("checks", widgets.panel_payload(snapshot))
     accepted = root.locator('[data-counter="accepted"]')
     expect(accepted).to_have_text("0")
     expect(root.get_by_role("status").first).to_have_text(
-        "Session running: updates while the loop runs.")
+        "Session running: updates while the loop runs."
+    )
     for message in increments[:6]:  # 3 attempts: one increment per backward, one per step
         panel_page.kernel_set("live", message)
     expect(accepted).to_have_text("3")
@@ -91,8 +93,9 @@ def test_live_counters_checks_findings_and_chart_update_per_increment(panel_page
 
 def test_final_report_shows_counters_chart_tables_and_scope(panel_page, dead_layer_run) -> None:
     _, _, final = dead_layer_run
-    root = panel_page.mount("checks", widgets.panel_payload(final),
-                            arrays=widgets.panel_arrays(final))
+    root = panel_page.mount(
+        "checks", widgets.panel_payload(final), arrays=widgets.panel_arrays(final)
+    )
     expect(root.locator(".tln-ck-final")).to_have_text("Final report (completed).")
     expect(root.locator('[data-counter="attempts"]')).to_have_text("8")
     expect(root.locator('[data-check="nonfinite_grad"] .tln-ck-state')).to_have_text("clean")
@@ -103,8 +106,9 @@ def test_final_report_shows_counters_chart_tables_and_scope(panel_page, dead_lay
     panel_page.screenshot("checks_final", root)
 
 
-def test_final_report_renders_offline_from_its_html_file(page, base_url, out_dir,
-                                                         dead_layer_run) -> None:
+def test_final_report_renders_offline_from_its_html_file(
+    page, base_url, out_dir, dead_layer_run
+) -> None:
     _, _, final = dead_layer_run
     final.to_html(str(out_dir / "checks.html"))
     page.goto(f"{base_url}/out/checks.html")
@@ -121,8 +125,7 @@ def ddp_live_run(tmp_path_factory):
     return ranks.launch(tmp_path_factory.mktemp("ranks"), ["live"])["live"][0]
 
 
-def test_live_dashboard_on_rank_0_lays_out_every_ranks_counters(ddp_live_run,
-                                                                 panel_page) -> None:
+def test_live_dashboard_on_rank_0_lays_out_every_ranks_counters(ddp_live_run, panel_page) -> None:
     root = panel_page.mount("checks", ddp_live_run["snapshot"])
     table = root.locator('table[data-table="ranks"]')
     expect(table).to_have_count(0)  # no agreement yet: no per-rank rows
@@ -130,8 +133,18 @@ def test_live_dashboard_on_rank_0_lays_out_every_ranks_counters(ddp_live_run,
         panel_page.kernel_set("live", message)
     expect(table.locator("caption")).to_have_text("Ranks (counters at S-B agreement 4)")
     expect(table.locator("thead th")).to_have_text(
-        ["rank", "at step", "raising", "attempts", "accepted", "skipped", "raised", "backwards",
-         "pending backwards"])
+        [
+            "rank",
+            "at step",
+            "raising",
+            "attempts",
+            "accepted",
+            "skipped",
+            "raised",
+            "backwards",
+            "pending backwards",
+        ]
+    )
     expect(table.locator('[data-rank="0"] [data-col="backwards"]')).to_have_text("4")
     expect(table.locator('[data-rank="1"] [data-col="backwards"]')).to_have_text("8")
     expect(table.locator('tbody [data-col="accepted"]')).to_have_text(["3", "3"])

@@ -47,14 +47,15 @@ def test_first_divergence_is_highlighted_and_scrolled_to(panel_page, compare_rep
     assert first.locator(".tln-cmp-status").inner_text() == "≠ value diverged"
     assert first.locator(".tln-cmp-first").inner_text() == "◆ first divergence"
     scroller = root.locator(".tln-cmp-scroll")
-    panel_page.page.wait_for_function(
-        "el => el.scrollTop > 0", arg=scroller.element_handle())
+    panel_page.page.wait_for_function("el => el.scrollTop > 0", arg=scroller.element_handle())
     box, row = scroller.bounding_box(), first.bounding_box()
     assert box["y"] <= row["y"] <= box["y"] + box["height"]  # visible without scrolling
     # the selected row's details: both sides' statistics, computed in Python
     detail = root.get_by_role("region", name="Row details")
-    assert detail.locator("h4").all_inner_texts() == ["trace_a: (2, 8) float32",
-                                                       "trace_b: (2, 8) float32"]
+    assert detail.locator("h4").all_inner_texts() == [
+        "trace_a: (2, 8) float32",
+        "trace_b: (2, 8) float32",
+    ]
     stats = compare_report.to_pandas("value_stats")
     mean_b = stats[(stats.op == "linear_31") & (stats.side == "b")]["mean"].item()
     assert f"{mean_b:.4g}" in detail.inner_text() or f"{mean_b:.3g}" in detail.inner_text()
@@ -72,12 +73,14 @@ def test_error_bars_filter_and_row_click(panel_page, compare_report) -> None:
     matching = root.locator('tr[data-op="linear_25"] .tln-cmp-errnum').all_inner_texts()
     assert matching == ["0", "0"]  # identical before block 30: empty bars
     widths = root.locator('tr[data-op="linear_31"] .tln-cmp-bar > span').evaluate_all(
-        "spans => spans.map(s => parseFloat(s.style.width))")
+        "spans => spans.map(s => parseFloat(s.style.width))"
+    )
     assert all(w > 0 for w in widths)
     toggle = root.get_by_role("button", name="Only diverged rows (20)")
     toggle.click()
     expect(root.get_by_role("button", name="Only diverged rows (20)")).to_have_attribute(
-        "aria-pressed", "true")
+        "aria-pressed", "true"
+    )
     diverged = root.locator(".tln-cmp-table tbody tr")
     assert diverged.count() == 20  # linear_31 .. tanh_40
     assert diverged.first.get_attribute("data-op") == "linear_31"

@@ -44,17 +44,20 @@ def test_hot_lines_are_ranked_with_a_bar_and_the_code(panel_page, trace) -> None
     # mix: 2*8*64*64 = 65536 (+ tanh 512 + add 512) is the hottest line
     assert items.first.locator(".tln-cost-value").inner_text() == "66,560 FLOPs"
     widths = root.locator(".tln-cost-bar > span").evaluate_all(
-        "spans => spans.map(s => parseFloat(s.style.width))")
+        "spans => spans.map(s => parseFloat(s.style.width))"
+    )
     assert widths == sorted(widths, reverse=True) and widths[0] == pytest.approx(
-        100 * rows[0]["share"], abs=0.1)
+        100 * rows[0]["share"], abs=0.1
+    )
     panel_page.screenshot("cost_hot_path", root)
 
 
 def test_recompute_draws_the_budget_line_and_marks_the_greedy_set(panel_page, trace) -> None:
     report = tl.debug.recompute_candidates(trace, budget_gb=6000 / 1e9)
     root = panel_page.mount("cost", widgets.panel_payload(report))
-    chart = root.get_by_role("img", name="Activation bytes left after recomputing the first N "
-                                         "candidates; budget 5.9 KiB")
+    chart = root.get_by_role(
+        "img", name="Activation bytes left after recomputing the first N candidates; budget 5.9 KiB"
+    )
     assert chart.locator("line.tln-cost-budget").count() == 1
     assert chart.locator(".tln-cost-budget-label").text_content() == "budget 5.9 KiB"
     selected = [r["op"] for r in report.table().dicts() if r["is_selected"]]

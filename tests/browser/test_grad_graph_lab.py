@@ -29,7 +29,8 @@ def test_grad_graph_panel_folds_searches_and_shows_details_in_lab(lab_notebook) 
     nb.run_cell(0)
     outputs = nb.run_cell(1)
     assert outputs[0]["data"]["text/plain"].startswith(
-        "grad_fn [complete] 1 output, shape (): 785 autograd nodes (148 leaves)")
+        "grad_fn [complete] 1 output, shape (): 785 autograd nodes (148 leaves)"
+    )
     panel = nb.output_panel(1)
     graph = panel.locator(".tln-gg")
     expect(panel.locator(".tln-gg-legend")).to_contain_text("no values, no timing, no verification")
@@ -41,8 +42,9 @@ def test_grad_graph_panel_folds_searches_and_shows_details_in_lab(lab_notebook) 
     search.press("Enter")
     panel.locator('[data-key="g:transformer.h.5.mlp"]').click()
     expect(panel.locator('[data-key="g:transformer.h.5.mlp.c_fc"]')).to_have_count(1)
-    expect(panel.get_by_role("button", name="Fold transformer.h.5.mlp (16 nodes)")
-           ).to_have_attribute("aria-expanded", "true")
+    expect(
+        panel.get_by_role("button", name="Fold transformer.h.5.mlp (16 nodes)")
+    ).to_have_attribute("aria-expanded", "true")
 
     # search a parameter inside a folded group, open it, read its details
     search.fill("h.7.attn.c_proj.bias")

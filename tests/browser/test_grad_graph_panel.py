@@ -44,19 +44,24 @@ def _level(sketch, depth: int) -> set[str]:
 
 
 def test_opens_at_the_deepest_level_that_fits_and_unfolds_a_box_on_click(
-        panel_page, gpt2_small_shaped) -> None:
+    panel_page, gpt2_small_shaped
+) -> None:
     sketch = gpt2_small_shaped
     root = panel_page.mount("grad_graph", widgets.panel_payload(sketch))
 
     expect(root.locator(".tln-gg-legend")).to_have_text(
-        "STRUCTURE-ONLY read from grad_fn/next_functions; no values, no timing, no verification.")
+        "STRUCTURE-ONLY read from grad_fn/next_functions; no values, no timing, no verification."
+    )
     # level 3 (blocks open, their attn/mlp/ln boxes folded) fits in 150 units; level 4 does not
-    assert (_expected_units(sketch, _level(sketch, 3)), _expected_units(sketch, _level(sketch, 4))
-            ) == (137, 689)
+    assert (
+        _expected_units(sketch, _level(sketch, 3)),
+        _expected_units(sketch, _level(sketch, 4)),
+    ) == (137, 689)
     _expect_units(root, 137)
     attn = root.locator('[data-key="g:transformer.h.0.attn"]')
     expect(attn).to_have_attribute(
-        "aria-label", "group transformer.h.0.attn, 36 nodes, folded: activate to unfold")
+        "aria-label", "group transformer.h.0.attn, 36 nodes, folded: activate to unfold"
+    )
     panel_page.screenshot("grad_graph_open_light", root)
 
     attn.click()
@@ -64,8 +69,9 @@ def test_opens_at_the_deepest_level_that_fits_and_unfolds_a_box_on_click(
     expect(root.locator('[data-key="g:transformer.h.0.attn"]')).to_have_count(0)
     expect(root.locator('[data-key="g:transformer.h.0.attn.c_attn"]')).to_have_count(1)
     _expect_units(root, _expected_units(sketch, _level(sketch, 3) | {"transformer.h.0.attn"}))
-    expect(root.get_by_role("button", name="Fold transformer.h.0.attn (36 nodes)")
-           ).to_have_attribute("aria-expanded", "true")
+    expect(
+        root.get_by_role("button", name="Fold transformer.h.0.attn (36 nodes)")
+    ).to_have_attribute("aria-expanded", "true")
 
 
 def test_the_group_tree_and_toolbar_fold_and_unfold(panel_page, gpt2_small_shaped) -> None:
@@ -83,7 +89,8 @@ def test_the_group_tree_and_toolbar_fold_and_unfold(panel_page, gpt2_small_shape
 
 
 def test_search_reveals_a_parameter_inside_folded_groups_and_shows_its_details(
-        panel_page, gpt2_small_shaped) -> None:
+    panel_page, gpt2_small_shaped
+) -> None:
     root = panel_page.mount("grad_graph", widgets.panel_payload(gpt2_small_shaped))
 
     root.get_by_role("searchbox", name="Search nodes by name").fill("h.3.attn.c_attn.weight")
@@ -92,8 +99,9 @@ def test_search_reveals_a_parameter_inside_folded_groups_and_shows_its_details(
     results.get_by_role("button").click()
 
     selected = root.locator(".tln-gg-unit.is-selected")
-    weight = next(n for n in gpt2_small_shaped.nodes
-                  if n.param_name == "transformer.h.3.attn.c_attn.weight")
+    weight = next(
+        n for n in gpt2_small_shaped.nodes if n.param_name == "transformer.h.3.attn.c_attn.weight"
+    )
     expect(selected).to_have_attribute("data-key", f"n:{weight.id}")
     details = root.locator(".tln-gg-details")
     expect(details.locator("h3")).to_have_text("transformer.h.3.attn.c_attn.weight")
@@ -121,7 +129,8 @@ def test_clicking_an_op_shows_type_and_saved_shapes(panel_page, gpt2_small_shape
 
 
 def test_an_unfold_beyond_the_layout_budget_is_refused_with_the_way_out(
-        panel_page, gpt2_small_shaped) -> None:
+    panel_page, gpt2_small_shaped
+) -> None:
     payload = widgets.panel_payload(gpt2_small_shaped)
     payload["data"]["layout"]["max_units"] = 100  # a smaller budget than Python's default
     root = panel_page.mount("grad_graph", payload)
@@ -129,7 +138,8 @@ def test_an_unfold_beyond_the_layout_budget_is_refused_with_the_way_out(
     root.get_by_role("button", name="Unfold every group").click()
 
     expect(root.get_by_role("status")).to_contain_text(
-        "That would show 785 boxes and nodes; the panel lays out at most 100 at once.")
+        "That would show 785 boxes and nodes; the panel lays out at most 100 at once."
+    )
     _expect_units(root, 53)  # opened at level 2: level 3 (137) is above this budget too
 
 
@@ -139,19 +149,22 @@ def test_a_truncated_sketch_says_so_and_the_offline_copy_needs_no_kernel(panel_p
     root = panel_page.mount("grad_graph", widgets.panel_payload(sketch), offline=True)
 
     expect(root.locator(".tln-gg-truncated")).to_have_text(
-        "▲ TRUNCATED: the walk stopped at max_nodes=4; dashed nodes have inputs that are not "
-        "shown.")
+        "▲ TRUNCATED: the walk stopped at max_nodes=4; dashed nodes have inputs that are not shown."
+    )
     expect(root.locator(".tln-gg-unit.is-cut")).to_have_count(2)
     root.get_by_role("button", name="Unfold every group").click()
     root.locator('[data-key="n:1"]').click()
     expect(root.locator(".tln-gg-details h3")).to_have_text("AddmmBackward0")
-    assert "Cut\nsome inputs were not walked: max_nodes was reached" in root.locator(
-        ".tln-gg-details").inner_text()
+    assert (
+        "Cut\nsome inputs were not walked: max_nodes was reached"
+        in root.locator(".tln-gg-details").inner_text()
+    )
     assert panel_page.sent() == []  # layout, fold and details all happen in the page
 
 
-def test_cleanup_releases_every_listener_and_dark_theme_renders(panel_page,
-                                                                gpt2_small_shaped) -> None:
+def test_cleanup_releases_every_listener_and_dark_theme_renders(
+    panel_page, gpt2_small_shaped
+) -> None:
     root = panel_page.mount("grad_graph", widgets.panel_payload(gpt2_small_shaped))
     panel_page.set_theme("dark")
     root.locator('[data-key="g:transformer.h.1.mlp"]').focus()

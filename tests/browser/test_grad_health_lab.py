@@ -39,7 +39,8 @@ def test_frontier_table_sorts_filters_and_opens_lineage_in_lab(lab_notebook) -> 
     nb = lab_notebook(CELLS, name="grad_health.ipynb")
     outputs = nb.run_cell(0)
     assert outputs[0]["data"]["text/plain"].startswith(
-        "grad_health [found] Sequential backward 0 (11 gradients)")
+        "grad_health [found] Sequential backward 0 (11 gradients)"
+    )
     panel = nb.output_panel(0)
     expect(panel.locator('tr[data-frontier="true"] .tln-gh-frontier')).to_have_text("◆ frontier")
     ops = panel.locator(".tln-gh-table tbody tr[data-op] th")
@@ -53,5 +54,6 @@ def test_frontier_table_sorts_filters_and_opens_lineage_in_lab(lab_notebook) -> 
     panel.get_by_role("button", name="Lineage of linear_3", exact=True).click()
     followup = panel.locator('.tln-followup .tln-panel[data-panel="lineage"]')
     expect(followup.locator(".tln-lead")).to_have_text(
-        "linear_3 has 1 ancestor and 1 descendant within depth 1.", timeout=30_000)
+        "linear_3 has 1 ancestor and 1 descendant within depth 1.", timeout=30_000
+    )
     nb.screenshot("lab_grad_health")

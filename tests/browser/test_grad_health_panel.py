@@ -29,8 +29,9 @@ def dead_block():
 
 
 def mount(panel_page, report, **kwargs):
-    return panel_page.mount("grad_health", widgets.panel_payload(report),
-                            arrays=widgets.panel_arrays(report), **kwargs)
+    return panel_page.mount(
+        "grad_health", widgets.panel_payload(report), arrays=widgets.panel_arrays(report), **kwargs
+    )
 
 
 def ops_shown(root) -> list[str]:
@@ -109,8 +110,9 @@ def test_profile_tab_draws_the_chart(panel_page, dead_block) -> None:
     canvas = root.locator("canvas.tln-gh-profile")
     expect(canvas).to_be_visible()
     assert root.locator(".tln-gh-legend li").all_inner_texts()[:2] == ["● ok (6)", "× zero (5)"]
-    painted = canvas.evaluate("c => c.getContext('2d').getImageData(0, 0, c.width, c.height)"
-                              ".data.some(v => v !== 0)")
+    painted = canvas.evaluate(
+        "c => c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some(v => v !== 0)"
+    )
     assert painted
     box = canvas.bounding_box()  # the right edge of the plot area is the last op, linear_6
     canvas.hover(position={"x": box["width"] * (720 - 14) / 720, "y": box["height"] / 2})
@@ -143,7 +145,8 @@ def test_ten_thousand_rows_page_and_sort(panel_page) -> None:
     root = mount(panel_page, report)
     root.get_by_label("Group by module").uncheck()
     expect(root.locator(".tln-gh-pane .tln-table-status")).to_have_text(
-        "10000 of 10000 gradients shown")
+        "10000 of 10000 gradients shown"
+    )
     assert len(ops_shown(root)) == 100  # drawn in chunks
     root.get_by_role("button", name="Show 100 more (9900 hidden)").click()
     assert len(ops_shown(root)) == 200

@@ -19,8 +19,7 @@ CELLS = [
     "from tests.browser.reports import big_table_report, traced_ops_report\n"
     "report, model = traced_ops_report()\n"
     "report",
-    "big = big_table_report(100_000)\n"
-    "big",
+    "big = big_table_report(100_000)\nbig",
 ]
 
 
@@ -31,7 +30,10 @@ def test_reports_are_live_panels_in_jupyterlab(lab_notebook) -> None:
     card = nb.output_panel(0)
     expect(card.locator(".tln-badge")).to_have_text("▲Status: warn")
     assert card.locator(".tln-findings-group h3").all_inner_texts() == [
-        "✖ Critical (1)", "▲ Warnings (1)", "ℹ Info (1)"]
+        "✖ Critical (1)",
+        "▲ Warnings (1)",
+        "ℹ Info (1)",
+    ]
 
     # exit button -> action runs in the kernel -> its report's panel appears below
     card.get_by_role("button", name="Run doctor").click()

@@ -34,7 +34,8 @@ def test_nonfinite_origin_panel_expands_through_the_kernel(lab_notebook) -> None
     graph = panel.locator(".tln-lineage").first.locator(".tln-lin-graph")
     panel.get_by_role("button", name="Show 1 more input of sub_1").click()
     expect(graph.locator(".tln-lin-label")).to_have_text(
-        ["linear_1", "sub_1", "log_1 ◆ origin", "mul_1"], timeout=30_000)
+        ["linear_1", "sub_1", "log_1 ◆ origin", "mul_1"], timeout=30_000
+    )
     graph.locator('.tln-lin-item[data-label="linear_1"] .tln-lin-node').click()
     expect(panel.locator(".tln-lin-detail h4").first).to_have_text("Details of linear_1")
 
@@ -43,8 +44,10 @@ def test_nonfinite_origin_panel_expands_through_the_kernel(lab_notebook) -> None
     followup = panel.locator('.tln-followup .tln-panel[data-panel="lineage"]')
     expect(followup.locator(".tln-type")).to_have_text("lineage", timeout=30_000)
     expect(followup.locator(".tln-lead")).to_have_text(
-        "log_1 has 1 ancestor and 1 descendant within depth 1.")
+        "log_1 has 1 ancestor and 1 descendant within depth 1."
+    )
     followup.get_by_role("button", name="Show 1 more output of mul_1").click()
     expect(followup.locator(".tln-lin-label")).to_have_text(
-        ["sub_1", "log_1 ◆ origin", "mul_1", "linear_2"], timeout=30_000)
+        ["sub_1", "log_1 ◆ origin", "mul_1", "linear_2"], timeout=30_000
+    )
     nb.screenshot("lab_nonfinite")

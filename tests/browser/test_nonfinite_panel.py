@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 import torchlens_nb as tl
 from tests.browser.helpers import reply_to
-from tests.nan.nan_models import X, LogOfNegative, Net, SqrtAtZero, line_of
+from tests.nan.nan_models import LogOfNegative, Net, SqrtAtZero, X, line_of
 from torchlens_nb import widgets
 
 pytestmark = pytest.mark.browser
@@ -30,10 +30,15 @@ def test_origin_card_names_op_module_and_line(panel_page, traced) -> None:
     lead = root.get_by_role("region", name="Origin")
     line = line_of(LogOfNegative.forward, "torch.log(shifted)")
     assert lead.locator("dd").all_inner_texts()[:5] == [
-        "nan", "log_1 (log)", "block", f"nan/nan_models.py:{line}",
-        "checked finite: the value was born here"]
+        "nan",
+        "log_1 (log)",
+        "block",
+        f"nan/nan_models.py:{line}",
+        "checked finite: the value was born here",
+    ]
     assert lead.locator("pre.tln-source").first.inner_text() == (
-        "return torch.log(shifted)  # log(0.5 - 1) = nan")
+        "return torch.log(shifted)  # log(0.5 - 1) = nan"
+    )
     assert "6 of 6 floating-point outputs" in lead.inner_text()
     assert "3 outputs, 2 of them propagated" in lead.inner_text()
     assert lead.locator(".tln-nf-amp").inner_text().startswith("AMP: Gradients captured under")
@@ -49,21 +54,29 @@ def test_expand_asks_python_for_the_next_ring_and_merges_it(panel_page, traced) 
     widget = widgets.widget_for(report)
     root = panel_page.mount("nonfinite", widgets.panel_payload(report))
     graph = root.locator(".tln-lin-graph")
-    assert graph.locator(".tln-lin-label").all_inner_texts() == [
-        "sub_1", "log_1 ◆ origin", "mul_1"]
+    assert graph.locator(".tln-lin-label").all_inner_texts() == ["sub_1", "log_1 ◆ origin", "mul_1"]
     expand = root.get_by_role("button", name="Show 1 more input of sub_1")
     expand.focus()
     panel_page.page.keyboard.press("Enter")  # keyboard reachable: a native button
     request = panel_page.sent()[-1]["content"]
     assert (request["type"], request["name"], request["args"]) == (
-        "action", "expand", {"label": "sub_1", "direction": "ancestors"})
+        "action",
+        "expand",
+        {"label": "sub_1", "direction": "ancestors"},
+    )
     panel_page.kernel_send(*reply_to(widget, request))
     expect(graph.locator(".tln-lin-label")).to_have_text(
-        ["linear_1", "sub_1", "log_1 ◆ origin", "mul_1"])
+        ["linear_1", "sub_1", "log_1 ◆ origin", "mul_1"]
+    )
     assert graph.locator(".tln-lin-column h4").all_inner_texts() == [
-        "2 steps before", "1 step before", "log_1", "1 step after"]
+        "2 steps before",
+        "1 step before",
+        "log_1",
+        "1 step after",
+    ]
     expect(root.locator(".tln-lineage .tln-request-status")).to_have_text(
-        "Added 1 node around sub_1.")
+        "Added 1 node around sub_1."
+    )
     graph.locator('.tln-lin-item[data-label="linear_1"] .tln-lin-node').click()
     details = root.locator(".tln-lin-detail")
     assert details.locator("h4").inner_text() == "Details of linear_1"
@@ -79,7 +92,9 @@ def test_selecting_a_node_shows_its_statistics_and_source(panel_page, traced) ->
     root = panel_page.mount("nonfinite", widgets.panel_payload(report))
     details = root.locator(".tln-lin-detail")  # the origin is selected first
     assert details.locator("h4").inner_text() == "Details of log_1"
-    terms = dict(zip(details.locator("dt").all_inner_texts(), details.locator("dd").all_inner_texts()))
+    terms = dict(
+        zip(details.locator("dt").all_inner_texts(), details.locator("dd").all_inner_texts())
+    )
     assert (terms["NaN"], terms["+Inf"], terms["-Inf"], terms["elements"]) == ("1", "0", "0", "2")
     assert terms["finite min / mean / max"] == "0.6931 / 0.6931 / 0.6931"  # log(2)
     assert details.locator(".tln-source").inner_text().startswith("return torch.log(shifted)")
@@ -92,7 +107,11 @@ def test_backward_ledger_marks_the_birth_row(panel_page) -> None:
     root = panel_page.mount("nonfinite", widgets.panel_payload(report))
     lead = root.get_by_role("region", name="Born in backward")
     assert lead.locator("dd").all_inner_texts()[:4] == [
-        "inf", "SqrtBackward0 (fire 6)", "sqrt_1 (sqrt)", "block"]
+        "inf",
+        "SqrtBackward0 (fire 6)",
+        "sqrt_1 (sqrt)",
+        "block",
+    ]
     birth = root.locator("tr.tln-nf-birth")
     expect(birth).to_have_count(1)
     assert birth.get_attribute("data-index") == "6"

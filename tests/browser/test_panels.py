@@ -44,13 +44,20 @@ def test_card_shows_verdict_findings_scope_and_exits(panel_page, ops_report) -> 
     expect(root.get_by_role("heading", name="Sequential (4 ops)")).to_be_visible()
     assert root.locator(".tln-lead").inner_text() == ops_report.lead
     assert root.locator(".tln-findings-group h3").all_inner_texts() == [
-        "✖ Critical (1)", "▲ Warnings (1)", "ℹ Info (1)"]
+        "✖ Critical (1)",
+        "▲ Warnings (1)",
+        "ℹ Info (1)",
+    ]
     assert root.locator(".tln-unavailable li").all_inner_texts() == [
-        "backward: no loss was given, so gradients were not checked"]
+        "backward: no loss was given, so gradients were not checked"
+    ]
     assert root.locator(".tln-notes li").all_inner_texts() == [
-        "One batch of 2 samples; other batches may differ."]
+        "One batch of 2 samples; other batches may differ."
+    ]
     expect(root.get_by_role("button", name="Run doctor")).to_be_enabled()
-    assert root.locator(".tln-exit-list li").nth(1).text_content() == "Trace again tl.trace(model, x)"
+    assert (
+        root.locator(".tln-exit-list li").nth(1).text_content() == "Trace again tl.trace(model, x)"
+    )
     panel_page.screenshot("panel_card_light", root)
 
 
@@ -63,10 +70,17 @@ def test_finding_details_expand_to_where_facts_and_remedy(panel_page, ops_report
     assert details.get_attribute("open") == ""
     body = details.locator(".tln-finding-body")
     assert body.locator("dd").all_inner_texts() == [
-        "relu_1", "1", f"browser/reports.py:{where.line}", "0.25", "16", "nan"]
+        "relu_1",
+        "1",
+        f"browser/reports.py:{where.line}",
+        "0.25",
+        "16",
+        "nan",
+    ]
     assert body.locator(".tln-source").inner_text() == where.code
     assert body.locator(".tln-remedy").inner_text() == (
-        "Remedy: Check the init scale of layer 0 or use LeakyReLU.")
+        "Remedy: Check the init scale of layer 0 or use LeakyReLU."
+    )
     panel_page.screenshot("panel_finding_open", root)
 
 
@@ -78,7 +92,8 @@ def test_table_sorts_and_filters_in_the_browser(panel_page, ops_report) -> None:
     header.click()  # ascending: 8, 16, 32, 32 (ties keep table order)
     assert column(root, "ops", 0) == ["linear_2", "input_1", "linear_1", "relu_1"]
     assert root.locator('th:has(button[data-column="numel"])').get_attribute("aria-sort") == (
-        "ascending")
+        "ascending"
+    )
     header.click()
     assert column(root, "ops", 4) == ["32", "32", "16", "8"]
     root.get_by_role("searchbox", name="Filter rows of ops").fill("LINEAR")
@@ -88,8 +103,17 @@ def test_table_sorts_and_filters_in_the_browser(panel_page, ops_report) -> None:
     root.evaluate("el => el.addEventListener('tln-row', (e) => { window.lastRow = e.detail; })")
     root.locator('table[data-table="ops"] tbody tr').nth(1).click()
     assert panel_page.page.evaluate("() => window.lastRow") == {
-        "table": "ops", "index": 3, "row": {"label": "linear_2", "func": "linear", "module": "2",
-                                            "shape": "(2, 4)", "numel": 8, "ratio": 0.25}}
+        "table": "ops",
+        "index": 3,
+        "row": {
+            "label": "linear_2",
+            "func": "linear",
+            "module": "2",
+            "shape": "(2, 4)",
+            "numel": 8,
+            "ratio": 0.25,
+        },
+    }
 
 
 def test_big_table_sorts_and_pages_through_the_kernel(panel_page) -> None:
@@ -100,10 +124,19 @@ def test_big_table_sorts_and_pages_through_the_kernel(panel_page) -> None:
     assert status.inner_text() == "Rows 1–25 of 100,000"
     root.get_by_role("button", name=re.compile("^value")).click()
     request = panel_page.sent()[-1]["content"]
-    assert {k: request[k] for k in ("type", "table", "sort", "descending", "filter", "offset",
-                                    "limit", "report")} == {
-        "type": "page", "table": "rows", "sort": "value", "descending": False, "filter": "",
-        "offset": 0, "limit": 25, "report": 0}
+    assert {
+        k: request[k]
+        for k in ("type", "table", "sort", "descending", "filter", "offset", "limit", "report")
+    } == {
+        "type": "page",
+        "table": "rows",
+        "sort": "value",
+        "descending": False,
+        "filter": "",
+        "offset": 0,
+        "limit": 25,
+        "report": 0,
+    }
     expect(status).to_have_text("Loading rows…")
     panel_page.kernel_send(*reply_to(widget, request))
     expect(status).to_have_text("Rows 1–25 of 100,000")
@@ -126,10 +159,16 @@ def test_page_error_from_python_is_shown(panel_page) -> None:
     root = panel_page.mount("table", widgets.panel_payload(report))
     root.get_by_role("button", name="Next page").click()
     request = panel_page.sent()[-1]["content"]
-    panel_page.kernel_send({"type": "error", "request_id": request["request_id"],
-                            "message": "table 'rows' has no column 'x'"})
+    panel_page.kernel_send(
+        {
+            "type": "error",
+            "request_id": request["request_id"],
+            "message": "table 'rows' has no column 'x'",
+        }
+    )
     expect(root.locator(".tln-table-status")).to_have_text(
-        "✖ Could not load rows: table 'rows' has no column 'x'")
+        "✖ Could not load rows: table 'rows' has no column 'x'"
+    )
 
 
 # ----- exits: kernel round trip ----------------------------------------------------------------
@@ -138,8 +177,13 @@ def test_exit_button_runs_the_action_and_shows_the_followup(panel_page, ops_repo
     root = panel_page.mount("table", widgets.panel_payload(ops_report))
     root.get_by_role("button", name="Run doctor").click()
     request = panel_page.sent()[-1]["content"]
-    assert request == {"type": "action", "name": "doctor", "args": {}, "report": 0,
-                       "request_id": request["request_id"]}
+    assert request == {
+        "type": "action",
+        "name": "doctor",
+        "args": {},
+        "report": 0,
+        "request_id": request["request_id"],
+    }
     expect(root.get_by_role("button", name="Run doctor")).to_be_disabled()
     panel_page.kernel_send(*reply_to(widget, request))
     followup = root.locator(".tln-followup .tln-panel")
@@ -162,7 +206,8 @@ def test_failed_action_shows_the_python_message(panel_page, ops_report) -> None:
     reply, _ = reply_to(widgets.widget_for(ops_report), {**request, "name": "missing"})
     panel_page.kernel_send(reply)
     expect(root.locator(".tln-request-status").first).to_have_text(
-        "✖ Failed: ReportOptionError: Report has no action 'missing'; available: ['doctor'].")
+        "✖ Failed: ReportOptionError: Report has no action 'missing'; available: ['doctor']."
+    )
     expect(button).to_be_enabled()
 
 
@@ -173,17 +218,28 @@ def test_silent_kernel_times_out_with_a_visible_message(panel_page, ops_report) 
     panel_page.page.clock.run_for(61_000)
     expect(root.locator(".tln-request-status").first).to_have_text(
         "✖ Failed: no reply from the kernel after 60 s; if a cell is still running, the "
-        "request is answered when it ends")
+        "request is answered when it ends"
+    )
 
 
 def test_row_action_opens_the_followup_for_the_clicked_row(panel_page) -> None:
     rows = [{"label": f"op_{i}", "size": i} for i in range(3)]
-    report = Report(subject="ops", status="ok", lead="three ops",
-                    tables=(Table.from_dicts("ops", rows, ("label", "size"),
-                                             attrs={"row_action": "detail", "row_arg": "label",
-                                                    "unit": "bytes"}),),
-                    actions={"detail": lambda label: Report(subject=label, status="ok",
-                                                            lead=f"details of {label}")})
+    report = Report(
+        subject="ops",
+        status="ok",
+        lead="three ops",
+        tables=(
+            Table.from_dicts(
+                "ops",
+                rows,
+                ("label", "size"),
+                attrs={"row_action": "detail", "row_arg": "label", "unit": "bytes"},
+            ),
+        ),
+        actions={
+            "detail": lambda label: Report(subject=label, status="ok", lead=f"details of {label}")
+        },
+    )
     root = panel_page.mount("table", widgets.panel_payload(report))
     root.get_by_role("button", name="detail op_2").click()
     request = panel_page.sent()[-1]["content"]
@@ -199,11 +255,26 @@ def test_row_action_opens_the_followup_for_the_clicked_row(panel_page) -> None:
 # ----- robustness, theme, cleanup --------------------------------------------------------------
 def test_awkward_numbers_render_as_python_spells_them(panel_page) -> None:
     root = panel_page.mount("table", widgets.panel_payload(awkward_values_report()))
-    assert column(root, "values", 1) == ["nan", "inf", "-inf", "-0", "1.00e308", "4.94e-324",
-                                         "nan", "3", "-0", "1.5"]
+    assert column(root, "values", 1) == [
+        "nan",
+        "inf",
+        "-inf",
+        "-0",
+        "1.00e308",
+        "4.94e-324",
+        "nan",
+        "3",
+        "-0",
+        "1.5",
+    ]
     root.locator("details.tln-finding summary").click()
     assert root.locator(".tln-finding-body dd").all_inner_texts() == [
-        "nan", "inf", "-0", "nan", "[inf]"]
+        "nan",
+        "inf",
+        "-0",
+        "nan",
+        "[inf]",
+    ]
 
 
 def test_unreadable_payload_shows_the_card(panel_page, ops_report) -> None:
@@ -211,7 +282,8 @@ def test_unreadable_payload_shows_the_card(panel_page, ops_report) -> None:
     root = panel_page.mount("report", payload)
     expect(root.get_by_role("alert")).to_contain_text(
         'This panel could not read its report (schema "torchlens_nb.report/99" is not '
-        'torchlens_nb.report/1). The text card follows.')
+        "torchlens_nb.report/1). The text card follows."
+    )
     assert root.locator(".tln-card-text").inner_text() == ops_report.card()
 
 
@@ -227,8 +299,9 @@ def test_arrays_reach_the_panel_as_binary_views(panel_page) -> None:
 
 
 def test_python_push_redraws_the_panel(panel_page, ops_report) -> None:
-    root = panel_page.mount("report", widgets.panel_payload(Report(subject="before",
-                                                                   status="ok", lead="l")))
+    root = panel_page.mount(
+        "report", widgets.panel_payload(Report(subject="before", status="ok", lead="l"))
+    )
     panel_page.kernel_set("payload", widgets.panel_payload(ops_report))
     expect(root.locator(".tln-subject")).to_have_text("Sequential (4 ops)")
     assert panel_page.listener_count() == 3  # change:payload, change:arrays, msg:custom
@@ -265,8 +338,9 @@ def test_cleanup_removes_every_listener(panel_page, ops_report) -> None:
 
 
 # ----- the offline HTML file -------------------------------------------------------------------
-def test_offline_html_renders_the_same_panel_without_a_kernel(page, base_url, out_dir,
-                                                              ops_report) -> None:
+def test_offline_html_renders_the_same_panel_without_a_kernel(
+    page, base_url, out_dir, ops_report
+) -> None:
     ops_report.to_html(str(out_dir / "ops.html"))
     page.goto(f"{base_url}/out/ops.html")
     page.wait_for_selector('#tln-root[data-rendered="1"]')
@@ -274,13 +348,13 @@ def test_offline_html_renders_the_same_panel_without_a_kernel(page, base_url, ou
     assert root.locator(".tln-subject").inner_text() == "Sequential (4 ops)"
     expect(root.get_by_role("button", name="Run doctor")).to_be_disabled()
     assert root.get_by_test_id("offline-note").inner_text() == (
-        "ℹ Offline copy: the buttons need a live kernel; run the code shown in a notebook.")
+        "ℹ Offline copy: the buttons need a live kernel; run the code shown in a notebook."
+    )
     root.get_by_role("button", name=re.compile("^label")).click()
     assert column(root, "ops", 0)[0] == "input_1"
     page.screenshot(path=str(ARTIFACTS / "offline_ops.png"), full_page=True)
     page.emulate_media(color_scheme="dark")  # no host theme: the OS preference decides
-    assert root.evaluate("el => getComputedStyle(el).color") == (
-        "rgb(230, 237, 243)")
+    assert root.evaluate("el => getComputedStyle(el).color") == ("rgb(230, 237, 243)")
     page.screenshot(path=str(ARTIFACTS / "offline_ops_dark.png"), full_page=True)
 
 
@@ -290,12 +364,17 @@ def test_offline_big_table_says_it_sorts_only_shipped_rows(page, base_url, out_d
     page.wait_for_selector('#tln-root[data-rendered="1"]')
     assert page.get_by_test_id("offline-note").inner_text() == (
         "ℹ Offline copy: showing the first 200 of 1,000 rows; sorting and filtering cover "
-        "these rows only.")
-    assert page.locator(".tln-table-status").inner_text() == "Rows 1–25 of 200 matching (1,000 in all)"
+        "these rows only."
+    )
+    assert (
+        page.locator(".tln-table-status").inner_text() == "Rows 1–25 of 200 matching (1,000 in all)"
+    )
 
 
 def test_the_offline_guard_fails_a_test_that_reaches_the_network(browser, base_url) -> None:
-    with pytest.raises(AssertionError, match=r"tried to reach the network: \['http://example.com/x'\]"):
+    with pytest.raises(
+        AssertionError, match=r"tried to reach the network: \['http://example.com/x'\]"
+    ):
         with guarded_page(browser, {"width": 400, "height": 300}) as pg:
             pg.goto(f"{base_url}/harness/harness.html")
             pg.evaluate("() => fetch('http://example.com/x').catch(() => null)")

@@ -38,8 +38,9 @@ def test_overfit_chart_redraws_on_each_push_and_ends_on_the_final_state(panel_pa
     model = SlowMLP(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     batch = (torch.randn(8, 8), torch.randint(0, 4, (8,)))
     pushed: list = []
-    final = tl.recipes.overfit_one_batch(model, batch, nn.CrossEntropyLoss(), steps=6, lr=5e-2,
-                                         live=False, on_update=pushed.append)
+    final = tl.recipes.overfit_one_batch(
+        model, batch, nn.CrossEntropyLoss(), steps=6, lr=5e-2, live=False, on_update=pushed.append
+    )
     assert [r.steps_run for r in pushed] == [1, 2, 3, 4, 5, 6, 6] and pushed[-1] == final
     root = panel_page.mount("recipe", widgets.panel_payload(pushed[0]))
     seen = [(loss_points(root), root.get_by_role("status").text_content())]

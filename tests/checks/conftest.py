@@ -39,8 +39,7 @@ def poison() -> Iterator[Callable[[torch.Tensor, float], None]]:
         handle.remove()
 
 
-def clip_recipe_step(model: nn.Module, optimizer: torch.optim.Optimizer,
-                     x: torch.Tensor) -> None:
+def clip_recipe_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> None:
     """The canonical step: zero_grad, backward, clip_grad_norm_(1.0), step."""
     optimizer.zero_grad()
     model(x).square().mean().backward()
@@ -51,8 +50,11 @@ def clip_recipe_step(model: nn.Module, optimizer: torch.optim.Optimizer,
 def hook_counts(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, int, int]:
     """(tensor post-accumulate-grad hooks, optimizer pre hooks, optimizer post hooks)."""
     tensor_hooks = sum(len(p._post_accumulate_grad_hooks or {}) for p in model.parameters())
-    return (tensor_hooks, len(optimizer._optimizer_step_pre_hooks),
-            len(optimizer._optimizer_step_post_hooks))
+    return (
+        tensor_hooks,
+        len(optimizer._optimizer_step_pre_hooks),
+        len(optimizer._optimizer_step_post_hooks),
+    )
 
 
 def snapshot(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -67,6 +69,7 @@ def snapshot(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, to
 
 def is_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     """Same keys and the same bytes (NaN == NaN, -0.0 != 0.0)."""
+
     def raw(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(-1).view(torch.uint8) if t.dtype.is_floating_point else t
 

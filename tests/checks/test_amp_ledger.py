@@ -14,13 +14,17 @@ from tests import models
 K = 4
 
 
-def _run(session, model, optimizer, scaler, bad_attempts: set[int], attempts: int,
-         boundary: bool) -> None:
+def _run(
+    session, model, optimizer, scaler, bad_attempts: set[int], attempts: int, boundary: bool
+) -> None:
     """``attempts`` optimizer attempts of K micro-batches; an inf loss in micro-batch 2 of each
     bad attempt makes the scaler skip it."""
     for attempt in range(attempts):
-        block = (session.step(global_step=100 + attempt, micro_batches=K) if boundary
-                 else contextlib.nullcontext())
+        block = (
+            session.step(global_step=100 + attempt, micro_batches=K)
+            if boundary
+            else contextlib.nullcontext()
+        )
         with block:
             for micro in range(K):
                 loss = model(torch.randn(4, 8)).square().mean() / K
@@ -66,8 +70,12 @@ def test_boundary_mode_attributes_consecutive_skips_to_global_steps() -> None:
     report = session.report()
     assert report.counters["step_provenance"] == "explicit"
     assert [(r["global_step"], r["status"]) for r in report.ledgers["steps"]] == [
-        (100, "accepted"), (101, "skipped"), (102, "skipped"), (103, "accepted"),
-        (104, "accepted")]
+        (100, "accepted"),
+        (101, "skipped"),
+        (102, "skipped"),
+        (103, "accepted"),
+        (104, "accepted"),
+    ]
     assert report.ledgers["scale"]["skipped"] == report.counters["skipped"] == 2
     assert report.ledgers["scale"]["current_scale"] == 256.0  # 1024 * 0.5 * 0.5
     assert all(r["backwards"] == r["micro_batches"] == K for r in report.ledgers["steps"])

@@ -39,8 +39,11 @@ def test_to_dict_is_strict_json_with_the_public_export_keys() -> None:
     assert payload["schema_version"] == payload["data"]["schema_version"] == 1
     assert payload["counters"]["attempts"] == 2
     assert payload["ledgers"]["scale"]["method"] == "not_applicable"
-    assert [c["name"] for c in payload["checks_run"]] == ["nonfinite_grad", "update_ratio",
-                                                          "change"]
+    assert [c["name"] for c in payload["checks_run"]] == [
+        "nonfinite_grad",
+        "update_ratio",
+        "change",
+    ]
     assert payload["report_type"] == "checks" and json.loads(report.to_json()) == payload
 
 
@@ -68,8 +71,11 @@ def test_report_holds_no_tensor_or_module() -> None:
         if isinstance(value, (list, tuple)):
             return sum(walk(item) for item in value)
         if dataclasses.is_dataclass(value):
-            return sum(walk(getattr(value, f.name)) for f in dataclasses.fields(value)
-                       if f.name != "actions")
+            return sum(
+                walk(getattr(value, f.name))
+                for f in dataclasses.fields(value)
+                if f.name != "actions"
+            )
         raise AssertionError(f"report holds a {type(value).__name__}")
 
     assert walk(report) > 100

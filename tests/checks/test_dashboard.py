@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 import torchlens_nb as tl
+from tests import models
 from torchlens_nb.checks._feed import MIN_INTERVAL_S, DashboardFeed
 from torchlens_nb.widgets import _dashboard
-from tests import models
 
 
 class _Recorder:

@@ -8,13 +8,14 @@ import pytest
 import torch
 
 import torchlens_nb as tl
-from tests.checks.conftest import clip_recipe_step, is_bitwise_equal, snapshot
 from tests import models
+from tests.checks.conftest import clip_recipe_step, is_bitwise_equal, snapshot
 
 
 @pytest.mark.parametrize("value, kind", [(math.inf, "inf"), (math.nan, "nan")], ids=["inf", "nan"])
 def test_raises_before_the_write_and_names_culprit_and_clip_collateral(
-        mlp_adamw, poison, value, kind) -> None:
+    mlp_adamw, poison, value, kind
+) -> None:
     model, optimizer = mlp_adamw
     x = torch.randn(4, 8)
     session = tl.debug.ChecksSession(model, optimizer, scaler=None)
@@ -36,8 +37,9 @@ def test_raises_before_the_write_and_names_culprit_and_clip_collateral(
     assert (error.fields["attempt"], error.fields["backwards"]) == (2, (2,))
     # 4 parameters, 1 culprit: clipping an inf total norm zeroes the other 3 (NaN poisons them)
     assert error.fields["clipping_collateral"] == 3
-    assert error.fields["clipping_collateral_effect"] == ("zeroed" if kind == "inf"
-                                                          else "nan_poisoned")
+    assert error.fields["clipping_collateral_effect"] == (
+        "zeroed" if kind == "inf" else "nan_poisoned"
+    )
     observed = error.fields["observed_at_step_site"]
     assert (observed["zeroed"], observed["nonfinite"]) == ((3, 0) if kind == "inf" else (0, 3))
     assert "error_if_nonfinite=True" in error.remedy

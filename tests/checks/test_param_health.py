@@ -18,8 +18,16 @@ def test_fresh_model_is_clean_with_full_coverage() -> None:
     assert audit.status == "clean" and audit.findings == ()
     # conv 108 + 4, bn 4 + 4, head 8 + 2, buffers 4 + 4 + 1 = 139 elements
     assert [r.name for r in audit.rows] == [
-        "conv.weight", "conv.bias", "bn.weight", "bn.bias", "head.weight", "head.bias",
-        "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
+        "conv.weight",
+        "conv.bias",
+        "bn.weight",
+        "bn.bias",
+        "head.weight",
+        "head.bias",
+        "bn.running_mean",
+        "bn.running_var",
+        "bn.num_batches_tracked",
+    ]
     assert audit.coverage["fraction"] == 1.0 and audit.coverage["elements_total"] == 139
     assert audit.row("bn.weight").fill == "all_same"  # ones: a 1-D init, no finding
     assert audit.checks_run == ("nonfinite", "dtype_headroom", "subnormal", "fill")
@@ -63,14 +71,22 @@ def test_skipped_rows_keep_their_reason_and_coverage_is_honest() -> None:
     }
     audit = tl.debug.param_health(state)
     assert {r.name: r.skip_reason for r in audit.skipped} == {
-        "meta": "meta", "sparse": "sparse", "quantized": "quantized", "grad": "none",
-        "step": "not_a_tensor"}
+        "meta": "meta",
+        "sparse": "sparse",
+        "quantized": "quantized",
+        "grad": "none",
+        "step": "not_a_tensor",
+    }
     # scanned 5 of 10 + 9 + 4 + 5 elements
     assert audit.coverage["elements_scanned"] == 5 and audit.coverage["elements_total"] == 28
     assert audit.status == "incomplete"
     assert {u.code for u in audit.unavailable} == {
-        "skipped_meta", "skipped_sparse", "skipped_quantized", "skipped_none",
-        "skipped_not_a_tensor"}
+        "skipped_meta",
+        "skipped_sparse",
+        "skipped_quantized",
+        "skipped_none",
+        "skipped_not_a_tensor",
+    }
 
 
 def test_within_and_nested_checkpoint_mappings() -> None:
@@ -92,12 +108,16 @@ def test_rows_core_matches_the_report_and_frame() -> None:
     assert frame.attrs["tensors_scanned"] == attrs["tensors_scanned"] == 4
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"max_fraction": 0.0}, "max_fraction"),
-    ({"subnormal_fraction_threshold": 2.0}, "subnormal_fraction_threshold"),
-    ({"bounds": (1.0, -1.0)}, "low < high"),
-    ({"within": ""}, "within"),
-], ids=["max_fraction", "subnormal", "bounds", "within"])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"max_fraction": 0.0}, "max_fraction"),
+        ({"subnormal_fraction_threshold": 2.0}, "subnormal_fraction_threshold"),
+        ({"bounds": (1.0, -1.0)}, "low < high"),
+        ({"within": ""}, "within"),
+    ],
+    ids=["max_fraction", "subnormal", "bounds", "within"],
+)
 def test_invalid_arguments_are_refused_before_any_read(kwargs, match) -> None:
     with pytest.raises(tl.errors.DiagnosticArgumentError, match=match):
         tl.debug.param_health(nn.Linear(2, 2), **kwargs)

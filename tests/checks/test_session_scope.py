@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import torchlens_nb as tl
-from tests import models
 from tests.checks.conftest import hook_counts, is_bitwise_equal, snapshot
 
 
@@ -37,8 +36,7 @@ def test_construction_is_silent_and_device_free(mlp_adamw, capsys) -> None:
     assert all(p.grad is None for p in model.parameters())
 
 
-def test_exception_inside_the_block_finalizes_removes_hooks_and_touches_nothing(
-        mlp_adamw) -> None:
+def test_exception_inside_the_block_finalizes_removes_hooks_and_touches_nothing(mlp_adamw) -> None:
     model, optimizer = mlp_adamw
     x = torch.randn(4, 8)
     _step(model, optimizer, x)
@@ -93,7 +91,11 @@ def test_runs_on_a_torch_compiled_model_without_capture(mlp_adamw, poison) -> No
             _step(compiled, optimizer, x)
     report = session.report()
     assert [row["param"] for row in report.table("params").dicts()] == [
-        "0.weight", "0.bias", "2.weight", "2.bias"]  # the _orig_mod. prefix is gone
+        "0.weight",
+        "0.bias",
+        "2.weight",
+        "2.bias",
+    ]  # the _orig_mod. prefix is gone
     assert (report.counters["accepted"], report.counters["raised"]) == (2, 1)
     assert report.counters["grad_arrivals"] == 12
     assert hook_counts(model, optimizer) == (0, 0, 0)
@@ -104,8 +106,12 @@ def test_kit_never_imports_the_capture_core() -> None:
 
     package = pathlib.Path(tl.__file__).parent / "checks"
     sources = {p.name: p.read_text() for p in package.glob("*.py")}
-    assert all("capture" not in line for text in sources.values()
-               for line in text.splitlines() if line.startswith(("import", "from")))
+    assert all(
+        "capture" not in line
+        for text in sources.values()
+        for line in text.splitlines()
+        if line.startswith(("import", "from"))
+    )
 
 
 def test_misuse_is_refused_with_the_fix(mlp_adamw) -> None:

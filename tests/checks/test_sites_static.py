@@ -10,8 +10,8 @@ import textwrap
 import torch
 
 import torchlens_nb as tl
-from torchlens_nb.checks import _sites
 from tests import models
+from torchlens_nb.checks import _sites
 
 _HOST_READS = {"item", "tolist", "cpu", "numpy", "__float__", "__bool__", "__int__"}
 _HOST_CASTS = {"float", "int", "bool"}

@@ -22,11 +22,11 @@ def test_quick_start_hook_only_mode(quick_start_model, capsys) -> None:
     model, optimizer = quick_start_model
 
     session = tl.debug.ChecksSession(model, optimizer, scaler=None)
-    session.register_change_check()            # gradient-fact detector, M-of-N warn
+    session.register_change_check()  # gradient-fact detector, M-of-N warn
     session.register_nonfinite_grad_check()  # collect at S-A, raise at S-B pre-write
-    session.register_update_ratio_check()      # raw + lr-normalized columns, collect
+    session.register_update_ratio_check()  # raw + lr-normalized columns, collect
 
-    with session:                               # attach() installs the hooks; detach() on exit
+    with session:  # attach() installs the hooks; detach() on exit
         for _ in range(3):
             optimizer.zero_grad()
             loss = model(torch.randn(4, 8)).square().mean()
@@ -34,11 +34,13 @@ def test_quick_start_hook_only_mode(quick_start_model, capsys) -> None:
             optimizer.step()
 
     report = session.report()
-    print(report)                               # house-style summary (matches HealthReport)
+    print(report)  # house-style summary (matches HealthReport)
 
     printed = capsys.readouterr().out
-    assert printed.startswith("checks [clean] Sequential with AdamW (4 parameters): 3 attempt(s): "
-                              "3 accepted, 0 skipped (inferred); no findings.")
+    assert printed.startswith(
+        "checks [clean] Sequential with AdamW (4 parameters): 3 attempt(s): "
+        "3 accepted, 0 skipped (inferred); no findings."
+    )
     assert [r.name for r in report.checks_run] == ["change", "nonfinite_grad", "update_ratio"]
     assert [r.state for r in report.checks_run] == ["clean", "clean", "clean"]
     assert report.to_dict()["schema_version"] == 1
@@ -56,7 +58,7 @@ def test_boundary_mode(quick_start_model, capsys) -> None:
                 model(torch.randn(4, 8)).square().mean().backward()
                 optimizer.step()
     report2 = session2.report()
-    print(report2.to_dict()["counters"])        # explicit attempts / accepted / skipped
+    print(report2.to_dict()["counters"])  # explicit attempts / accepted / skipped
     print(report2.to_dict()["ledgers"]["scale"])  # the skip ledger (decrement counting)
 
     counters_line, scale_line = capsys.readouterr().out.splitlines()
@@ -69,13 +71,14 @@ def test_boundary_mode(quick_start_model, capsys) -> None:
 def test_param_health_audit_of_a_fresh_model(quick_start_model, capsys) -> None:
     model, _ = quick_start_model
 
-    audit = tl.debug.param_health(model)          # also: tl.debug.param_health(model)
-    print(audit)                                # notebook-style summary
-    assert not audit.findings                    # healthy fresh model
+    audit = tl.debug.param_health(model)  # also: tl.debug.param_health(model)
+    print(audit)  # notebook-style summary
+    assert not audit.findings  # healthy fresh model
 
     assert capsys.readouterr().out.startswith(
         "param_health [clean] Sequential (4 tensors): 4 tensor(s) scanned (100% of 212 "
-        "elements): no findings.")
+        "elements): no findings."
+    )
 
 
 def test_recipe_optimizer_state_scan(quick_start_model, capsys) -> None:

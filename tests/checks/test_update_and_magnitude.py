@@ -21,8 +21,12 @@ def _step(model, optimizer, x, clip: float | None = None, scale: float = 1.0) ->
 
 def test_sgd_update_ratio_is_lr_times_grad_norm_over_weight_norm() -> None:
     model = models.mlp()
-    optimizer = torch.optim.SGD([{"params": model[0].parameters(), "lr": 0.1},
-                                 {"params": model[2].parameters(), "lr": 0.01}])
+    optimizer = torch.optim.SGD(
+        [
+            {"params": model[0].parameters(), "lr": 0.1},
+            {"params": model[2].parameters(), "lr": 0.01},
+        ]
+    )
     session = tl.debug.ChecksSession(model, optimizer, scaler=None)
     session.register_update_ratio_check(every=1)
     x = torch.randn(4, 8)
@@ -36,10 +40,11 @@ def test_sgd_update_ratio_is_lr_times_grad_norm_over_weight_norm() -> None:
     # plain SGD: dw = -lr * g, so ||dw|| / ||w|| = 0.1 * ||g|| / ||w||
     expected = 0.1 * grad.norm().item() / weight.norm().item()
     assert rows["0.weight"]["update_ratio"] == pytest.approx(expected, rel=1e-5)
-    assert rows["0.weight"]["update_ratio_lr_normalized"] == pytest.approx(expected / 0.1,
-                                                                          rel=1e-5)
+    assert rows["0.weight"]["update_ratio_lr_normalized"] == pytest.approx(expected / 0.1, rel=1e-5)
     assert (rows["0.weight"]["update_stage"], rows["0.weight"]["update_scale_provenance"]) == (
-        "post_clip_applied", "unscaled")
+        "post_clip_applied",
+        "unscaled",
+    )
     series = session.report().table("series").dicts()
     assert [(r["group"], r["lr"]) for r in series] == [(0, 0.1), (1, 0.01)]
     assert all(r["update_ratio"] > 0 for r in series)
@@ -60,7 +65,11 @@ def test_update_ratio_band_flags_parameters_out_of_band_on_a_sustained_window() 
     finding = session.report().findings[0]
     assert finding.code == "update_ratio_out_of_band"
     assert [row["param"] for row in finding.fields["params"]] == [
-        "0.weight", "0.bias", "2.weight", "2.bias"]
+        "0.weight",
+        "0.bias",
+        "2.weight",
+        "2.bias",
+    ]
     assert all(row["first_attempt"] == 2 for row in finding.fields["params"])
     assert list(finding.fields["band"]) == [1e-12, 1e-11]
 
@@ -122,8 +131,7 @@ def test_unknown_scale_gives_unknown_magnitude_verdicts_never_a_pass() -> None:
     assert report.check("magnitude").state == "unavailable"
     assert "scale_unknown" in {u.code for u in report.unavailable if u.check == "magnitude"}
     series = report.table("series").dicts()[0]
-    assert (series["grad_stage"], series["grad_scale_provenance"]) == ("pre_clip_scaled",
-                                                                      "unknown")
+    assert (series["grad_stage"], series["grad_scale_provenance"]) == ("pre_clip_scaled", "unknown")
 
 
 def test_gradscaler_norms_are_unscaled_by_the_recorded_scale() -> None:

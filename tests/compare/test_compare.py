@@ -48,12 +48,20 @@ def test_rows_follow_execution_order_and_first_divergence_is_the_earliest_op() -
     rows, attrs = tl.debug.compare_rows(left, right)
     assert [r["op"] for r in rows] == ["input_1", "linear_1", "sigmoid_1", "linear_2", "tanh_1"]
     assert [r["module"] for r in rows[1:3]] == ["zeta_head", ""]
-    assert [r["status"] for r in rows] == ["match", "match", "match", "value_diverged",
-                                           "value_diverged"]
+    assert [r["status"] for r in rows] == [
+        "match",
+        "match",
+        "match",
+        "value_diverged",
+        "value_diverged",
+    ]
     assert attrs["first_divergence"] == "linear_2"
     first = tl.debug.first_divergence(left, right)
-    assert (first["op"], first["module"], first["status"]) == ("linear_2", "alpha_head",
-                                                               "value_diverged")
+    assert (first["op"], first["module"], first["status"]) == (
+        "linear_2",
+        "alpha_head",
+        "value_diverged",
+    )
 
 
 def test_identical_runs_have_no_divergence_and_a_match_card() -> None:
@@ -87,8 +95,9 @@ def test_different_dtypes_are_compared_in_the_wider_dtype_and_named() -> None:
     rows = report.table("comparison").dicts()
     assert {r["reason"] for r in rows} == {"in float64 (float32 vs float64)"}
     assert report.alignment == {"in float64 (float32 vs float64)": 2}
-    assert report.coverage == ("coverage: compared 2 of 2 aligned ops; aligned: "
-                               "2 in float64 (float32 vs float64)")
+    assert report.coverage == (
+        "coverage: compared 2 of 2 aligned ops; aligned: 2 in float64 (float32 vs float64)"
+    )
     assert report.coverage in report.card()
     assert report.status == "match"  # fp32 rounding (~1e-7) is inside rtol=1e-5
 
@@ -104,8 +113,10 @@ def test_integer_and_boolean_activations_must_match_exactly() -> None:
     rows, attrs = tl.debug.compare_rows(left, right, rtol=10.0, atol=10.0)
     by_op = {r["op"]: r for r in rows}
     # argmax 1 vs 0 and mask [T, T, T] vs [T, T, F] differ by 1: inside the tolerance, but exact
-    assert (by_op["argmax_1"]["status"], by_op["argmax_1"]["reason"]) == ("value_diverged",
-                                                                         "exact (int64)")
+    assert (by_op["argmax_1"]["status"], by_op["argmax_1"]["reason"]) == (
+        "value_diverged",
+        "exact (int64)",
+    )
     assert (by_op["gt_1"]["status"], by_op["gt_1"]["reason"]) == ("value_diverged", "exact (bool)")
     assert by_op["gt_1"]["mismatched"] == 1
     assert attrs["value_diverged"] == 2
@@ -133,8 +144,12 @@ def test_ops_of_only_one_run_are_structural_divergences_in_execution_order() -> 
     x = torch.randn(1, 2)
     rows, attrs = tl.debug.compare_rows(tl.trace(a, x), tl.trace(b, x))
     assert [(r["op"], r["status"]) for r in rows] == [
-        ("input_1", "match"), ("linear_1", "match"), ("relu_1", "only_in_a"),
-        ("tanh_1", "only_in_b"), ("mul_1", "structure_diverged")]
+        ("input_1", "match"),
+        ("linear_1", "match"),
+        ("relu_1", "only_in_a"),
+        ("tanh_1", "only_in_b"),
+        ("mul_1", "structure_diverged"),
+    ]
     assert rows[4]["reason"].startswith("parents ['relu_1'] vs ['tanh_1']")
     assert (attrs["only_in_a"], attrs["only_in_b"], attrs["structure_diverged"]) == (1, 1, 1)
     assert attrs["first_divergence"] == "relu_1"
@@ -173,8 +188,11 @@ def test_value_stats_of_both_sides_for_the_panel() -> None:
     assert (relu_b["nan_count"], relu_b["min"], relu_b["max"]) == (1, 3.0, 3.0)
 
 
-@pytest.mark.parametrize("rtol, atol", [(-1.0, 0.0), (0.0, float("nan")), (float("inf"), 0.0)],
-                         ids=["negative", "nan", "inf"])
+@pytest.mark.parametrize(
+    "rtol, atol",
+    [(-1.0, 0.0), (0.0, float("nan")), (float("inf"), 0.0)],
+    ids=["negative", "nan", "inf"],
+)
 def test_bad_tolerances_are_refused(rtol: float, atol: float) -> None:
     t = tl.trace(nn.ReLU(), torch.ones(1))
     with pytest.raises(tl.errors.DiagnosticArgumentError, match="must be a finite number >= 0"):
@@ -209,9 +227,13 @@ def test_compare_params_skips_shape_dtype_and_meta_with_reasons_and_adds_buffers
     report = tl.debug.compare_params(left, right, include_buffers=True)
     rows = {r["name"]: r for r in report.table().dicts()}
     assert (rows["0.weight"]["status"], rows["0.weight"]["reason"]) == (
-        "shape_mismatch", "shape (3, 2) vs (4, 2)")
+        "shape_mismatch",
+        "shape (3, 2) vs (4, 2)",
+    )
     assert (rows["2.weight"]["status"], rows["2.weight"]["reason"]) == (
-        "dtype_mismatch", "dtype float32 vs float64")
+        "dtype_mismatch",
+        "dtype float32 vs float64",
+    )
     assert rows["1.weight"]["status"] == "meta"
     assert (rows["1.running_mean"]["kind"], rows["1.running_mean"]["status"]) == ("buffer", "meta")
     assert all(r["allclose"] is None for r in rows.values())
@@ -238,10 +260,17 @@ def test_the_lineage_exit_walks_trace_a_and_holds_it_weakly() -> None:
     report = tl.debug.compare(left, tl.trace(model, x))
     (exit_,) = report.exits
     assert (exit_.code, exit_.action, dict(exit_.args)) == (
-        "tl.debug.lineage(trace_a, 'linear_2')", "lineage", {"op": "linear_2"})
+        "tl.debug.lineage(trace_a, 'linear_2')",
+        "lineage",
+        {"op": "linear_2"},
+    )
     ancestors = report.run_action("lineage", **exit_.args)
-    assert [node.label for node in ancestors.nodes] == ["linear_2", "sigmoid_1", "linear_1",
-                                                        "input_1"]
+    assert [node.label for node in ancestors.nodes] == [
+        "linear_2",
+        "sigmoid_1",
+        "linear_1",
+        "input_1",
+    ]
     del left
     gc.collect()
     with pytest.raises(tl.errors.UnavailableError, match="garbage-collected"):

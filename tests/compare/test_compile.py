@@ -70,8 +70,11 @@ def test_counts_are_live_inside_the_block_and_frozen_after() -> None:
 
 def test_missing_dynamo_counters_raise_the_typed_error(monkeypatch) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "torch._dynamo" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "torch._dynamo" else real(name, *a),
+    )
     with pytest.raises(tl.errors.CompileCountsUnavailableError, match="no torch._dynamo"):
         tl.debug.count_compiles()
 
@@ -92,7 +95,9 @@ def test_graph_breaks_name_the_breaking_line() -> None:
     report = tl.debug.graph_breaks(Breaks(), torch.ones(2, 4))
     assert (report.graph_count, report.graph_break_count) == (2, 1)
     (row,) = report.table("breaks").dicts()
-    assert row["source_line"].endswith(f"test_compile.py:{Breaks.forward.__code__.co_firstlineno + 2}")
+    assert row["source_line"].endswith(
+        f"test_compile.py:{Breaks.forward.__code__.co_firstlineno + 2}"
+    )
     assert row["code"] == "if h.sum() > 0:  # data-dependent branch: a graph break"
     single = tl.debug.graph_breaks(nn.Linear(4, 4), torch.ones(2, 4))
     assert (single.graph_break_count, single.status) == (0, "single_graph")

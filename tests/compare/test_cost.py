@@ -57,7 +57,10 @@ def test_flops_are_aggregated_per_source_line_largest_first() -> None:
     assert rows[0]["source_line"].endswith(f"test_cost.py:{_line_of('return')}")
     assert rows[1]["source_line"].endswith(f"test_cost.py:{_line_of('self.b(self.a(x))')}")
     assert (rows[1]["funcs"], rows[1]["ops"], rows[1]["modules"]) == (
-        "linear x2", ("linear_1", "linear_2"), ("a", "b"))
+        "linear x2",
+        ("linear_1", "linear_2"),
+        ("a", "b"),
+    )
     assert rows[1]["code"] == "h = self.b(self.a(x))"
     assert rows[0]["share"] == pytest.approx(1024 / (1024 + 128))
     # torch.ones is a creation op: 0 FLOPs, but ranked (it has a formula)
@@ -80,7 +83,7 @@ def test_memory_counts_new_allocations_and_views_as_zero() -> None:
 
 def test_duration_ranks_host_wall_time() -> None:
     trace = tl.trace(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), torch.ones(2, 8))
-    rows, attrs = tl.debug.hot_path_rows(trace, by="duration")
+    _rows, attrs = tl.debug.hot_path_rows(trace, by="duration")
     assert attrs["total"] == sum(op.duration_ns for op in trace if not op.is_input)
     assert attrs["basis"].startswith("host wall time")
 
@@ -106,10 +109,13 @@ def test_ops_without_formula_or_source_line_are_excluded_and_counted() -> None:
     report = tl.debug.hot_path(trace)
     assert report.excluded == 1
     assert [f.code for f in report.findings] == ["hot_path_excluded"]
-    blind = tl.trace(Einsum(), torch.ones(2, 2),
-                     capture=tl.options.CaptureOptions(source_lines=False))
-    assert tl.debug.hot_path_rows(blind)[1]["excluded_by_reason"] == {"no_flop_formula": 1,
-                                                                      "no_source_line": 1}
+    blind = tl.trace(
+        Einsum(), torch.ones(2, 2), capture=tl.options.CaptureOptions(source_lines=False)
+    )
+    assert tl.debug.hot_path_rows(blind)[1]["excluded_by_reason"] == {
+        "no_flop_formula": 1,
+        "no_source_line": 1,
+    }
     assert [u.code for u in tl.debug.hot_path(blind).unavailable] == ["no_source_line"]
 
 
@@ -122,8 +128,9 @@ def test_spec_example_recompute_candidates_columns() -> None:
 
 
 def test_recompute_ranks_bytes_per_flop_and_greedily_reaches_the_budget() -> None:
-    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                          nn.Linear(64, 4))
+    model = nn.Sequential(
+        nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4)
+    )
     trace = tl.trace(model, torch.ones(8, 16))
     # linear_1: 8*64*4 = 2048 bytes, 2*8*64*16 = 16384 FLOPs -> 0.125 B/FLOP
     # relu_1:   2048 bytes, 512 FLOPs -> 4 B/FLOP; linear_2: 2048 B / 65536 FLOPs; relu_2 like relu_1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from torch import nn
@@ -15,7 +14,10 @@ def test_same_seed_runs_of_a_plain_model_are_repeatable_under_test() -> None:
     torch.manual_seed(0)
     report = tl.debug.check_determinism(nn.Linear(4, 2), torch.randn(3, 4))
     assert (report.verdict, report.status, report.seed_verdict) == (
-        "repeatable_under_test", "repeatable_under_test", "not_run")
+        "repeatable_under_test",
+        "repeatable_under_test",
+        "not_run",
+    )
     assert (report.first_divergence, report.divergent_runs, report.total_runs) == (None, (), 2)
     assert report.lead == "all 2 same-seed runs agree (bitwise)"
 
@@ -75,17 +77,23 @@ class Counted(nn.Module):
         return self.drop(self.fc(x))
 
 
-@pytest.mark.parametrize("training, seed_verdict", [(True, "seed_sensitive"),
-                                                    (False, "seed_insensitive")],
-                         ids=["train", "eval"])
-def test_seed_sensitivity_adds_exactly_one_run_in_a_second_slot(training: bool,
-                                                                 seed_verdict: str) -> None:
+@pytest.mark.parametrize(
+    "training, seed_verdict",
+    [(True, "seed_sensitive"), (False, "seed_insensitive")],
+    ids=["train", "eval"],
+)
+def test_seed_sensitivity_adds_exactly_one_run_in_a_second_slot(
+    training: bool, seed_verdict: str
+) -> None:
     model = Counted().train(training)
     before = Counted.forwards
     report = tl.debug.check_determinism(model, torch.ones(2, 4), runs=2, seed_sensitivity=True)
     assert Counted.forwards - before == 3  # runs + 1
     assert (report.verdict, report.seed_verdict, report.total_runs) == (
-        "repeatable_under_test", seed_verdict, 3)
+        "repeatable_under_test",
+        seed_verdict,
+        3,
+    )
     assert report.disclosures[2] == "seed_sensitivity ran one extra run (total runs: 3)"
 
 
@@ -100,9 +108,12 @@ def test_rng_consuming_ops_are_attributed_to_the_consuming_op() -> None:
 
     report = tl.debug.check_determinism(Noisy(), torch.ones(3))
     assert [(r.op, r.func, r.module) for r in report.rng_ops] == [
-        ("randn_like_1", "randn_like", ""), ("dropout_1", "dropout", "drop")]
+        ("randn_like_1", "randn_like", ""),
+        ("dropout_1", "dropout", "drop"),
+    ]
     assert report.rng_ops[0].source_line.endswith(
-        f"test_determinism.py:{Noisy.forward.__code__.co_firstlineno + 1}")
+        f"test_determinism.py:{Noisy.forward.__code__.co_firstlineno + 1}"
+    )
 
 
 def test_environment_witnesses_are_recorded() -> None:
@@ -122,8 +133,10 @@ def test_tolerances_loosen_the_bitwise_default() -> None:
             Jitter.calls += 1
             return x + 1e-9 * Jitter.calls
 
-    assert tl.debug.check_determinism(Jitter(), torch.ones(2, dtype=torch.float64)).verdict == \
-        "nondeterminism_observed"
+    assert (
+        tl.debug.check_determinism(Jitter(), torch.ones(2, dtype=torch.float64)).verdict
+        == "nondeterminism_observed"
+    )
     loose = tl.debug.check_determinism(Jitter(), torch.ones(2, dtype=torch.float64), atol=1e-6)
     assert (loose.verdict, loose.rtol, loose.atol) == ("repeatable_under_test", None, 1e-6)
 
@@ -138,10 +151,15 @@ def test_caller_model_inputs_and_rng_untouched_with_dict_inputs(tiny_gpt2) -> No
     assert torch.equal(rng, torch.get_rng_state())
 
 
-@pytest.mark.parametrize("kwargs, message", [({"runs": 1}, "runs must be an int >= 2"),
-                                             ({"atol": -1.0}, "atol must be None"),
-                                             ({"seed": 1.5}, "seed must be an int")],
-                         ids=["one_run", "negative_atol", "float_seed"])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"runs": 1}, "runs must be an int >= 2"),
+        ({"atol": -1.0}, "atol must be None"),
+        ({"seed": 1.5}, "seed must be an int"),
+    ],
+    ids=["one_run", "negative_atol", "float_seed"],
+)
 def test_bad_arguments_are_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(tl.errors.DiagnosticArgumentError, match=message):
         tl.debug.check_determinism(nn.ReLU(), torch.ones(1), **kwargs)

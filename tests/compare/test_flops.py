@@ -9,7 +9,6 @@ from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import torchlens_nb as tl
-from tests import models
 
 
 class Call(nn.Module):
@@ -38,12 +37,20 @@ CASES = [
     ("addmm", torch.addmm, [(6,), (2, 3), (3, 6)], 2 * 2 * 6 * 3),
     ("baddbmm", torch.baddbmm, [(4, 2, 6), (4, 2, 3), (4, 3, 6)], 2 * 4 * 2 * 6 * 3),
     # out (1, 8, 6, 6), weight (8, 2, 3, 3) with groups=2: 2 * 288 * 2 * 9
-    ("conv2d_groups", lambda x, w: F.conv2d(x, w, groups=2), [(1, 4, 8, 8), (8, 2, 3, 3)],
-     2 * 288 * 18),
+    (
+        "conv2d_groups",
+        lambda x, w: F.conv2d(x, w, groups=2),
+        [(1, 4, 8, 8), (8, 2, 3, 3)],
+        2 * 288 * 18,
+    ),
     ("conv1d", lambda x, w: F.conv1d(x, w), [(2, 3, 10), (5, 3, 4)], 2 * (2 * 5 * 7) * 12),
     # transposed: 2 * numel(in) * prod(w[1:]) = 2 * (1*4*5*5) * (3*3*3)
-    ("conv_transpose2d", lambda x, w: F.conv_transpose2d(x, w), [(1, 4, 5, 5), (4, 3, 3, 3)],
-     2 * 100 * 27),
+    (
+        "conv_transpose2d",
+        lambda x, w: F.conv_transpose2d(x, w),
+        [(1, 4, 5, 5), (4, 3, 3, 3)],
+        2 * 100 * 27,
+    ),
     # q, k, v (2, 4, 8, 16): 2*B*H*L*S*E + 2*B*H*L*S*Ev = 2 * 8*8*8*16 * 2
     ("sdpa", F.scaled_dot_product_attention, [(2, 4, 8, 16)] * 3, 2 * 2 * 8 * 8 * 8 * 16),
     ("relu", torch.relu, [(3, 4)], 12),
@@ -55,16 +62,29 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("function, shapes, expected", [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "function, shapes, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_formula(function, shapes, expected) -> None:
     torch.manual_seed(0)
     args = [torch.randn(shape) for shape in shapes]
     assert tl.debug.op_flops(_only_op(function, *args)).flops == expected
 
 
-@pytest.mark.parametrize("case", ["linear", "linear_3d", "matmul_broadcast", "bmm", "addmm",
-                                  "baddbmm", "conv2d_groups", "conv1d", "conv_transpose2d"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "linear",
+        "linear_3d",
+        "matmul_broadcast",
+        "bmm",
+        "addmm",
+        "baddbmm",
+        "conv2d_groups",
+        "conv1d",
+        "conv_transpose2d",
+    ],
+)
 def test_matmul_and_conv_formulas_equal_flop_counter_mode(case: str) -> None:
     _, function, shapes, expected = next(c for c in CASES if c[0] == case)
     args = [torch.randn(shape) for shape in shapes]
@@ -74,8 +94,9 @@ def test_matmul_and_conv_formulas_equal_flop_counter_mode(case: str) -> None:
 
 
 def test_an_op_without_formula_is_unknown_not_zero() -> None:
-    count = tl.debug.op_flops(_only_op(lambda a, b: torch.einsum("ij,jk->ik", a, b),
-                                       torch.ones(2, 3), torch.ones(3, 4)))
+    count = tl.debug.op_flops(
+        _only_op(lambda a, b: torch.einsum("ij,jk->ik", a, b), torch.ones(2, 3), torch.ones(3, 4))
+    )
     assert (count.flops, count.family, count.formula) == (None, "unknown", "unknown")
 
 
@@ -93,8 +114,10 @@ class MatmulChain(nn.Module):
 
 MODELS = {
     "linear": (lambda: nn.Sequential(nn.Linear(8, 32), nn.Linear(32, 4)), (5, 8)),
-    "conv": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 3, stride=2)),
-             (2, 3, 16, 16)),
+    "conv": (
+        lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 3, stride=2)),
+        (2, 3, 16, 16),
+    ),
     "matmul_heavy": (MatmulChain, (4, 16)),
 }
 

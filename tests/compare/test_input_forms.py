@@ -37,8 +37,11 @@ def test_every_input_form_gives_the_same_answer(helper: str) -> None:
     answers = {form: HELPERS[helper](model, inputs) for form, inputs in FORMS.items()}
     reference = answers.pop("tensor")
     for form, answer in answers.items():
-        same = torch.equal(answer, reference) if isinstance(answer, torch.Tensor) \
+        same = (
+            torch.equal(answer, reference)
+            if isinstance(answer, torch.Tensor)
             else answer == reference
+        )
         assert same, f"{helper} with {form} inputs gave {answer!r}, tensor gave {reference!r}"
 
 

@@ -105,8 +105,9 @@ def test_isolated_capture_is_repeatable_for_a_seed_and_differs_across_seeds() ->
 
 def test_prepare_may_replace_the_copy_and_never_touches_the_original() -> None:
     model = nn.Linear(2, 2)
-    trace = tl.debug.isolated_capture(model, torch.ones(1, 2, dtype=torch.float64), seed=0,
-                                      prepare=lambda m: m.double())
+    trace = tl.debug.isolated_capture(
+        model, torch.ones(1, 2, dtype=torch.float64), seed=0, prepare=lambda m: m.double()
+    )
     assert trace["linear_1"].dtype == "float64"
     assert model.weight.dtype == torch.float32
 

@@ -54,10 +54,21 @@ def test_nan_and_inf_are_present_in_the_data(reports) -> None:
     assert float("inf") in [r["bytes_per_flop"] for r in reports["recompute"].table().dicts()]
 
 
-@pytest.mark.parametrize("name", ["compare", "compare_params", "hot_path", "recompute",
-                                  "flops_vs_dispatch", "bisect_precision", "determinism",
-                                  "determinism inconclusive", "guess_input_shape",
-                                  "graph_breaks"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "compare",
+        "compare_params",
+        "hot_path",
+        "recompute",
+        "flops_vs_dispatch",
+        "bisect_precision",
+        "determinism",
+        "determinism inconclusive",
+        "guess_input_shape",
+        "graph_breaks",
+    ],
+)
 def test_payload_is_strict_json_and_card_is_bounded(reports, name: str) -> None:
     report = reports[name]
     text = json.dumps(report.to_dict(), allow_nan=False)

@@ -29,11 +29,15 @@ def test_spec_example_names_the_cancelling_op() -> None:
     assert (result.found, result.func_name) == (True, "sub")
     assert (result.op, result.module, result.is_stochastic) == ("sub_1", "", False)
     assert [(r.op, r.is_diverged) for r in result.rows] == [
-        ("linear_1", False), ("add_1", False), ("sub_1", True)]
+        ("linear_1", False),
+        ("add_1", False),
+        ("sub_1", True),
+    ]
     assert result.rows[2].max_abs_err > 0.01  # the ulp of 1e7 in fp32 is 1.0
     assert result.card().splitlines()[0] == (
         "bisect_precision [found] Cancelling (4 ops) vs float64 reference: sub_1 (sub) is the "
-        "first op to lose precision")
+        "first op to lose precision"
+    )
 
 
 def test_tolerances_derive_from_the_native_dtype() -> None:
@@ -43,8 +47,9 @@ def test_tolerances_derive_from_the_native_dtype() -> None:
     row = result.rows[0]
     assert (row.rtol, row.atol) == (math.sqrt(eps), eps * 10)
     assert not result.found and result.status == "clean"
-    half = tl.debug.bisect_precision(nn.Linear(4, 4).to(torch.bfloat16),
-                                     torch.randn(2, 4, dtype=torch.bfloat16))
+    half = tl.debug.bisect_precision(
+        nn.Linear(4, 4).to(torch.bfloat16), torch.randn(2, 4, dtype=torch.bfloat16)
+    )
     assert half.rows[0].rtol == math.sqrt(torch.finfo(torch.bfloat16).eps)  # 0.0884
 
 

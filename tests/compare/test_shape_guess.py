@@ -33,11 +33,15 @@ def test_embedding_first_layer_gets_integer_ids(tiny_gpt2) -> None:
 
 def test_rnn_and_explicit_specs() -> None:
     assert tl.debug.guess_input_shape(nn.GRU(5, 7, batch_first=True), seq_len=4).shape == (1, 4, 5)
-    result = tl.debug.guess_input_shape(nn.Linear(3, 2),
-                                        input_specs=[(2, 5), ((4, 3), torch.float64)])
+    result = tl.debug.guess_input_shape(
+        nn.Linear(3, 2), input_specs=[(2, 5), ((4, 3), torch.float64)]
+    )
     # the specs come first; both fail (wrong width, float64 into fp32 weights), then the guess
     assert [(p.shape, p.dtype, p.is_ok) for p in result.probes] == [
-        ((2, 5), "float32", False), ((4, 3), "float64", False), ((1, 3), "float32", True)]
+        ((2, 5), "float32", False),
+        ((4, 3), "float64", False),
+        ((1, 3), "float32", True),
+    ]
     assert "dtype" in result.probes[1].error
 
 
@@ -62,12 +66,16 @@ def test_probes_leave_the_model_and_rng_untouched() -> None:
     assert torch.equal(rng, torch.get_rng_state()) and model.training
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"max_probes": 0}, "max_probes must be an int >= 1"),
-    ({"min_size": 64, "max_size": 32}, "min_size \\(64\\) must be <= max_size"),
-    ({"spatial_rank": 4}, "spatial_rank must be"),
-    ({"on_failure": "ignore"}, "on_failure must be"),
-], ids=["probes", "sizes", "rank", "on_failure"])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"max_probes": 0}, "max_probes must be an int >= 1"),
+        ({"min_size": 64, "max_size": 32}, "min_size \\(64\\) must be <= max_size"),
+        ({"spatial_rank": 4}, "spatial_rank must be"),
+        ({"on_failure": "ignore"}, "on_failure must be"),
+    ],
+    ids=["probes", "sizes", "rank", "on_failure"],
+)
 def test_bad_arguments_are_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(tl.errors.DiagnosticArgumentError, match=message):
         tl.debug.guess_input_shape(nn.Linear(3, 2), **kwargs)

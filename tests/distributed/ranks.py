@@ -27,8 +27,18 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import torchlens_nb as tl
 
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "gather_object", "broadcast",
-               "broadcast_object_list", "barrier", "reduce", "gather", "scatter")
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_object",
+    "gather_object",
+    "broadcast",
+    "broadcast_object_list",
+    "barrier",
+    "reduce",
+    "gather",
+    "scatter",
+)
 """The ``torch.distributed`` functions counted while a session runs (DDP's reducer talks to
 the process group from C++, so only the session's own collectives reach these names)."""
 
@@ -57,6 +67,7 @@ def digest(tensors: Any) -> str:
 
 def poison_next_backward(param: torch.Tensor, value: float) -> None:
     """The next backward writes ``value`` into element 0 of ``param``'s LOCAL gradient."""
+
     def hook(grad: torch.Tensor) -> torch.Tensor:
         handle.remove()
         bad = grad.clone()
@@ -78,8 +89,9 @@ class CollectiveCounter:
             original = getattr(dist, name)
             self._saved[name] = original
 
-            def counted(*args: Any, _name: str = name, _original: Any = original,
-                        **kwargs: Any) -> Any:
+            def counted(
+                *args: Any, _name: str = name, _original: Any = original, **kwargs: Any
+            ) -> Any:
                 self.calls[_name] = self.calls.get(_name, 0) + 1
                 return _original(*args, **kwargs)
 
@@ -109,9 +121,13 @@ def sites_scenario(rank: int) -> dict[str, Any]:
             optimizer.step()
     report = session.report()
     gathered = session.report(gather=True)
-    return {"report": report.to_dict(), "local_norms": local_norms,
-            "reduced_norms": reduced_norms, "gathered": gathered.to_dict() if rank == 0 else None,
-            "weights": digest(ddp.parameters())}
+    return {
+        "report": report.to_dict(),
+        "local_norms": local_norms,
+        "reduced_norms": reduced_norms,
+        "gathered": gathered.to_dict() if rank == 0 else None,
+        "weights": digest(ddp.parameters()),
+    }
 
 
 def nan_scenario(rank: int) -> dict[str, Any]:
@@ -141,11 +157,15 @@ def nan_scenario(rank: int) -> dict[str, Any]:
     weights = [None] * dist.get_world_size()
     dist.all_gather_object(weights, digest(ddp.parameters()))
     gathered = session.report(gather=True)
-    return {"error": error, "unchanged": after == before, "replicas_identical":
-            len(set(weights)) == 1, "post_allreduce_grad_nonfinite": smeared_here,
-            "collectives_in_loop": counter.calls,
-            "report": session.report().to_dict(),
-            "gathered": gathered.to_dict() if rank == 0 else None}
+    return {
+        "error": error,
+        "unchanged": after == before,
+        "replicas_identical": len(set(weights)) == 1,
+        "post_allreduce_grad_nonfinite": smeared_here,
+        "collectives_in_loop": counter.calls,
+        "report": session.report().to_dict(),
+        "gathered": gathered.to_dict() if rank == 0 else None,
+    }
 
 
 def accumulation_scenario(rank: int) -> dict[str, Any]:
@@ -153,7 +173,7 @@ def accumulation_scenario(rank: int) -> dict[str, Any]:
     micro-step of attempt 2 (inside no_sync), so the scaler skips that attempt on every rank."""
     ddp = DDP(mlp())
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
     session = tl.debug.ChecksSession(ddp, optimizer, scaler=scaler)
     session.register_nonfinite_grad_check()
     session.register_change_check()
@@ -173,8 +193,12 @@ def accumulation_scenario(rank: int) -> dict[str, Any]:
             scaler.step(optimizer)
             scaler.update()
     report = session.report()
-    return {"report": report.to_dict(), "collectives_in_loop": counter.calls,
-            "weights": digest(ddp.parameters()), "final_scale": scaler.get_scale()}
+    return {
+        "report": report.to_dict(),
+        "collectives_in_loop": counter.calls,
+        "weights": digest(ddp.parameters()),
+        "final_scale": scaler.get_scale(),
+    }
 
 
 def cost_scenario(rank: int) -> dict[str, Any]:
@@ -192,9 +216,11 @@ def cost_scenario(rank: int) -> dict[str, Any]:
                 optimizer.step()
         counters = session.report().counters
         out[str(len(list(ddp.parameters())))] = {
-            "collectives": counter.calls, "steps": 5,
+            "collectives": counter.calls,
+            "steps": 5,
             "agreements": counters["agreements"],
-            "agreement_ms_per_step": counters["agreement_ms"] / counters["agreements"]}
+            "agreement_ms_per_step": counters["agreement_ms"] / counters["agreements"],
+        }
     return out
 
 
@@ -241,9 +267,12 @@ def live_scenario(rank: int) -> dict[str, Any]:
                 optimizer.step()
     finally:
         tl.checks._live._display.live_view, tl.checks._feed.MIN_INTERVAL_S = original
-    return {"snapshot": recorder.snapshot, "increments": recorder.messages,
-            "collectives_in_loop": counter.calls,
-            "agreements": session.report().counters["agreements"]}
+    return {
+        "snapshot": recorder.snapshot,
+        "increments": recorder.messages,
+        "collectives_in_loop": counter.calls,
+        "agreements": session.report().counters["agreements"],
+    }
 
 
 def fsdp_scenario(rank: int) -> dict[str, Any]:
@@ -253,8 +282,10 @@ def fsdp_scenario(rank: int) -> dict[str, Any]:
     from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 
     out: dict[str, Any] = {}
-    wrappers = {"fsdp1": lambda m: FullyShardedDataParallel(m, device_id=torch.device("cpu")),
-                "fsdp2": fully_shard}
+    wrappers = {
+        "fsdp1": lambda m: FullyShardedDataParallel(m, device_id=torch.device("cpu")),
+        "fsdp2": fully_shard,
+    }
     for label, wrap in wrappers.items():
         seen: list[int] = []
         try:
@@ -272,16 +303,24 @@ def fsdp_scenario(rank: int) -> dict[str, Any]:
                 optimizer.step()
             report = session.report()
             out[label] = {
-                "ran": True, "full_numel": full_numel,
-                "optimizer_params": [[n, list(p.shape), _local(p).numel()]
-                                     for n, p in wrapped.named_parameters()],
+                "ran": True,
+                "full_numel": full_numel,
+                "optimizer_params": [
+                    [n, list(p.shape), _local(p).numel()] for n, p in wrapped.named_parameters()
+                ],
                 "s_a_grad_numels": seen,
                 "session_params": [row["param"] for row in report.table("params").dicts()],
-                "counters": {k: report.counters[k] for k in
-                             ("backwards", "grad_arrivals", "attempts", "agreements")}}
-        except Exception as error:  # noqa: BLE001 - the measured fact is the error itself
-            out[label] = {"ran": False, "error": f"{type(error).__name__}: {error}"[:400],
-                          "s_a_grad_numels": seen}
+                "counters": {
+                    k: report.counters[k]
+                    for k in ("backwards", "grad_arrivals", "attempts", "agreements")
+                },
+            }
+        except Exception as error:
+            out[label] = {
+                "ran": False,
+                "error": f"{type(error).__name__}: {error}"[:400],
+                "s_a_grad_numels": seen,
+            }
     return out
 
 
@@ -291,14 +330,19 @@ def _local(param: torch.Tensor) -> torch.Tensor:
 
 
 SCENARIOS: dict[str, Callable[[int], dict[str, Any]]] = {
-    "sites": sites_scenario, "nan": nan_scenario, "accumulation": accumulation_scenario,
-    "cost": cost_scenario, "fsdp": fsdp_scenario, "live": live_scenario,
+    "sites": sites_scenario,
+    "nan": nan_scenario,
+    "accumulation": accumulation_scenario,
+    "cost": cost_scenario,
+    "fsdp": fsdp_scenario,
+    "live": live_scenario,
 }
 
 
 def _adam_state(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    return [v for slot in optimizer.state.values() for v in slot.values()
-            if isinstance(v, torch.Tensor)]
+    return [
+        v for slot in optimizer.state.values() for v in slot.values() if isinstance(v, torch.Tensor)
+    ]
 
 
 def _plain(value: Any) -> Any:
@@ -331,12 +375,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(out: str | os.PathLike[str], names: list[str] | None = None,
-           world_size: int = 2) -> dict[str, list[dict[str, Any]]]:
+def launch(
+    out: str | os.PathLike[str], names: list[str] | None = None, world_size: int = 2
+) -> dict[str, list[dict[str, Any]]]:
     """Run ``names`` (default: every scenario) on ``world_size`` gloo ranks; results per rank."""
     names = list(SCENARIOS) if names is None else names
     torch.multiprocessing.start_processes(
-        _worker, args=(world_size, free_port(), str(out), names), nprocs=world_size,
-        start_method="fork")
+        _worker,
+        args=(world_size, free_port(), str(out), names),
+        nprocs=world_size,
+        start_method="fork",
+    )
     per_rank = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(world_size)]
     return {name: [ranks[name] for ranks in per_rank] for name in names}

@@ -55,10 +55,16 @@ def test_gather_keeps_ranks_sums_attempts_and_tables_per_rank_counters(runs) -> 
     assert [c["attempts"] for c in counters["per_rank"]] == [3, 3]
     side_by_side = rows(gathered, "ranks")
     assert [(r["rank"], r["attempts"], r["agreements"]) for r in side_by_side] == [
-        (0, 3, 3), (1, 3, 3)]
+        (0, 3, 3),
+        (1, 3, 3),
+    ]
     assert [r["rank"] for r in rows(gathered, "params")] == [0] * 4 + [1] * 4
     assert [r["param"] for r in rows(gathered, "params")][:4] == [
-        "module.0.weight", "module.0.bias", "module.2.weight", "module.2.bias"]
+        "module.0.weight",
+        "module.0.bias",
+        "module.2.weight",
+        "module.2.bias",
+    ]
     assert gathered["subject"].endswith("on 2 ranks")
 
 
@@ -70,7 +76,10 @@ def test_nan_born_on_rank_1_is_found_there_and_every_rank_stops_before_writing(r
     assert rank1["error"]["code"] == "nonfinite_grad"
     fields = rank1["error"]["fields"]
     assert (fields["culprit"], fields["attribution"], fields["rank"]) == (
-        "module.0.weight", "isolated", 1)
+        "module.0.weight",
+        "isolated",
+        1,
+    )
     assert fields["raised_on_ranks"] == [1]
     assert rank0["error"]["code"] == "check_raised_on_other_rank"
     assert rank0["error"]["fields"]["raised_on_ranks"] == [1]
@@ -80,19 +89,20 @@ def test_nan_born_on_rank_1_is_found_there_and_every_rank_stops_before_writing(r
         assert run["report"]["status"] == "raised" and run["report"]["counters"]["raised"] == 1
     gathered = rank0["gathered"]
     assert codes(gathered) == [("check_raised_on_other_rank", 0), ("nonfinite_grad", 1)]
-    assert gathered["findings"][1]["message"].startswith("[rank 1] non-finite gradient (nan) in "
-                                                         "module.0.weight")
+    assert gathered["findings"][1]["message"].startswith(
+        "[rank 1] non-finite gradient (nan) in module.0.weight"
+    )
     assert (gathered["status"], gathered["counters"]["raised"]) == ("raised", 2)
 
 
 def test_no_sync_accumulation_recovers_k_and_the_skip_ledger_under_gradscaler(runs) -> None:
-    for rank, run in enumerate(runs["accumulation"]):
+    for run in runs["accumulation"]:
         counters = run["report"]["counters"]
         assert counters["accumulation_factor"] == 4
         assert counters["backwards_per_attempt"] == {"4": 6}
         assert (counters["attempts"], counters["accepted"], counters["skipped"]) == (6, 5, 1)
         assert run["report"]["ledgers"]["scale"]["skipped"] == 1  # one scale decrement
-        assert run["final_scale"] == 2.0 ** 9
+        assert run["final_scale"] == 2.0**9
         # nothing fires on the 18 no_sync micro-steps: no raise, no warning, one agreement per
         # step that reached the optimizer (the skipped attempt never reaches S-B)
         assert counters["raised"] == 0 and counters["agreements"] == 5
@@ -144,10 +154,29 @@ def test_rank0_dashboard_shows_every_ranks_counters_from_the_one_agreement(runs)
     last = rank0["increments"][-1]["ranks"]
     # as of the 4th S-B: 3 attempts closed; rank 1 ran 2 backwards per step (one in no_sync)
     assert last == [
-        {"rank": 0, "at_step": 4, "raising": 0, "attempts": 3, "accepted": 3, "skipped": 0,
-         "raised": 0, "backwards": 4, "pending_backwards": 0},
-        {"rank": 1, "at_step": 4, "raising": 0, "attempts": 3, "accepted": 3, "skipped": 0,
-         "raised": 0, "backwards": 8, "pending_backwards": 0}]
+        {
+            "rank": 0,
+            "at_step": 4,
+            "raising": 0,
+            "attempts": 3,
+            "accepted": 3,
+            "skipped": 0,
+            "raised": 0,
+            "backwards": 4,
+            "pending_backwards": 0,
+        },
+        {
+            "rank": 1,
+            "at_step": 4,
+            "raising": 0,
+            "attempts": 3,
+            "accepted": 3,
+            "skipped": 0,
+            "raised": 0,
+            "backwards": 8,
+            "pending_backwards": 0,
+        },
+    ]
     assert rank1["increments"][-1]["ranks"] == last  # every rank knows every rank's row
     steps = [[row["at_step"] for row in m["ranks"]] for m in rank0["increments"] if "ranks" in m]
     assert steps[0] == [1, 1] and steps[-1] == [4, 4]

@@ -44,10 +44,13 @@ def test_merge_tags_ranks_sums_attempts_and_stays_json_safe() -> None:
     assert merged.check("nonfinite_grad").evaluations == 6
     ranks = merged.table("ranks").dicts()
     assert [(r["rank"], r["status"], r["findings"]) for r in ranks] == [
-        (0, "clean", 0), (1, "found", 2)]
+        (0, "clean", 0),
+        (1, "found", 2),
+    ]
     series = merged.table("series").dicts()
-    assert any(r["rank"] == 1 and r["grad_norm"] is not None and math.isnan(r["grad_norm"])
-               for r in series)
+    assert any(
+        r["rank"] == 1 and r["grad_norm"] is not None and math.isnan(r["grad_norm"]) for r in series
+    )
     json.dumps(merged.to_dict(), allow_nan=False)  # the NaN norms are encoded
     assert len(merged.card()) < 4000
 

@@ -41,22 +41,36 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torchlens_nb.errors import TorchlensNbError
 
 MODULE_HOOK_DICTS = (
-    "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
-    "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
-    "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
 )
 """Per-module hook registries (``nn.Module.__init__`` creates each as a dict)."""
 
-GLOBAL_MODULE_HOOK_DICTS = tuple(sorted(
-    name for name in vars(module_globals)
-    if name.startswith("_global_") and isinstance(getattr(module_globals, name), dict)))
+GLOBAL_MODULE_HOOK_DICTS = tuple(
+    sorted(
+        name
+        for name in vars(module_globals)
+        if name.startswith("_global_") and isinstance(getattr(module_globals, name), dict)
+    )
+)
 """``_global_forward_hooks``, ``_global_backward_hooks``, ... of ``torch.nn.modules.module``."""
 
 OPTIMIZER_HOOK_DICTS = (
-    "_optimizer_step_pre_hooks", "_optimizer_step_post_hooks",
-    "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
-    "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks",
+    "_optimizer_step_pre_hooks",
+    "_optimizer_step_post_hooks",
+    "_optimizer_state_dict_pre_hooks",
+    "_optimizer_state_dict_post_hooks",
+    "_optimizer_load_state_dict_pre_hooks",
+    "_optimizer_load_state_dict_post_hooks",
 )
 
 
@@ -102,20 +116,27 @@ def model_state(model: nn.Module, *, grads: bool = True) -> dict[str, Any]:
 
 def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """State per parameter (Adam moments, step counters) and each group's hyper-parameters."""
-    index = {id(p): i for i, p in enumerate(
-        p for group in optimizer.param_groups for p in group["params"])}
+    index = {
+        id(p): i
+        for i, p in enumerate(p for group in optimizer.param_groups for p in group["params"])
+    }
     return {
         "state": {index.get(id(p), -1): _value(dict(s)) for p, s in optimizer.state.items()},
-        "groups": [{k: (len(v) if k == "params" else _value(v)) for k, v in g.items()}
-                   for g in optimizer.param_groups],
+        "groups": [
+            {k: (len(v) if k == "params" else _value(v)) for k, v in g.items()}
+            for g in optimizer.param_groups
+        ],
     }
 
 
 def rng_state() -> dict[str, Any]:
     """The global python, numpy and torch CPU generator states."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"python": random.getstate(), "numpy": (kind, keys.tobytes(), pos, has_gauss, cached),
-            "torch": bits(torch.get_rng_state())}
+    return {
+        "python": random.getstate(),
+        "numpy": (kind, keys.tobytes(), pos, has_gauss, cached),
+        "torch": bits(torch.get_rng_state()),
+    }
 
 
 def global_flags() -> dict[str, Any]:
@@ -163,11 +184,15 @@ def _graph_nodes(tensors: Iterable[torch.Tensor]) -> list[Any]:
     return nodes
 
 
-def hook_counts(models: Iterable[nn.Module] = (), optimizers: Iterable[Any] = (),
-                tensors: Iterable[torch.Tensor] = ()) -> dict[str, int]:
+def hook_counts(
+    models: Iterable[nn.Module] = (),
+    optimizers: Iterable[Any] = (),
+    tensors: Iterable[torch.Tensor] = (),
+) -> dict[str, int]:
     """Every hook registry the guard watches -> its number of entries."""
-    counts = {f"global {name}": len(getattr(module_globals, name))
-              for name in GLOBAL_MODULE_HOOK_DICTS}
+    counts = {
+        f"global {name}": len(getattr(module_globals, name)) for name in GLOBAL_MODULE_HOOK_DICTS
+    }
     counts["global optimizer pre"] = len(optimizer_globals._global_optimizer_pre_hooks)
     counts["global optimizer post"] = len(optimizer_globals._global_optimizer_post_hooks)
     watched = [t for t in tensors if isinstance(t, torch.Tensor)]
@@ -183,7 +208,8 @@ def hook_counts(models: Iterable[nn.Module] = (), optimizers: Iterable[Any] = ()
     for t, tensor in enumerate(watched):
         counts[f"tensor{t} _backward_hooks"] = len(tensor._backward_hooks or {})
         counts[f"tensor{t} _post_accumulate_grad_hooks"] = len(
-            tensor._post_accumulate_grad_hooks or {})
+            tensor._post_accumulate_grad_hooks or {}
+        )
     for n, node in enumerate(_graph_nodes(watched)):
         hooks, prehooks = _node_hook_counts(node)
         counts[f"node{n} {type(node).__name__} hooks"] = hooks
@@ -203,14 +229,21 @@ class Snapshot:
     hooks: dict[str, int]
 
 
-def take_snapshot(models: Iterable[nn.Module], optimizers: Iterable[Any],
-                  tensors: Iterable[torch.Tensor], *, grads: bool = True) -> Snapshot:
+def take_snapshot(
+    models: Iterable[nn.Module],
+    optimizers: Iterable[Any],
+    tensors: Iterable[torch.Tensor],
+    *,
+    grads: bool = True,
+) -> Snapshot:
     models, optimizers, tensors = list(models), list(optimizers), list(tensors)
     return Snapshot(
         models=[model_state(m, grads=grads) for m in models],
         optimizers=[optimizer_state(o) for o in optimizers],
-        tensors=[(bits(t), t.requires_grad,
-                  None if not t.is_leaf or t.grad is None else bits(t.grad)) for t in tensors],
+        tensors=[
+            (bits(t), t.requires_grad, None if not t.is_leaf or t.grad is None else bits(t.grad))
+            for t in tensors
+        ],
         rng=rng_state(),
         flags=global_flags(),
         hooks=hook_counts(models, optimizers, tensors),
@@ -221,8 +254,9 @@ def differences(before: Snapshot, after: Snapshot) -> list[str]:
     """Human-readable list of what changed between two snapshots (empty when nothing did)."""
     changed: list[str] = []
     for m, (old, new) in enumerate(zip(before.models, after.models)):
-        changed += [f"model{m} {key}" for key in sorted(set(old) | set(new))
-                    if old.get(key) != new.get(key)]
+        changed += [
+            f"model{m} {key}" for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)
+        ]
     for o, (old, new) in enumerate(zip(before.optimizers, after.optimizers)):
         if old != new:
             changed.append(f"optimizer{o} state or param groups")
@@ -230,11 +264,16 @@ def differences(before: Snapshot, after: Snapshot) -> list[str]:
         if old != new:
             changed.append(f"input tensor {t}")
     changed += [f"rng {key}" for key in before.rng if before.rng[key] != after.rng[key]]
-    changed += [f"flag {key}: {before.flags[key]!r} -> {after.flags[key]!r}"
-                for key in before.flags if before.flags[key] != after.flags[key]]
-    changed += [f"hooks {key}: {before.hooks.get(key, 0)} -> {after.hooks.get(key, 0)}"
-                for key in sorted(set(before.hooks) | set(after.hooks))
-                if before.hooks.get(key, 0) != after.hooks.get(key, 0)]
+    changed += [
+        f"flag {key}: {before.flags[key]!r} -> {after.flags[key]!r}"
+        for key in before.flags
+        if before.flags[key] != after.flags[key]
+    ]
+    changed += [
+        f"hooks {key}: {before.hooks.get(key, 0)} -> {after.hooks.get(key, 0)}"
+        for key in sorted(set(before.hooks) | set(after.hooks))
+        if before.hooks.get(key, 0) != after.hooks.get(key, 0)
+    ]
     return changed
 
 
@@ -250,8 +289,13 @@ def tensors_in(value: Any) -> list[torch.Tensor]:
 
 
 @contextlib.contextmanager
-def untouched(models: Iterable[nn.Module] = (), optimizers: Iterable[Any] = (),
-              inputs: Any = (), *, grads: bool = True) -> Iterator[Snapshot]:
+def untouched(
+    models: Iterable[nn.Module] = (),
+    optimizers: Iterable[Any] = (),
+    inputs: Any = (),
+    *,
+    grads: bool = True,
+) -> Iterator[Snapshot]:
     """Assert that the block leaves the given objects and all global state as they were.
 
     Checked also when the block raises (the exception then propagates after the check, so
@@ -269,13 +313,25 @@ def untouched(models: Iterable[nn.Module] = (), optimizers: Iterable[Any] = (),
 
 def builtin_base(error: type[BaseException]) -> type[BaseException] | None:
     """The built-in exception ``error`` also subclasses (ValueError, TypeError, ...), if any."""
-    return next((base for base in error.__mro__[1:] if base.__module__ == "builtins"
-                 and base not in (Exception, BaseException, object)), None)
+    return next(
+        (
+            base
+            for base in error.__mro__[1:]
+            if base.__module__ == "builtins" and base not in (Exception, BaseException, object)
+        ),
+        None,
+    )
 
 
-def assert_refused(call: Callable[[], Any], error: type[Exception], match: str, *,
-                   models: Iterable[nn.Module] = (), optimizers: Iterable[Any] = (),
-                   inputs: Any = ()) -> Exception:
+def assert_refused(
+    call: Callable[[], Any],
+    error: type[Exception],
+    match: str,
+    *,
+    models: Iterable[nn.Module] = (),
+    optimizers: Iterable[Any] = (),
+    inputs: Any = (),
+) -> Exception:
     """``call()`` raises ``error`` (message matching ``match``), raised by torchlens_nb itself
     (not from deep inside torch), and leaves everything :func:`untouched`.
 
@@ -288,5 +344,6 @@ def assert_refused(call: Callable[[], Any], error: type[Exception], match: str, 
             call()
     raiser = traceback.extract_tb(info.value.__traceback__)[-1].filename
     assert f"{os.sep}torchlens_nb{os.sep}" in raiser, (
-        f"{type(info.value).__name__} came from {raiser}, not from torchlens_nb's own checks")
+        f"{type(info.value).__name__} came from {raiser}, not from torchlens_nb's own checks"
+    )
     return info.value

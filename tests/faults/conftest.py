@@ -28,7 +28,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"fault(category): the fault-suite category of a test, one of {CATEGORIES}")
+        "markers", f"fault(category): the fault-suite category of a test, one of {CATEGORIES}"
+    )
 
 
 def _category(item: pytest.Item) -> str | None:
@@ -74,8 +75,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     passed = sum(_outcomes.get(c, Counter())["passed"] for c in CATEGORIES)
     write = terminalreporter.write_line
     terminalreporter.section("fault suite")
-    write(f"fault suite: {sum(cases.values())} cases tried ({passed} passed), plus "
-          f"{sum(examples.values())} generated examples")
+    write(
+        f"fault suite: {sum(cases.values())} cases tried ({passed} passed), plus "
+        f"{sum(examples.values())} generated examples"
+    )
     for category in CATEGORIES:
         counts = _outcomes.get(category, Counter())
         extra = f" + {examples[category]} generated examples" if examples[category] else ""
@@ -100,4 +103,3 @@ def fake_bin(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib
     folder.mkdir()
     monkeypatch.setenv("PATH", str(folder))
     return folder
-

@@ -30,8 +30,9 @@ def trained_mlp(seed: int = 0) -> nn.Sequential:
     forward the tool runs on the caller's model visible to the guards.
     """
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.25),
-                         nn.Linear(16, 4)).train()
+    return nn.Sequential(
+        nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.25), nn.Linear(16, 4)
+    ).train()
 
 
 def owned(seed: int = 0) -> Owned:

@@ -15,8 +15,22 @@ from torch import nn
 import torchlens_nb as tl
 from torchlens_nb.report import Finding, Report, Table, Where
 
-FLOAT_SPECIALS = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1e-45, 5e-324, 1e-40, 1e38, -1e38,
-                  3.4e38, 65504.0, 1.0, -2.5)
+FLOAT_SPECIALS = (
+    math.nan,
+    math.inf,
+    -math.inf,
+    -0.0,
+    0.0,
+    1e-45,
+    5e-324,
+    1e-40,
+    1e38,
+    -1e38,
+    3.4e38,
+    65504.0,
+    1.0,
+    -2.5,
+)
 """Values that break naive encoders: non-finite, signed zero, subnormal, near-max magnitudes."""
 INT_SPECIALS = (2**63 - 1, -(2**63), 0, -1, 1, 2**53 + 1)
 """int64 extremes (JSON numbers, but beyond a JavaScript double's exact range)."""
@@ -33,8 +47,11 @@ def hostile_tensors(draw: st.DrawFn) -> torch.Tensor:
         values = draw(st.lists(st.sampled_from(INT_SPECIALS), min_size=numel, max_size=numel))
         return torch.tensor(values, dtype=torch.int64).reshape(shape)
     dtype = draw(st.sampled_from(FLOAT_DTYPES))
-    values = draw(st.lists(st.sampled_from(FLOAT_SPECIALS) | st.floats(width=32),
-                           min_size=numel, max_size=numel))
+    values = draw(
+        st.lists(
+            st.sampled_from(FLOAT_SPECIALS) | st.floats(width=32), min_size=numel, max_size=numel
+        )
+    )
     return torch.tensor(values, dtype=torch.float64).to(dtype).reshape(shape)
 
 
@@ -47,12 +64,25 @@ def _values_table(tensor: torch.Tensor) -> Report:
     values = tensor.reshape(-1).tolist()
     rows = [{"index": i, "value": v, "negated": -v} for i, v in enumerate(values)]
     first = values[0] if values else None
-    return Report(subject=f"{tuple(tensor.shape)} {tensor.dtype}", status="found",
-                  lead=f"{len(values)} values", tables=(Table.from_dicts(
-                      "values", rows, ("index", "value", "negated"),
-                      {"first": first, "all": values[:16]}),),
-                  findings=(Finding("value", "info", f"first value {first!r}",
-                                    where=Where(op="input_1"), fields={"first": first}),))
+    return Report(
+        subject=f"{tuple(tensor.shape)} {tensor.dtype}",
+        status="found",
+        lead=f"{len(values)} values",
+        tables=(
+            Table.from_dicts(
+                "values", rows, ("index", "value", "negated"), {"first": first, "all": values[:16]}
+            ),
+        ),
+        findings=(
+            Finding(
+                "value",
+                "info",
+                f"first value {first!r}",
+                where=Where(op="input_1"),
+                fields={"first": first},
+            ),
+        ),
+    )
 
 
 def _float_param(tensor: torch.Tensor) -> nn.Module:
@@ -74,14 +104,16 @@ BUILDERS: dict[str, Callable[[torch.Tensor], Report]] = {
     "audit": lambda t: _trace(t).audit(),
     "param_health": lambda t: tl.debug.param_health({"t": t, "twice": t.clone()}),
     "data_sanity": lambda t: tl.recipes.data_sanity(
-        (t, torch.zeros(t.shape[0] if t.dim() else 1, dtype=torch.long))),
+        (t, torch.zeros(t.shape[0] if t.dim() else 1, dtype=torch.long))
+    ),
     "values_table": _values_table,
 }
 """Report builders that take any hostile tensor."""
 
 FLOAT_BUILDERS: dict[str, Callable[[torch.Tensor], Report]] = {
-    "compare_params": lambda t: tl.debug.compare_params(_float_param(t),
-                                                        _float_param(torch.zeros_like(t))),
+    "compare_params": lambda t: tl.debug.compare_params(
+        _float_param(t), _float_param(torch.zeros_like(t))
+    ),
     "weight_distribution": lambda t: tl.recipes.weight_distribution(_float_param(t)),
 }
 """Builders that need a floating-point tensor (a parameter)."""

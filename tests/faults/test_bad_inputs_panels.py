@@ -31,14 +31,19 @@ REPORT_CALLS = [
     ("card-zero", lambda r: r.card(0), r"max_findings must be >= 1, got 0"),
     ("card-string", lambda r: r.card("3"), r"max_findings must be >= 1, got '3'; pass an int"),
     ("card-nan", lambda r: r.card(math.nan), r"got nan"),
-    ("table-missing", lambda r: r.table("nope"), r"no table named 'nope'; this report has "
-                                                 r"\['hot_path'\]"),
+    (
+        "table-missing",
+        lambda r: r.table("nope"),
+        r"no table named 'nope'; this report has "
+        r"\['hot_path'\]",
+    ),
     ("action-missing", lambda r: r.run_action("explode"), r"has no action 'explode'; available"),
 ]
 
 
-@pytest.mark.parametrize("call, match", [c[1:] for c in REPORT_CALLS],
-                         ids=[c[0] for c in REPORT_CALLS])
+@pytest.mark.parametrize(
+    "call, match", [c[1:] for c in REPORT_CALLS], ids=[c[0] for c in REPORT_CALLS]
+)
 def test_report_views_refuse_bad_arguments(traced: tl.Trace, call: Any, match: str) -> None:
     with pytest.raises(ReportOptionError, match=match):
         call(tl.debug.hot_path(traced))
@@ -51,10 +56,14 @@ def test_reports_without_tables_say_so() -> None:
             call()
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda: Finding("code", "fatal", "message"), r"severity must be one of .* got 'fatal'"),
-    (lambda: Table("t", ("a",), ((1, 2),)), r"table 't' row 0 has 2 values for 1 columns"),
-], ids=["finding-severity", "table-row-width"])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: Finding("code", "fatal", "message"), r"severity must be one of .* got 'fatal'"),
+        (lambda: Table("t", ("a",), ((1, 2),)), r"table 't' row 0 has 2 values for 1 columns"),
+    ],
+    ids=["finding-severity", "table-row-width"],
+)
 def test_report_parts_refuse_malformed_data(make: Any, match: str) -> None:
     with pytest.raises(ReportOptionError, match=match):
         make()
@@ -64,29 +73,61 @@ REQUESTS: list[tuple[str, Any, str]] = [
     ("not-a-dict", None, r"a panel request is a dict with an int request_id, got None"),
     ("no-request-id", {"type": "page"}, r"with an int request_id"),
     ("string-request-id", {"request_id": "1", "type": "page"}, r"with an int request_id"),
-    ("unknown-type", {"request_id": 1, "type": "delete"},
-     r"unknown panel request type 'delete'; expected 'action' or 'page'"),
-    ("action-name-int", {"request_id": 1, "type": "action", "name": 3, "args": {}},
-     r"an action request needs a str name and a dict args, got 3"),
-    ("action-args-list", {"request_id": 1, "type": "action", "name": "lineage", "args": [1]},
-     r"needs a str name and a dict args"),
-    ("action-missing", {"request_id": 1, "type": "action", "name": "explode", "args": {}},
-     r"ReportOptionError: .* has no action 'explode'"),
-    ("action-missing-label", {"request_id": 1, "type": "action", "name": "expand",
-                              "args": {"label": "conv2d_1"}},
-     r"OpNotFoundError: no op labelled 'conv2d_1'"),
-    ("forgotten-follow-up", {"request_id": 1, "type": "action", "report": 99, "name": "lineage"},
-     r"follow-up 99 is no longer held by this widget"),
-    ("page-on-a-report-without-tables", {"request_id": 1, "type": "page", "table": "ops"},
-     r"LineageReport has no table"),
-    ("page-missing-column", {"request_id": 1, "type": "page", "table": "hot_path",
-                             "sort": "nope"}, r"table 'hot_path' has no column 'nope'"),
-    ("page-negative-offset", {"request_id": 1, "type": "page", "table": "hot_path",
-                              "offset": -5}, r"page offset must be an int >= 0, got -5"),
-    ("page-huge-limit", {"request_id": 1, "type": "page", "table": "hot_path",
-                         "limit": 10**9}, r"page limit must be an int in 1\.\.500"),
-    ("page-string-offset", {"request_id": 1, "type": "page", "table": "hot_path",
-                            "offset": "a"}, r"got 'a'"),
+    (
+        "unknown-type",
+        {"request_id": 1, "type": "delete"},
+        r"unknown panel request type 'delete'; expected 'action' or 'page'",
+    ),
+    (
+        "action-name-int",
+        {"request_id": 1, "type": "action", "name": 3, "args": {}},
+        r"an action request needs a str name and a dict args, got 3",
+    ),
+    (
+        "action-args-list",
+        {"request_id": 1, "type": "action", "name": "lineage", "args": [1]},
+        r"needs a str name and a dict args",
+    ),
+    (
+        "action-missing",
+        {"request_id": 1, "type": "action", "name": "explode", "args": {}},
+        r"ReportOptionError: .* has no action 'explode'",
+    ),
+    (
+        "action-missing-label",
+        {"request_id": 1, "type": "action", "name": "expand", "args": {"label": "conv2d_1"}},
+        r"OpNotFoundError: no op labelled 'conv2d_1'",
+    ),
+    (
+        "forgotten-follow-up",
+        {"request_id": 1, "type": "action", "report": 99, "name": "lineage"},
+        r"follow-up 99 is no longer held by this widget",
+    ),
+    (
+        "page-on-a-report-without-tables",
+        {"request_id": 1, "type": "page", "table": "ops"},
+        r"LineageReport has no table",
+    ),
+    (
+        "page-missing-column",
+        {"request_id": 1, "type": "page", "table": "hot_path", "sort": "nope"},
+        r"table 'hot_path' has no column 'nope'",
+    ),
+    (
+        "page-negative-offset",
+        {"request_id": 1, "type": "page", "table": "hot_path", "offset": -5},
+        r"page offset must be an int >= 0, got -5",
+    ),
+    (
+        "page-huge-limit",
+        {"request_id": 1, "type": "page", "table": "hot_path", "limit": 10**9},
+        r"page limit must be an int in 1\.\.500",
+    ),
+    (
+        "page-string-offset",
+        {"request_id": 1, "type": "page", "table": "hot_path", "offset": "a"},
+        r"got 'a'",
+    ),
 ]
 
 

@@ -11,6 +11,7 @@ would, so its effect must equal a plain call's, bit for bit, and nothing more.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable
 from typing import Any
@@ -35,8 +36,10 @@ ENTRY_POINTS: list[tuple[str, Callable[[nn.Module, Owned], Any]]] = [
     ("nonfinite_origin", lambda m, u: D.nonfinite_origin(m, u.x)),
     ("attention_sinks", lambda m, u: D.attention_sinks(m, u.x)),
     ("check_determinism", lambda m, u: D.check_determinism(m, u.x)),
-    ("check_determinism-seed-sensitivity", lambda m, u: D.check_determinism(
-        m, u.x, seed_sensitivity=True)),
+    (
+        "check_determinism-seed-sensitivity",
+        lambda m, u: D.check_determinism(m, u.x, seed_sensitivity=True),
+    ),
     ("bisect_precision", lambda m, u: D.bisect_precision(m, u.x)),
     ("guess_input_shape", lambda m, u: D.guess_input_shape(m)),
     ("isolated_capture", lambda m, u: D.isolated_capture(m, u.x, seed=0)),
@@ -68,7 +71,8 @@ MODELS: dict[str, Callable[[Owned], nn.Module]] = {
 @pytest.mark.parametrize("model_kind", list(MODELS))
 @pytest.mark.parametrize("call", [c[1] for c in ENTRY_POINTS], ids=[c[0] for c in ENTRY_POINTS])
 def test_entry_point_leaves_the_users_objects_bitwise_intact(
-        user: Owned, call: Callable[[nn.Module, Owned], Any], model_kind: str) -> None:
+    user: Owned, call: Callable[[nn.Module, Owned], Any], model_kind: str
+) -> None:
     torch.manual_seed(1)
     model = MODELS[model_kind](user)
     with untouched([model, user.model], [user.optimizer], user.batch):
@@ -83,16 +87,12 @@ def test_trace_changes_exactly_what_a_plain_call_changes(user: Owned, model_kind
     model = MODELS[model_kind](user)
     twin = copy.deepcopy(model)
     rng = torch.get_rng_state()
-    try:
+    with contextlib.suppress(ValueError):
         twin(user.x)
-    except ValueError:
-        pass
     plain = take_snapshot([twin], [], [user.x], grads=False)  # deepcopy drops .grad
     torch.set_rng_state(rng)
-    try:
+    with contextlib.suppress(tl.errors.ForwardError):
         tl.trace(model, user.x, capture=CaptureOptions(save_grads=True))
-    except tl.errors.ForwardError:
-        pass
     assert differences(plain, take_snapshot([model], [], [user.x], grads=False)) == []
 
 

@@ -35,7 +35,11 @@ def test_capture_records_the_dtype_and_returns_the_plain_output(dtype: torch.dty
     traced = tl.trace(model, x)
     name = str(dtype).removeprefix("torch.")
     assert [(op.label, op.dtype) for op in traced] == [
-        ("input_1", name), ("linear_1", name), ("relu_1", name), ("linear_2", name)]
+        ("input_1", name),
+        ("linear_1", name),
+        ("relu_1", name),
+        ("linear_2", name),
+    ]
     assert torch.equal(traced.output, model(x))
     assert traced["linear_2"].out.dtype == dtype
 

@@ -26,7 +26,7 @@ def flip_one_bit(user: Owned) -> None:
 class Passthrough(torch.overrides.TorchFunctionMode):
     """A function mode that changes nothing but sits on the mode stack."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))
 
 
@@ -44,28 +44,52 @@ PLANTS: list[tuple[str, Callable[[Owned], object], str]] = [
     ("running-mean", lambda u: u.model[1].running_mean.add_(1e-7), "model0 buffer 1.running_mean"),
     ("grad", lambda u: u.model[0].weight.grad.mul_(2), "model0 grad 0.weight"),
     ("eval-mode", lambda u: u.model[3].eval(), "model0 training 3"),
-    ("adam-moment", lambda u: next(iter(u.optimizer.state.values()))["exp_avg"].zero_(),
-     "optimizer0 state"),
+    (
+        "adam-moment",
+        lambda u: next(iter(u.optimizer.state.values()))["exp_avg"].zero_(),
+        "optimizer0 state",
+    ),
     ("learning-rate", lambda u: u.optimizer.param_groups[0].update(lr=1.0), "optimizer0 state"),
     ("input", lambda u: u.x.mul_(-0.0), "input tensor 0"),
     ("torch-rng", lambda u: torch.rand(1), "rng torch"),
     ("python-rng", lambda u: random.random(), "rng python"),
     ("numpy-rng", lambda u: np.random.rand(), "rng numpy"),
-    ("module-hook", lambda u: u.model[2].register_forward_hook(lambda *a: None),
-     "model0 2 _forward_hooks: 0 -> 1"),
-    ("global-module-hook", lambda u: nn.modules.module.register_module_forward_pre_hook(
-        lambda *a: None), "global _global_forward_pre_hooks"),
-    ("tensor-hook", lambda u: u.model[0].weight.register_hook(lambda g: g),
-     "_backward_hooks: 0 -> 1"),
-    ("accumulate-hook", lambda u: u.model[0].bias.register_post_accumulate_grad_hook(
-        lambda p: None), "_post_accumulate_grad_hooks: 0 -> 1"),
-    ("optimizer-hook", lambda u: u.optimizer.register_step_post_hook(lambda *a: None),
-     "optimizer0 _optimizer_step_post_hooks: 0 -> 1"),
+    (
+        "module-hook",
+        lambda u: u.model[2].register_forward_hook(lambda *a: None),
+        "model0 2 _forward_hooks: 0 -> 1",
+    ),
+    (
+        "global-module-hook",
+        lambda u: nn.modules.module.register_module_forward_pre_hook(lambda *a: None),
+        "global _global_forward_pre_hooks",
+    ),
+    (
+        "tensor-hook",
+        lambda u: u.model[0].weight.register_hook(lambda g: g),
+        "_backward_hooks: 0 -> 1",
+    ),
+    (
+        "accumulate-hook",
+        lambda u: u.model[0].bias.register_post_accumulate_grad_hook(lambda p: None),
+        "_post_accumulate_grad_hooks: 0 -> 1",
+    ),
+    (
+        "optimizer-hook",
+        lambda u: u.optimizer.register_step_post_hook(lambda *a: None),
+        "optimizer0 _optimizer_step_post_hooks: 0 -> 1",
+    ),
     ("grad-mode", lambda u: torch.set_grad_enabled(False), "flag grad_enabled: True -> False"),
-    ("anomaly-mode", lambda u: torch.autograd.set_detect_anomaly(True),
-     "flag anomaly: False -> True"),
-    ("deterministic", lambda u: torch.use_deterministic_algorithms(True),
-     "flag deterministic: False -> True"),
+    (
+        "anomaly-mode",
+        lambda u: torch.autograd.set_detect_anomaly(True),
+        "flag anomaly: False -> True",
+    ),
+    (
+        "deterministic",
+        lambda u: torch.use_deterministic_algorithms(True),
+        "flag deterministic: False -> True",
+    ),
     ("function-mode", push_mode, "flag function_modes: 0 -> 1"),
 ]
 
@@ -73,8 +97,12 @@ PLANTS: list[tuple[str, Callable[[Owned], object], str]] = [
 @pytest.mark.parametrize("plant, named", [c[1:] for c in PLANTS], ids=[c[0] for c in PLANTS])
 def test_the_guard_names_a_planted_change(plant: Callable[[Owned], object], named: str) -> None:
     user = owned()
-    state = (torch.is_grad_enabled(), torch.is_anomaly_enabled(),
-             torch.are_deterministic_algorithms_enabled(), torch.get_rng_state())
+    state = (
+        torch.is_grad_enabled(),
+        torch.is_anomaly_enabled(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.get_rng_state(),
+    )
     hooks_before = (dict(nn.modules.module._global_forward_pre_hooks),)
     try:
         with pytest.raises(AssertionError) as info:

@@ -93,10 +93,12 @@ SESSION_FAULTS: list[tuple[str, Callable[[Owned], None], type[BaseException]]] =
 ]
 
 
-@pytest.mark.parametrize("fault, error", [c[1:] for c in SESSION_FAULTS],
-                         ids=[c[0] for c in SESSION_FAULTS])
+@pytest.mark.parametrize(
+    "fault, error", [c[1:] for c in SESSION_FAULTS], ids=[c[0] for c in SESSION_FAULTS]
+)
 def test_an_exception_in_the_session_block_removes_every_hook(
-        fault: Callable[[Owned], None], error: type[BaseException]) -> None:
+    fault: Callable[[Owned], None], error: type[BaseException]
+) -> None:
     user = owned()
     before = hook_counts([user.model], [user.optimizer], user.batch)
     flags = global_flags()
@@ -150,9 +152,11 @@ class RaisesMidForward(nn.Module):
 
 
 def all_probes_plan() -> HookPlan:
-    return (D.RangeProbe({tl.func("relu"): (0.0, 1.0)}).hook_plan()
-            + D.LivenessProbe([tl.func("relu")]).hook_plan()
-            + D.SinkProbe([tl.func("softmax")], [tl.module("fc")]).hook_plan())
+    return (
+        D.RangeProbe({tl.func("relu"): (0.0, 1.0)}).hook_plan()
+        + D.LivenessProbe([tl.func("relu")]).hook_plan()
+        + D.SinkProbe([tl.func("softmax")], [tl.module("fc")]).hook_plan()
+    )
 
 
 CAPTURES: list[tuple[str, Callable[[nn.Module, torch.Tensor], object]]] = [
@@ -171,7 +175,8 @@ CAPTURES: list[tuple[str, Callable[[nn.Module, torch.Tensor], object]]] = [
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt], ids=["runtime", "interrupt"])
 @pytest.mark.parametrize("capture", [c[1] for c in CAPTURES], ids=[c[0] for c in CAPTURES])
 def test_an_exception_in_the_forward_during_capture_leaves_nothing_behind(
-        capture: Callable[[nn.Module, torch.Tensor], object], error: type[BaseException]) -> None:
+    capture: Callable[[nn.Module, torch.Tensor], object], error: type[BaseException]
+) -> None:
     torch.manual_seed(0)
     model, x = RaisesMidForward(error).eval(), torch.randn(2, 8)
     with untouched([model], inputs=(x,)):
@@ -224,7 +229,8 @@ BACKWARD_FAULTS = [second_backward, wrong_gradient_shape, raising_grad_hook]
 
 @pytest.mark.parametrize("prepare", BACKWARD_FAULTS, ids=[f.__name__ for f in BACKWARD_FAULTS])
 def test_a_failing_trace_backward_removes_its_node_hooks(
-        prepare: Callable[[tl.Trace, torch.Tensor], Callable[[], object]]) -> None:
+    prepare: Callable[[tl.Trace, torch.Tensor], Callable[[], object]],
+) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 4), nn.Tanh())
     traced = tl.trace(model, torch.randn(2, 8), capture=CaptureOptions(save_grads=True))

@@ -73,11 +73,13 @@ def check_payload(name: str, report: Any) -> None:
     assert card.count("\n") <= MAX_CARD_FINDINGS + len(report.unavailable) + 6, name
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(tensor=hostile_tensors())
-def test_reports_of_hostile_tensors_are_strict_json_and_decode_bitwise(tensor: torch.Tensor
-                                                                        ) -> None:
+def test_reports_of_hostile_tensors_are_strict_json_and_decode_bitwise(
+    tensor: torch.Tensor,
+) -> None:
     _tally.examples["payload"] += 1
     for name, report in reports_of(tensor).items():
         check_payload(name, report)
@@ -88,7 +90,12 @@ def test_the_specials_reach_the_payload_as_stand_ins() -> None:
     tensor = torch.tensor([math.nan, math.inf, -math.inf, -0.0, 5e-324], dtype=torch.float64)
     table = reports_of(tensor)["values_table"].to_dict()["tables"][0]
     assert [row[1] for row in table["rows"]] == [
-        {FLOAT_TAG: "nan"}, {FLOAT_TAG: "inf"}, {FLOAT_TAG: "-inf"}, -0.0, 5e-324]
+        {FLOAT_TAG: "nan"},
+        {FLOAT_TAG: "inf"},
+        {FLOAT_TAG: "-inf"},
+        -0.0,
+        5e-324,
+    ]
     assert math.copysign(1.0, json.loads(json.dumps(table["rows"][3][1]))) == -1.0
     # value, negated and the "all" attr hold three each; the "first" attr holds the NaN
     assert stand_ins(table) == 3 + 3 + 3 + 1
@@ -100,9 +107,15 @@ def test_int64_extremes_stay_exact_python_ints() -> None:
     assert [row[1] for row in json.loads(json.dumps(table))["rows"]] == [2**63 - 1, -(2**63)]
 
 
-@pytest.mark.parametrize("value", [torch.tensor(math.nan), torch.empty(0, 3),
-                                   torch.full((2, 2), -math.inf, dtype=torch.bfloat16)],
-                         ids=["0d-nan", "empty", "bf16-neg-inf"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        torch.tensor(math.nan),
+        torch.empty(0, 3),
+        torch.full((2, 2), -math.inf, dtype=torch.bfloat16),
+    ],
+    ids=["0d-nan", "empty", "bf16-neg-inf"],
+)
 def test_to_jsonable_of_raw_tensors_is_strict_json(value: torch.Tensor) -> None:
     encoded = to_jsonable(value)
     json.dumps(encoded, allow_nan=False)

@@ -28,12 +28,21 @@ SAMPLE = {
 @pytest.mark.parametrize("tensor", list(SAMPLE.values()), ids=list(SAMPLE))
 def test_every_panel_renders_reports_of_hostile_tensors(panel_page, tensor: torch.Tensor) -> None:
     warnings: list[str] = []
-    panel_page.page.on("console", lambda msg: warnings.append(msg.text)
-                       if msg.type == "warning" and "[torchlens_nb]" in msg.text else None)
+    panel_page.page.on(
+        "console",
+        lambda msg: (
+            warnings.append(msg.text)
+            if msg.type == "warning" and "[torchlens_nb]" in msg.text
+            else None
+        ),
+    )
     reports = reports_of(tensor)
     for name, report in reports.items():
-        root = panel_page.mount(widgets.panel_name(report), widgets.panel_payload(report),
-                                arrays=widgets.panel_arrays(report))
+        root = panel_page.mount(
+            widgets.panel_name(report),
+            widgets.panel_payload(report),
+            arrays=widgets.panel_arrays(report),
+        )
         assert root.get_attribute("data-panel") == widgets.panel_name(report), name
         assert root.locator(".tln-unreadable").count() == 0, (name, root.inner_text()[:300])
         assert report.subject in root.inner_text(), name

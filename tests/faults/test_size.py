@@ -86,16 +86,17 @@ def assert_within_caps(report: Report, max_kb: int) -> dict:
     assert all(len(t["rows"]) <= widgets.MAX_TABLE_ROWS for t in payload["tables"])
     assert len(payload["findings"]) <= widgets.MAX_FINDINGS
     assert sum(len(a["data"]) for a in widgets.panel_arrays(report).values()) <= (
-        widgets.MAX_ARRAY_BYTES)
+        widgets.MAX_ARRAY_BYTES
+    )
     size = len(json.dumps(payload, allow_nan=False))
     assert size <= max_kb * 1024, f"{report.report_type} payload is {size / 1024:.0f} KB"
     return payload
 
 
 @pytest.mark.parametrize("build", list(CHAIN_REPORTS.values()), ids=list(CHAIN_REPORTS))
-def test_reports_of_a_5000_op_trace_ship_within_the_caps(chain_trace: tl.Trace,
-                                                         build: Callable[[tl.Trace], Report]
-                                                         ) -> None:
+def test_reports_of_a_5000_op_trace_ship_within_the_caps(
+    chain_trace: tl.Trace, build: Callable[[tl.Trace], Report]
+) -> None:
     assert len(chain_trace) == CHAIN_OPS + 3  # input, the chain, sub, log
     payload = assert_within_caps(build(chain_trace), MAX_PAYLOAD_KB)
     for table in payload["tables"]:
@@ -108,8 +109,7 @@ def test_a_5000_op_lineage_ships_the_nearest_nodes_only(chain_trace: tl.Trace) -
     assert len(widgets.panel_payload(report)["data"]["nodes"]) == MAX_PAYLOAD_NODES
 
 
-def test_a_5000_op_threshold_report_ships_a_bounded_violation_list(chain_trace: tl.Trace
-                                                                   ) -> None:
+def test_a_5000_op_threshold_report_ships_a_bounded_violation_list(chain_trace: tl.Trace) -> None:
     data = widgets.panel_payload(tl.threshold(chain_trace, within=(0.0, 1.0)))["data"]
     # every op leaves [0, 1]: the input (1.0 + 0.5 = 1.5 after the first add) onwards
     assert (len(data["violations"]), data["violations_total"]) == (MAX_PAYLOAD_ITEMS, CHAIN_OPS + 2)
@@ -125,7 +125,8 @@ def test_a_24000_node_grad_fn_graph_is_cut_at_max_nodes(big_graph_loss: torch.Te
 def test_a_10000_row_table_ships_one_page() -> None:
     payload = assert_within_caps(big_table_report(10_000), 64)
     assert [(t["total_rows"], len(t["rows"])) for t in payload["tables"]] == [
-        (10_000, widgets.MAX_TABLE_ROWS)]
+        (10_000, widgets.MAX_TABLE_ROWS)
+    ]
 
 
 # ----- the browser tier: time to render, then one interaction ---------------------------------
@@ -135,13 +136,13 @@ INTERACTION_BOUND_S = 2.0
 """One input event answered (the page is not stuck in a long task)."""
 
 
-def mount_and_time(panel_page, report: Report, payload: dict | None = None
-                   ) -> tuple[float, float]:
+def mount_and_time(panel_page, report: Report, payload: dict | None = None) -> tuple[float, float]:
     """Seconds to mount ``report``'s panel, then to answer one frame and a hover after it."""
     payload = payload if payload is not None else widgets.panel_payload(report)
     start = time.perf_counter()
-    root = panel_page.mount(widgets.panel_name(report), payload,
-                            arrays=widgets.panel_arrays(report))
+    root = panel_page.mount(
+        widgets.panel_name(report), payload, arrays=widgets.panel_arrays(report)
+    )
     mounted = time.perf_counter() - start
     assert root.locator(".tln-unreadable").count() == 0
     start = time.perf_counter()
@@ -155,15 +156,21 @@ def test_a_5000_op_lineage_panel_renders_and_responds(panel_page, chain_trace: t
     report = tl.debug.lineage(chain_trace, chain_trace.ops[-1].label)
     mounted, responded = mount_and_time(panel_page, report)
     assert (mounted < MOUNT_BOUND_S, responded < INTERACTION_BOUND_S) == (True, True), (
-        mounted, responded)
+        mounted,
+        responded,
+    )
 
 
 def deep_model() -> nn.Module:
     """40 stages of 100 (Linear(4, 4), ReLU) blocks: 5 autograd nodes a block, 20,000 in all
     once the walk stops at max_nodes, in 8,040 nested module groups."""
     torch.manual_seed(0)
-    return nn.Sequential(*[nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.ReLU())
-                                           for _ in range(100)]) for _ in range(40)])
+    return nn.Sequential(
+        *[
+            nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(100)])
+            for _ in range(40)
+        ]
+    )
 
 
 @pytest.mark.browser
@@ -174,16 +181,21 @@ def test_a_20000_node_grouped_graph_panel_renders_and_responds(panel_page) -> No
     payload = assert_within_caps(sketch, GRAPH_PAYLOAD_KB)
     mounted, responded = mount_and_time(panel_page, sketch, payload)
     assert (mounted < MOUNT_BOUND_S, responded < INTERACTION_BOUND_S) == (True, True), (
-        mounted, responded)
+        mounted,
+        responded,
+    )
 
 
 @pytest.mark.browser
 def test_a_20000_node_ungrouped_graph_panel_renders_and_responds(
-        panel_page, big_graph_loss: torch.Tensor) -> None:
+    panel_page, big_graph_loss: torch.Tensor
+) -> None:
     sketch = tl.debug.walk_grad_fn(big_graph_loss)
     mounted, responded = mount_and_time(panel_page, sketch)
     assert (mounted < MOUNT_BOUND_S, responded < INTERACTION_BOUND_S) == (True, True), (
-        mounted, responded)
+        mounted,
+        responded,
+    )
     # nothing to fold: the panel refuses the layout in words instead of overflowing dagre
     panel = panel_page.page.locator(".tln-gg")
     assert panel.get_attribute("data-units") == "0"
@@ -197,4 +209,6 @@ def test_a_10000_row_table_panel_renders_and_responds(panel_page) -> None:
     root = panel_page.page.locator(".tln-panel").last
     assert root.locator(".tln-table-status").inner_text() == "Rows 1–25 of 10,000"
     assert (mounted < MOUNT_BOUND_S, responded < INTERACTION_BOUND_S) == (True, True), (
-        mounted, responded)
+        mounted,
+        responded,
+    )

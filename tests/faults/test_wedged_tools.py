@@ -57,8 +57,20 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_a_hanging_dot_and_its_child_are_killed_at_the_limit(fake_bin: Path, tmp_path: Path,
-                                                             loss: torch.Tensor) -> None:
+def dies_within(pid: int, timeout_s: float) -> bool:
+    """Wait for ``pid`` to die: SIGKILL is delivered at once but the process may take a
+    scheduler tick to exit (seen under a loaded 2-core machine)."""
+    deadline = time.monotonic() + timeout_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_hanging_dot_and_its_child_are_killed_at_the_limit(
+    fake_bin: Path, tmp_path: Path, loss: torch.Tensor
+) -> None:
     child_pid = tmp_path / "child.pid"
     # dot forks a sleeping child that holds the pipes, records its pid, then sleeps itself
     fake_dot(fake_bin, f"{SLEEP} 60 & echo $! > {child_pid}\n{CAT} > /dev/null\n{SLEEP} 60")
@@ -66,22 +78,29 @@ def test_a_hanging_dot_and_its_child_are_killed_at_the_limit(fake_bin: Path, tmp
     target.write_bytes(b"old render")
     start = time.monotonic()
     with untouched(inputs=(loss,)):
-        with pytest.raises(GraphvizRunError, match=r"did not finish within timeout_s=1 and was "
-                                                   r"killed") as info:
+        with pytest.raises(
+            GraphvizRunError,
+            match=r"did not finish within timeout_s=1 and was "
+            r"killed",
+        ) as info:
             tl.debug.sketch_grad_fn(loss, tmp_path / "graph", timeout_s=TIMEOUT_S)
     elapsed = time.monotonic() - start
     assert info.value.reason == "timeout"
     assert elapsed < TIMEOUT_S + KILL_SLACK_S
-    assert not alive(int(child_pid.read_text()))  # the whole process group died
+    assert dies_within(int(child_pid.read_text()), 2.0)  # the whole process group was killed
     assert target.read_bytes() == b"old render"  # an existing render is untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "child.pid", "graph.png"]
 
 
 def test_a_missing_dot_names_the_install_and_the_source_only_route(
-        fake_bin: Path, tmp_path: Path, loss: torch.Tensor) -> None:
+    fake_bin: Path, tmp_path: Path, loss: torch.Tensor
+) -> None:
     with untouched(inputs=(loss,)):
-        with pytest.raises(GraphvizRunError, match=r"'dot' is not on PATH.*install graphviz.*"
-                                                   r"path=None") as info:
+        with pytest.raises(
+            GraphvizRunError,
+            match=r"'dot' is not on PATH.*install graphviz.*"
+            r"path=None",
+        ) as info:
             tl.debug.sketch_grad_fn(loss, tmp_path / "graph")
     assert info.value.reason == "missing"
     assert [p.name for p in tmp_path.iterdir()] == ["bin"]
@@ -93,19 +112,26 @@ def test_without_dot_the_dot_source_still_comes_back(fake_bin: Path, loss: torch
     assert source.splitlines()[0] == "digraph grad_fn {"
 
 
-def test_a_failing_dot_reports_its_stderr(fake_bin: Path, tmp_path: Path,
-                                          loss: torch.Tensor) -> None:
+def test_a_failing_dot_reports_its_stderr(
+    fake_bin: Path, tmp_path: Path, loss: torch.Tensor
+) -> None:
     fake_dot(fake_bin, f"{CAT} > /dev/null\necho 'Error: syntax error in line 3' >&2\nexit 3")
-    with pytest.raises(GraphvizRunError, match=r"exited with status 3: Error: syntax error in "
-                                               r"line 3") as info:
+    with pytest.raises(
+        GraphvizRunError,
+        match=r"exited with status 3: Error: syntax error in "
+        r"line 3",
+    ) as info:
         tl.debug.sketch_grad_fn(loss, tmp_path / "graph")
-    assert (info.value.reason, info.value.stderr.strip()) == ("failed",
-                                                              "Error: syntax error in line 3")
+    assert (info.value.reason, info.value.stderr.strip()) == (
+        "failed",
+        "Error: syntax error in line 3",
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["bin"]  # the partial file was removed
 
 
-def test_a_dot_killed_by_a_signal_is_a_failure_not_a_hang(fake_bin: Path, tmp_path: Path,
-                                                          loss: torch.Tensor) -> None:
+def test_a_dot_killed_by_a_signal_is_a_failure_not_a_hang(
+    fake_bin: Path, tmp_path: Path, loss: torch.Tensor
+) -> None:
     fake_dot(fake_bin, f"{CAT} > /dev/null\nkill -{int(signal.SIGSEGV)} $$")
     with pytest.raises(GraphvizRunError, match=r"exited with status -11") as info:
         tl.debug.sketch_grad_fn(loss, tmp_path / "graph")

@@ -55,8 +55,9 @@ def _mlp_loss() -> tuple[torch.nn.Module, torch.Tensor]:
 
 def _cnn_loss() -> tuple[torch.nn.Module, torch.Tensor]:
     model = models.small_cnn()
-    return model, torch.nn.functional.cross_entropy(model(torch.randn(2, 3, 8, 8)),
-                                                    torch.tensor([0, 1]))
+    return model, torch.nn.functional.cross_entropy(
+        model(torch.randn(2, 3, 8, 8)), torch.tensor([0, 1])
+    )
 
 
 def _gpt2_loss() -> tuple[torch.nn.Module, torch.Tensor]:
@@ -66,7 +67,10 @@ def _gpt2_loss() -> tuple[torch.nn.Module, torch.Tensor]:
 
 
 LOSSES: dict[str, Callable[[], tuple[torch.nn.Module, torch.Tensor]]] = {
-    "mlp": _mlp_loss, "cnn": _cnn_loss, "gpt2": _gpt2_loss}
+    "mlp": _mlp_loss,
+    "cnn": _cnn_loss,
+    "gpt2": _gpt2_loss,
+}
 
 
 @pytest.fixture(params=sorted(LOSSES))

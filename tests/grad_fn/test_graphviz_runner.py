@@ -40,23 +40,29 @@ def _is_gone(pid: int) -> bool:
 
 
 @pytest.mark.skipif(os.name != "posix", reason="process groups and /proc are POSIX")
-def test_a_hanging_dot_is_killed_at_the_limit_with_no_partial_file(tmp_path: Path, loss,
-                                                                   monkeypatch) -> None:
+def test_a_hanging_dot_is_killed_at_the_limit_with_no_partial_file(
+    tmp_path: Path, loss, monkeypatch
+) -> None:
     # The fake dot writes half a file, then waits on a child that sleeps a minute: killing only
     # the shell would leave the child holding the pipes, so the whole group must go.
-    bin_dir = _fake_program(tmp_path / "bin", "dot", f"""
+    bin_dir = _fake_program(
+        tmp_path / "bin",
+        "dot",
+        f"""
 out=""; while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done
 printf 'partial' > "$out"
 sleep 60 &
 echo "$$ $!" > {tmp_path}/pids
 wait
-""")
+""",
+    )
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     (tmp_path / "graph.png").write_bytes(b"old render")
 
     started = time.monotonic()
-    with pytest.raises(GraphvizRunError, match="did not finish within timeout_s=1 and was killed"
-                       ) as caught:
+    with pytest.raises(
+        GraphvizRunError, match="did not finish within timeout_s=1 and was killed"
+    ) as caught:
         tl.debug.sketch_grad_fn(loss, tmp_path / "graph", timeout_s=1)
     elapsed = time.monotonic() - started
 
@@ -71,16 +77,18 @@ wait
 def test_missing_dot_says_how_to_install_it(tmp_path: Path, loss, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no dot anywhere
 
-    with pytest.raises(GraphvizRunError, match="'dot' is not on PATH.*apt-get install graphviz"
-                       ) as caught:
+    with pytest.raises(
+        GraphvizRunError, match="'dot' is not on PATH.*apt-get install graphviz"
+    ) as caught:
         tl.debug.sketch_grad_fn(loss, tmp_path / "graph")
 
     assert caught.value.reason == "missing"
     assert list(tmp_path.iterdir()) == []
 
 
-def test_without_a_path_nothing_runs_and_the_dot_source_comes_back(tmp_path: Path, loss,
-                                                                   monkeypatch) -> None:
+def test_without_a_path_nothing_runs_and_the_dot_source_comes_back(
+    tmp_path: Path, loss, monkeypatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # would fail if dot were needed
 
     source = tl.debug.sketch_grad_fn(loss)
@@ -102,8 +110,9 @@ def test_a_failing_dot_reports_its_stderr(tmp_path: Path, loss, monkeypatch) -> 
 
 @pytest.mark.skipif(not HAS_DOT, reason="graphviz dot is not installed")
 @pytest.mark.parametrize("file_format, magic", [("png", b"\x89PNG"), ("svg", b"<?xml")])
-def test_real_dot_publishes_path_dot_format(tmp_path: Path, loss, file_format: str,
-                                            magic: bytes) -> None:
+def test_real_dot_publishes_path_dot_format(
+    tmp_path: Path, loss, file_format: str, magic: bytes
+) -> None:
     source = tl.debug.sketch_grad_fn(loss, tmp_path / "net", file_format=file_format)
 
     assert [p.name for p in tmp_path.iterdir()] == [f"net.{file_format}"]  # no temp file left
@@ -120,8 +129,9 @@ def test_bad_format_and_timeout_are_refused_before_running(tmp_path: Path, loss)
 
 
 @pytest.mark.skipif(not HAS_DOT or os.name != "posix", reason="needs dot and a POSIX opener")
-def test_view_hands_the_render_to_the_opener_through_the_runner(tmp_path: Path, loss,
-                                                                monkeypatch) -> None:
+def test_view_hands_the_render_to_the_opener_through_the_runner(
+    tmp_path: Path, loss, monkeypatch
+) -> None:
     bin_dir = _fake_program(tmp_path / "bin", "xdg-open", f'echo "$1" > {tmp_path}/opened\n')
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr("sys.platform", "linux")

@@ -17,12 +17,21 @@ def test_mlp_nodes_go_to_their_linear_and_the_relu_between_stays_at_top(mlp) -> 
     sketch = tl.debug.walk_grad_fn(mlp(torch.randn(2, 8)).sum(), model=mlp)
 
     assert _groups_of(sketch) == {
-        "0:SumBackward0": "", "1:AddmmBackward0": "2", "2:2.bias": "2",
+        "0:SumBackward0": "",
+        "1:AddmmBackward0": "2",
+        "2:2.bias": "2",
         "3:ReluBackward0": "",  # nn.ReLU has no parameter: between "0" and "2" -> root
-        "4:TBackward0": "2", "5:AddmmBackward0": "0", "6:2.weight": "2", "7:0.bias": "0",
-        "8:TBackward0": "0", "9:0.weight": "0"}
+        "4:TBackward0": "2",
+        "5:AddmmBackward0": "0",
+        "6:2.weight": "2",
+        "7:0.bias": "0",
+        "8:TBackward0": "0",
+        "9:0.weight": "0",
+    }
     assert [(g.address, g.parent, g.type_name, g.num_nodes) for g in sketch.groups] == [
-        ("0", "", "Linear", 4), ("2", "", "Linear", 4)]
+        ("0", "", "Linear", 4),
+        ("2", "", "Linear", 4),
+    ]
 
 
 def test_gpt2_groups_nest_so_a_block_folds_into_one_box(gpt2_and_loss) -> None:
@@ -34,8 +43,11 @@ def test_gpt2_groups_nest_so_a_block_folds_into_one_box(gpt2_and_loss) -> None:
     assert groups["transformer.h.0.attn"].parent == "transformer.h.0"
     assert groups["transformer.h.0.attn"].type_name == "GPT2Attention"
     assert groups["transformer.h.0.attn.c_attn"].parent == "transformer.h.0.attn"
-    members = [n for n in sketch.nodes if n.group.startswith("transformer.h.0.")
-               or n.group == "transformer.h.0"]
+    members = [
+        n
+        for n in sketch.nodes
+        if n.group.startswith("transformer.h.0.") or n.group == "transformer.h.0"
+    ]
     assert groups["transformer.h.0"].num_nodes == len(members)
     # parents come before their children in sketch.groups
     order = [g.address for g in sketch.groups]
@@ -52,8 +64,12 @@ def test_gpt2_ops_land_in_the_module_that_ran_them(gpt2_and_loss) -> None:
     # the softmax runs in the attention module between its c_attn and c_proj anchors
     assert groups_of("SoftmaxBackward0") == {"transformer.h.0.attn", "transformer.h.1.attn"}
     assert groups_of("NativeLayerNormBackward0") == {
-        "transformer.h.0.ln_1", "transformer.h.0.ln_2", "transformer.h.1.ln_1",
-        "transformer.h.1.ln_2", "transformer.ln_f"}
+        "transformer.h.0.ln_1",
+        "transformer.h.0.ln_2",
+        "transformer.h.1.ln_1",
+        "transformer.h.1.ln_2",
+        "transformer.ln_f",
+    }
     # wte is tied to lm_head: an op using it may have run in either, so it goes to their
     # common module (root); the untied position table keeps its own module
     assert groups_of("EmbeddingBackward0") == {"", "transformer.wpe"}

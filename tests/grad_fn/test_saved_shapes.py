@@ -19,7 +19,9 @@ def test_matmul_saves_both_operands_by_shape() -> None:
     sketch = tl.debug.walk_grad_fn((x @ w).relu().sum())
 
     assert _node(sketch, "MmBackward0").saved == (
-        SavedShape("mat2", (4, 5), "ok"), SavedShape("self", (3, 4), "ok"))
+        SavedShape("mat2", (4, 5), "ok"),
+        SavedShape("self", (3, 4), "ok"),
+    )
     assert _node(sketch, "ReluBackward0").saved == (SavedShape("result", (3, 5), "ok"),)
 
 

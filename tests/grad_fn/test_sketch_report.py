@@ -24,8 +24,9 @@ def test_card_states_counts_and_the_structure_only_legend(mlp_sketch: GradFnSket
         "2 module groups",
         f"  note: {STRUCTURE_ONLY_LEGEND}",
     ]
-    assert lines[-1] == ("  next: tl.debug.sketch_grad_fn(outputs, 'grad_fn', file_format='svg', "
-                         "model=model)")
+    assert lines[-1] == (
+        "  next: tl.debug.sketch_grad_fn(outputs, 'grad_fn', file_format='svg', model=model)"
+    )
 
 
 def test_card_stays_bounded_on_a_big_truncated_graph(gpt2_and_loss) -> None:
@@ -47,8 +48,12 @@ def test_payload_is_strict_json_and_carries_the_whole_graph(mlp_sketch: GradFnSk
     assert data["node_columns"][:4] == ["id", "name", "kind", "group"]
     assert data["node_rows"][1][:4] == [1, "AddmmBackward0", "op", "2"]
     assert data["node_rows"][1][8] == [["mat1", [2, 16], "ok"], ["mat2", [16, 4], "ok"]]
-    assert data["groups"][0] == {"address": "0", "parent": "", "type_name": "Linear",
-                                 "num_nodes": 4}
+    assert data["groups"][0] == {
+        "address": "0",
+        "parent": "",
+        "type_name": "Linear",
+        "num_nodes": 4,
+    }
 
 
 def test_payload_survives_non_finite_values_in_the_walked_tensors() -> None:
@@ -72,8 +77,18 @@ def test_to_pandas_gives_the_nodes_and_edges_tables(mlp_sketch: GradFnSketch) ->
     nodes = mlp_sketch.to_pandas("nodes")
     edges = mlp_sketch.to_pandas("edges")
 
-    assert list(nodes.columns) == ["id", "name", "kind", "group", "param_name", "aliases",
-                                   "shapes", "dtype", "saved", "is_cut"]
+    assert list(nodes.columns) == [
+        "id",
+        "name",
+        "kind",
+        "group",
+        "param_name",
+        "aliases",
+        "shapes",
+        "dtype",
+        "saved",
+        "is_cut",
+    ]
     assert nodes.loc[9, "param_name"] == "0.weight" and nodes.loc[9, "shapes"] == ((16, 8),)
     assert list(edges.columns) == ["src", "dst", "slot", "output_nr"]
     assert edges.attrs["direction"] == "forward (src -> dst)"

@@ -22,7 +22,8 @@ def test_nodes_and_edges_agree_with_an_independent_walk(model_and_loss) -> None:
     assert {(e.src, e.dst, e.slot) for e in sketch.edges} == reference_edges
     assert len(sketch.edges) == len(reference_edges)  # no edge twice
     assert [n.kind for n in sketch.nodes] == [
-        "leaf" if hasattr(fn, "variable") else "op" for fn in reference]
+        "leaf" if hasattr(fn, "variable") else "op" for fn in reference
+    ]
     assert not sketch.truncated and sketch.status == "complete"
 
 
@@ -39,7 +40,8 @@ def test_parameter_names_match_named_parameters(model_and_loss) -> None:
 
 
 def test_the_first_name_comes_from_named_parameters_and_tied_weights_keep_both(
-        gpt2_and_loss) -> None:
+    gpt2_and_loss,
+) -> None:
     model, loss = gpt2_and_loss
     sketch = tl.debug.walk_grad_fn(loss, model=model)
 
@@ -95,10 +97,14 @@ def test_op_nodes_carry_forward_output_shapes(mlp) -> None:
     assert first_linear.shapes == ((5, 16),) and first_linear.dtype == "float32"
 
 
-@pytest.mark.parametrize("max_nodes_delta, truncated", [(0, False), (-1, True), (5, False)],
-                         ids=["exactly-enough", "one-short", "room-to-spare"])
-def test_truncated_exactly_when_max_nodes_is_hit(gpt2_and_loss, max_nodes_delta: int,
-                                                 truncated: bool) -> None:
+@pytest.mark.parametrize(
+    "max_nodes_delta, truncated",
+    [(0, False), (-1, True), (5, False)],
+    ids=["exactly-enough", "one-short", "room-to-spare"],
+)
+def test_truncated_exactly_when_max_nodes_is_hit(
+    gpt2_and_loss, max_nodes_delta: int, truncated: bool
+) -> None:
     model, loss = gpt2_and_loss
     full = tl.debug.walk_grad_fn(loss, model=model)
     limit = len(full.nodes) + max_nodes_delta
@@ -119,7 +125,11 @@ def test_a_truncated_walk_marks_the_nodes_whose_inputs_were_cut(mlp) -> None:
     sketch = tl.debug.walk_grad_fn(loss, max_nodes=4)
 
     assert [n.name for n in sketch.nodes] == [
-        "SumBackward0", "AddmmBackward0", "AccumulateGrad", "ReluBackward0"]
+        "SumBackward0",
+        "AddmmBackward0",
+        "AccumulateGrad",
+        "ReluBackward0",
+    ]
     # Addmm(2) lost its T(2) input, Relu lost Addmm(0); Sum and the leaf are whole
     assert [n.is_cut for n in sketch.nodes] == [False, True, False, True]
 
@@ -134,16 +144,25 @@ def test_max_nodes_below_one_or_below_the_outputs_is_refused(mlp) -> None:
     assert len(tl.debug.walk_grad_fn([logits, hidden, logits], max_nodes=2).nodes) == 2
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: torch.ones(2, requires_grad=True), "leaf tensor .* pass a tensor computed from it"),
-    (lambda: torch.ones(2) * 2, "requires_grad is False: compute it with requires_grad inputs"),
-    (lambda: (torch.ones(2, requires_grad=True) * 2).detach(), "outside torch.no_grad"),
-    (lambda: 3, "must be a tensor or a sequence of tensors, got int"),
-    (lambda: [], "outputs is empty"),
-    (lambda: [torch.ones(1, requires_grad=True) * 2, "x"], r"outputs\[1\] is a str"),
-    (lambda: {"loss": torch.ones(1, requires_grad=True) * 2},
-     r"mapping; pass its tensors instead, e.g. outputs\['loss'\]"),
-], ids=["leaf", "no-grad-input", "detached", "int", "empty", "str-in-list", "mapping"])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (
+            lambda: torch.ones(2, requires_grad=True),
+            "leaf tensor .* pass a tensor computed from it",
+        ),
+        (lambda: torch.ones(2) * 2, "requires_grad is False: compute it with requires_grad inputs"),
+        (lambda: (torch.ones(2, requires_grad=True) * 2).detach(), "outside torch.no_grad"),
+        (lambda: 3, "must be a tensor or a sequence of tensors, got int"),
+        (lambda: [], "outputs is empty"),
+        (lambda: [torch.ones(1, requires_grad=True) * 2, "x"], r"outputs\[1\] is a str"),
+        (
+            lambda: {"loss": torch.ones(1, requires_grad=True) * 2},
+            r"mapping; pass its tensors instead, e.g. outputs\['loss'\]",
+        ),
+    ],
+    ids=["leaf", "no-grad-input", "detached", "int", "empty", "str-in-list", "mapping"],
+)
 def test_no_walkable_graph_raises_with_the_fix(make, message: str) -> None:
     with pytest.raises(GradFnWalkError, match=message):
         tl.debug.walk_grad_fn(make())
@@ -205,8 +224,13 @@ def test_a_graph_deeper_than_the_recursion_limit_walks() -> None:
 
 def test_trainable_parameters_missing_from_the_graph_are_named() -> None:
     torch.manual_seed(0)
-    model = nn.ModuleDict({"used": nn.Linear(4, 2), "cached": nn.Linear(4, 2),
-                           "frozen": nn.Linear(4, 2).requires_grad_(False)})
+    model = nn.ModuleDict(
+        {
+            "used": nn.Linear(4, 2),
+            "cached": nn.Linear(4, 2),
+            "frozen": nn.Linear(4, 2).requires_grad_(False),
+        }
+    )
     x = torch.randn(3, 4)
     cached = model["cached"](x).detach()  # a cache on the path: no gradient flows back
     loss = (model["used"](x) + cached + model["frozen"](x)).sum()
@@ -217,6 +241,7 @@ def test_trainable_parameters_missing_from_the_graph_are_named() -> None:
     assert finding.fields["names"] == ("cached.weight", "cached.bias")  # frozen is expected
     assert finding.message == (
         "2 trainable parameters of the model are not in this graph, so these outputs give them "
-        "no gradient: cached.weight, cached.bias.")
+        "no gradient: cached.weight, cached.bias."
+    )
     truncated = tl.debug.walk_grad_fn(loss, model=model, max_nodes=2)
     assert "grad_fn_unreached_parameters" not in {f.code for f in truncated.findings}

@@ -41,7 +41,8 @@ def test_gradscaler_without_grad_scale_gives_unknown_magnitudes(batch, precision
     (finding,) = report.findings
     assert finding.code == "grad_scale_unknown"
     assert finding.fields["evidence"] == (
-        "the loss was multiplied by 65536 (MulBackward0) right before backward")
+        "the loss was multiplied by 65536 (MulBackward0) right before backward"
+    )
 
 
 @pytest.mark.parametrize("precision", list(AUTOCAST))
@@ -62,12 +63,17 @@ def test_zero_needs_no_scale_so_the_dead_block_is_still_found(batch) -> None:
     _, scaled, _ = scaled_and_plain(five_block_mlp(), batch, "fp32")
     report = tl.debug.grad_health(scaled)
     assert report.frontier == ("linear_3",)
-    assert dict(report.verdict_counts) == {"ok": 0, "zero": 5, "vanishing": 0, "exploding": 0,
-                                           "unknown": 6}
+    assert dict(report.verdict_counts) == {
+        "ok": 0,
+        "zero": 5,
+        "vanishing": 0,
+        "exploding": 0,
+        "unknown": 6,
+    }
 
 
 def test_the_scaler_itself_or_a_per_pass_mapping(batch) -> None:
-    plain, scaled, scaler = scaled_and_plain(five_block_mlp(), batch, "fp32")
+    _plain, scaled, scaler = scaled_and_plain(five_block_mlp(), batch, "fp32")
     by_scaler = tl.debug.grad_health(scaled, grad_scale=scaler).to_pandas()
     by_map = tl.debug.grad_health(scaled, grad_scales={0: 65536.0}).to_pandas()
     assert set(by_scaler.scale_provenance) == {"gradscaler"}
@@ -87,10 +93,20 @@ def test_grad_scales_stamps_one_pass_only(batch) -> None:
     assert second.grad_norm.tolist() == first.grad_norm.tolist()
 
 
-@pytest.mark.parametrize(("loss_of", "evidence"), [
-    (lambda loss: loss / 4, "the loss was multiplied by 0.25 (DivBackward0) right before backward"),
-    (lambda loss: loss * 3.0, "the loss was multiplied by 3 (MulBackward0) right before backward"),
-], ids=["divided", "weighted"])
+@pytest.mark.parametrize(
+    ("loss_of", "evidence"),
+    [
+        (
+            lambda loss: loss / 4,
+            "the loss was multiplied by 0.25 (DivBackward0) right before backward",
+        ),
+        (
+            lambda loss: loss * 3.0,
+            "the loss was multiplied by 3 (MulBackward0) right before backward",
+        ),
+    ],
+    ids=["divided", "weighted"],
+)
 def test_any_constant_factor_at_the_root_is_scaling_evidence(batch, loss_of, evidence) -> None:
     trace = traced_backward(five_block_mlp(), batch, scale=loss_of)
     report = tl.debug.grad_health(trace)
@@ -107,17 +123,22 @@ def test_a_seed_other_than_one_is_scaling_evidence(batch) -> None:
     report = tl.debug.grad_health(trace)
     assert report.scale_provenance == "unknown"
     assert report.findings[-1].fields["evidence"] == (
-        "trace.backward was seeded with gradient= values other than 1")
+        "trace.backward was seeded with gradient= values other than 1"
+    )
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"grad_scale": 0.0}, "grad_scale must be finite and > 0, got 0.0"),
-    ({"grad_scale": float("nan")}, "grad_scale must be finite and > 0"),
-    ({"grad_scale": "65536"}, "grad_scale must be a number or a GradScaler, got str"),
-    ({"grad_scale": 2.0, "grad_scales": {0: 2.0}}, "not both"),
-    ({"grad_scales": {3: 2.0}}, r"grad_scales keys are backward indices 0..0, got 3"),
-    ({"grad_scales": [2.0]}, "grad_scales must be a mapping"),
-], ids=["zero", "nan", "text", "both", "key", "list"])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"grad_scale": 0.0}, "grad_scale must be finite and > 0, got 0.0"),
+        ({"grad_scale": float("nan")}, "grad_scale must be finite and > 0"),
+        ({"grad_scale": "65536"}, "grad_scale must be a number or a GradScaler, got str"),
+        ({"grad_scale": 2.0, "grad_scales": {0: 2.0}}, "not both"),
+        ({"grad_scales": {3: 2.0}}, r"grad_scales keys are backward indices 0..0, got 3"),
+        ({"grad_scales": [2.0]}, "grad_scales must be a mapping"),
+    ],
+    ids=["zero", "nan", "text", "both", "key", "list"],
+)
 def test_bad_scales_raise_a_typed_error(dead_trace, kwargs, match) -> None:
     with pytest.raises(DiagnosticArgumentError, match=match):
         tl.debug.grad_health(dead_trace, **kwargs)

@@ -24,15 +24,21 @@ def test_a_forward_only_trace_runs_the_value_checks() -> None:
     assert list(skipped(report)) == ["grad_health", "bisect_nan_backward", *NEVER_RUN]
     assert skipped(report)["grad_health"] == (
         "needs gradients: capture with CaptureOptions(save_grads=True) and call "
-        "trace.backward(loss).")
+        "trace.backward(loss)."
+    )
     assert not set(report.checks_run) & set(skipped(report))
     assert (report.status, report.lead) == ("clean", "3 checks ran clean; 7 skipped.")
 
 
 def test_one_backward_adds_the_gradient_checks_and_finds_the_dead_block(dead_trace) -> None:
     report = dead_trace.audit()
-    assert report.checks_run == ("find_nan", "bisect_nan", "dtype_range", "grad_health",
-                                 "bisect_nan_backward")
+    assert report.checks_run == (
+        "find_nan",
+        "bisect_nan",
+        "dtype_range",
+        "grad_health",
+        "bisect_nan_backward",
+    )
     assert report.status == "found"
     assert report.lead == "grad_health found problems; 5 checks ran, 5 skipped."
     frontier = [f for f in report.findings if f.code == "gradient_frontier"]
@@ -50,7 +56,8 @@ def test_several_backward_passes_need_a_bwd_selection(batch) -> None:
     assert "grad_health" not in report.checks_run
     assert skipped(report)["grad_health"] == (
         "this trace has 2 backward passes and needs a bwd= selection: "
-        "tl.debug.grad_health(trace, bwd=N), N in 0..1.")
+        "tl.debug.grad_health(trace, bwd=N), N in 0..1."
+    )
 
 
 def test_a_selective_save_skips_bisect_nan(batch) -> None:
@@ -71,7 +78,8 @@ def test_a_partial_trace_is_audited_and_never_clean() -> None:
     assert report.checks_run == ("find_nan", "bisect_nan", "dtype_range")
     assert report.status == "partial"
     assert report.disclosures == (
-        "partial trace: the forward stopped (RuntimeError) after 2 ops; only those were audited.",)
+        "partial trace: the forward stopped (RuntimeError) after 2 ops; only those were audited.",
+    )
 
 
 def test_a_nan_is_found_and_each_finding_names_its_check() -> None:
@@ -81,6 +89,5 @@ def test_a_nan_is_found_and_each_finding_names_its_check() -> None:
 
     report = tl.trace(Bad(), torch.ones(2)).audit()
     assert report.status == "found"
-    assert {f.fields["check"] for f in report.findings} == {"find_nan", "bisect_nan",
-                                                             "dtype_range"}
+    assert {f.fields["check"] for f in report.findings} == {"find_nan", "bisect_nan", "dtype_range"}
     assert [o.status for o in report.outcomes] == ["found", "found", "found"]

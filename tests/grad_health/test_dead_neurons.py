@@ -37,7 +37,7 @@ def test_finds_exactly_the_dead_channels_of_a_conv() -> None:
     assert facts == [
         ("conv2d_1", 2, DEAD_CHANNELS, "channel axis 1"),
         ("relu_1", 2, DEAD_CHANNELS, "channel axis 1"),  # relu of 0 is 0: dead too, truly
-        ("conv2d_2", 0, (), "channel axis 1"),           # fed by dead channels, itself alive
+        ("conv2d_2", 0, (), "channel axis 1"),  # fed by dead channels, itself alive
     ]
     assert rows["conv2d_1"]["total_units"] == 6
     assert rows["conv2d_1"]["dead_frac"] == 2 / 6
@@ -58,11 +58,19 @@ def test_spec_columns_and_the_one_sample_disclosure() -> None:
     report = tl.debug.dead_neurons(trace)
     assert report.to_pandas().columns.tolist() == list(DEAD_NEURONS_COLUMNS)
     assert report.to_pandas().iloc[0].tolist()[:7] == [
-        "relu_1", "", 2, 1, 0.5, (0,), "last axis of 2-D"]
+        "relu_1",
+        "",
+        2,
+        1,
+        0.5,
+        (0,),
+        "last axis of 2-D",
+    ]
     assert report.status == "found"
     assert report.findings[0].message == (
         "1 of 2 units of relu_1 (last axis of 2-D) are exactly zero at every position of this "
-        "trace.")
+        "trace."
+    )
     assert report.disclosures[0].startswith("one trace is one sample")
 
 
@@ -79,8 +87,8 @@ class Shapes(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         channels = self.act(self.norm(self.conv1d(x)))  # (2, 5, 4): channels, not last axis
-        tokens = self.tokens(x.transpose(1, 2))          # (2, 4, 7): last axis
-        four_d = channels.reshape(2, 5, 2, 2) + 1        # 4-D from a reshape: axis 1
+        tokens = self.tokens(x.transpose(1, 2))  # (2, 4, 7): last axis
+        four_d = channels.reshape(2, 5, 2, 2) + 1  # 4-D from a reshape: axis 1
         return channels, tokens, four_d, self.wide(x[0])  # 1-D: axis 0
 
 
@@ -102,10 +110,17 @@ def test_int_dim_forces_one_axis() -> None:
     trace = tl.trace(nn.ReLU(), torch.tensor([[-1.0, 2.0], [-3.0, -4.0], [5.0, 6.0]]))
     row = tl.debug.dead_neurons(trace, dim=0).table().dicts()[0]
     assert (row["total_units"], row["dead_count"], row["sample_dead_idx"], row["reason"]) == (
-        3, 1, (1,), "axis 0 (dim=0)")  # the second sample is all zero after ReLU
+        3,
+        1,
+        (1,),
+        "axis 0 (dim=0)",
+    )  # the second sample is all zero after ReLU
     far = tl.debug.dead_neurons(trace, dim=2).table().dicts()[0]
-    assert (far["total_units"], far["dead_count"], far["reason"]) == (None, None,
-                                                                      "dim out of range")
+    assert (far["total_units"], far["dead_count"], far["reason"]) == (
+        None,
+        None,
+        "dim out of range",
+    )
 
 
 class Swish(nn.Module):
@@ -140,15 +155,20 @@ def test_unsaved_outputs_have_a_reason_and_no_count(batch) -> None:
     assert rows["relu_3"]["dead_count"] == 8
     assert (report.num_rows, report.num_counted) == (11, 5)
     assert report.disclosures[1] == (
-        "6 of 11 layer outputs were not counted (see the reason column).")
+        "6 of 11 layer outputs were not counted (see the reason column)."
+    )
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"dim": "1"}, "dim must be an int axis or None, got '1'"),
-    ({"dim": True}, "dim must be an int axis or None"),
-    ({"max_activation": -1.0}, "max_activation must be a finite number >= 0"),
-    ({"max_activation": float("nan")}, "max_activation must be a finite number >= 0"),
-], ids=["text-dim", "bool-dim", "negative", "nan"])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"dim": "1"}, "dim must be an int axis or None, got '1'"),
+        ({"dim": True}, "dim must be an int axis or None"),
+        ({"max_activation": -1.0}, "max_activation must be a finite number >= 0"),
+        ({"max_activation": float("nan")}, "max_activation must be a finite number >= 0"),
+    ],
+    ids=["text-dim", "bool-dim", "negative", "nan"],
+)
 def test_bad_arguments_raise_a_typed_error(dead_trace, kwargs, match) -> None:
     with pytest.raises(DiagnosticArgumentError, match=match):
         tl.debug.dead_neurons(dead_trace, **kwargs)

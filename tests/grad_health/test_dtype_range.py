@@ -53,7 +53,10 @@ def test_nonfinite_values_name_the_first_op() -> None:
     report = tl.debug.dtype_range(tl.trace(LogNegative(), torch.ones(3)))
     (finding,) = report.findings
     assert (finding.code, finding.severity, finding.where.op) == (
-        "nonfinite_values", "critical", "log_1")
+        "nonfinite_values",
+        "critical",
+        "log_1",
+    )
     assert finding.fields["ops"] == ("log_1", "relu_1")  # relu(nan) is nan
     row = {r["op"]: r for r in report.table().dicts()}["log_1"]
     assert (row["nan_count"], row["inf_count"], row["max_abs"]) == (3, 0, None)
@@ -77,9 +80,11 @@ def test_coverage_counts_unsaved_ops() -> None:
     assert report.to_pandas().is_audited.tolist() == [False, False, True, False]
     assert report.disclosures == (
         "3 ops were not audited for values (3 not saved, 0 not floating point); downcasts are "
-        "read from recorded dtypes for every op.",)
-    assert report.lead == ("no non-finite, near-max or subnormal-heavy value in the 1 audited "
-                           "ops (of 4).")
+        "read from recorded dtypes for every op.",
+    )
+    assert report.lead == (
+        "no non-finite, near-max or subnormal-heavy value in the 1 audited ops (of 4)."
+    )
 
 
 def test_integer_outputs_are_not_audited() -> None:
@@ -91,12 +96,19 @@ def test_integer_outputs_are_not_audited() -> None:
     assert report.to_pandas().attrs["not_audited"] == {"not_saved": 0, "not_floating": 1}
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"max_fraction": 0.0}, r"max_fraction must be in \(0, 1\], got 0.0"),
-    ({"max_fraction": float("nan")}, r"max_fraction must be in \(0, 1\]"),
-    ({"subnormal_fraction_threshold": 1.5}, r"subnormal_fraction_threshold must be in \(0, 1\]"),
-    ({"max_fraction": True}, r"max_fraction must be in \(0, 1\], got True"),
-], ids=["zero", "nan", "above-one", "bool"])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_fraction": 0.0}, r"max_fraction must be in \(0, 1\], got 0.0"),
+        ({"max_fraction": float("nan")}, r"max_fraction must be in \(0, 1\]"),
+        (
+            {"subnormal_fraction_threshold": 1.5},
+            r"subnormal_fraction_threshold must be in \(0, 1\]",
+        ),
+        ({"max_fraction": True}, r"max_fraction must be in \(0, 1\], got True"),
+    ],
+    ids=["zero", "nan", "above-one", "bool"],
+)
 def test_bad_thresholds_raise_a_typed_error(kwargs, match) -> None:
     trace = tl.trace(nn.ReLU(), torch.ones(2))
     with pytest.raises(DiagnosticArgumentError, match=match):

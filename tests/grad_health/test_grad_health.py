@@ -21,8 +21,9 @@ def test_frontier_names_exactly_the_dead_block_and_upstream_is_zero(dead_trace) 
     assert report.frontier == ("linear_3",)
     assert frame[frame.is_frontier].module.tolist() == ["2.0"]
     frontier_index = dead_trace["linear_3"].index
-    upstream_params = [op.label for op in dead_trace
-                       if op.param_names and op.index < frontier_index]
+    upstream_params = [
+        op.label for op in dead_trace if op.param_names and op.index < frontier_index
+    ]
     assert upstream_params == ["linear_1", "linear_2"]
     verdict = dict(zip(frame.op, frame.verdict))
     assert {verdict[label] for label in upstream_params} == {"zero"}
@@ -32,18 +33,28 @@ def test_frontier_names_exactly_the_dead_block_and_upstream_is_zero(dead_trace) 
     assert report.lead == "1 frontier op: linear_3 (zero); 5 of 11 gradients flagged."
     (finding,) = report.findings
     assert (finding.code, finding.where.op, finding.where.module) == (
-        "gradient_frontier", "linear_3", "2.0")
+        "gradient_frontier",
+        "linear_3",
+        "2.0",
+    )
     assert finding.fields["num_upstream_flagged"] == 4  # relu_2, linear_2, relu_1, linear_1
-    assert finding.message == ("the zero gradient begins at linear_3: none of its consumers "
-                               "shares it; 4 ops upstream share it too.")
+    assert finding.message == (
+        "the zero gradient begins at linear_3: none of its consumers "
+        "shares it; 4 ops upstream share it too."
+    )
 
 
 def test_healthy_mlp_is_clean_with_no_frontier(healthy_trace) -> None:
     report = tl.debug.grad_health(healthy_trace)
     assert report.status == "clean"
     assert report.frontier == ()
-    assert dict(report.verdict_counts) == {"ok": 11, "zero": 0, "vanishing": 0, "exploding": 0,
-                                           "unknown": 0}
+    assert dict(report.verdict_counts) == {
+        "ok": 11,
+        "zero": 0,
+        "vanishing": 0,
+        "exploding": 0,
+        "unknown": 0,
+    }
     assert report.lead == "all 11 gradients are within [1e-07, 10000] (total_norm)."
 
 
@@ -57,9 +68,16 @@ def test_columns_rms_and_frame_attrs(dead_trace) -> None:
     assert (row.stage, row.scale_provenance) == ("pre_clip_unscaled", "unscaled")
     attrs = frame.attrs
     assert (attrs["bwd"], attrs["vanishing_threshold"], attrs["exploding_threshold"]) == (
-        0, 1e-7, 1e4)
-    assert attrs["coverage"] == {"num_rows": 11, "num_ops": 12, "num_grad_ops": 11,
-                                 "num_not_reached": 0}
+        0,
+        1e-7,
+        1e4,
+    )
+    assert attrs["coverage"] == {
+        "num_rows": 11,
+        "num_ops": 12,
+        "num_grad_ops": 11,
+        "num_not_reached": 0,
+    }
 
 
 def test_rows_core_holds_the_same_facts_as_the_report(dead_trace) -> None:
@@ -113,8 +131,9 @@ class Scaled(nn.Module):
         return self.second(self.first(x) * self.factor)
 
 
-@pytest.mark.parametrize(("factor", "verdict"), [(1e-9, "vanishing"), (1e9, "exploding")],
-                         ids=["vanishing", "exploding"])
+@pytest.mark.parametrize(
+    ("factor", "verdict"), [(1e-9, "vanishing"), (1e9, "exploding")], ids=["vanishing", "exploding"]
+)
 def test_magnitude_frontier(factor: float, verdict: str) -> None:
     trace = tl.trace(Scaled(factor), torch.ones(3, 4), capture=CaptureOptions(save_grads=True))
     trace.backward(trace.output.sum())
@@ -127,8 +146,11 @@ def test_magnitude_frontier(factor: float, verdict: str) -> None:
 
 def test_rms_basis_classifies_per_element() -> None:
     torch.manual_seed(0)
-    trace = tl.trace(nn.Linear(1000, 1000, bias=False), torch.randn(1, 1000),
-                     capture=CaptureOptions(save_grads=True))
+    trace = tl.trace(
+        nn.Linear(1000, 1000, bias=False),
+        torch.randn(1, 1000),
+        capture=CaptureOptions(save_grads=True),
+    )
     trace.backward(trace.output.mean())  # each of 1000 elements gets 1e-3
     # norm = 1e-3 * sqrt(1000) = 0.0316 (ok at 1e-2); rms = 1e-3 (vanishing at 1e-2)
     total = tl.debug.grad_health(trace, vanishing_threshold=1e-2)
@@ -157,13 +179,13 @@ def test_nonfinite_gradients_are_never_ok() -> None:
     report = tl.debug.grad_health(trace)
     frame = report.to_pandas().set_index("op")
     # d sqrt(u)/du at u = 0 is inf (mul_1's gradient); times d(u)/d(fc) = 0 it is nan.
-    assert frame.verdict.to_dict() == {"linear_1": "unknown", "mul_1": "exploding",
-                                       "sqrt_1": "ok"}
+    assert frame.verdict.to_dict() == {"linear_1": "unknown", "mul_1": "exploding", "sqrt_1": "ok"}
     assert math.isnan(frame.loc["linear_1", "grad_norm_raw"])
     assert frame.loc["mul_1", "grad_norm_raw"] == math.inf
     nonfinite = [f for f in report.findings if f.code == "gradient_nonfinite"]
     assert [(f.severity, f.fields["count"], f.where.op) for f in nonfinite] == [
-        ("critical", 2, "linear_1")]
+        ("critical", 2, "linear_1")
+    ]
 
 
 def test_ops_the_backward_did_not_reach_are_counted_not_rowed() -> None:
@@ -184,17 +206,23 @@ def test_ops_the_backward_did_not_reach_are_counted_not_rowed() -> None:
 
 
 # ----- arguments and preconditions ---------------------------------------------------------------
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"vanishing_threshold": -1.0}, "vanishing_threshold must be a number >= 0"),
-    ({"exploding_threshold": float("nan")}, "exploding_threshold must be a number >= 0"),
-    ({"vanishing_threshold": "1e-7"}, "vanishing_threshold must be a number"),
-    ({"vanishing_threshold": 1.0, "exploding_threshold": 1.0}, "must be finite and below"),
-    ({"vanishing_threshold": float("inf"), "exploding_threshold": float("inf")},
-     "must be finite and below"),
-    ({"basis": "mean"}, "basis must be 'total_norm' or 'rms'"),
-    ({"bwd": 1}, r"bwd must be an int in 0..0"),
-    ({"bwd": True}, r"bwd must be an int"),
-], ids=["negative", "nan", "text", "equal", "inf-vanishing", "basis", "bwd-range", "bwd-bool"])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"vanishing_threshold": -1.0}, "vanishing_threshold must be a number >= 0"),
+        ({"exploding_threshold": float("nan")}, "exploding_threshold must be a number >= 0"),
+        ({"vanishing_threshold": "1e-7"}, "vanishing_threshold must be a number"),
+        ({"vanishing_threshold": 1.0, "exploding_threshold": 1.0}, "must be finite and below"),
+        (
+            {"vanishing_threshold": float("inf"), "exploding_threshold": float("inf")},
+            "must be finite and below",
+        ),
+        ({"basis": "mean"}, "basis must be 'total_norm' or 'rms'"),
+        ({"bwd": 1}, r"bwd must be an int in 0..0"),
+        ({"bwd": True}, r"bwd must be an int"),
+    ],
+    ids=["negative", "nan", "text", "equal", "inf-vanishing", "basis", "bwd-range", "bwd-bool"],
+)
 def test_bad_arguments_raise_a_typed_error(dead_trace, kwargs, match) -> None:
     with pytest.raises(DiagnosticArgumentError, match=match):
         tl.debug.grad_health(dead_trace, **kwargs)

@@ -47,8 +47,11 @@ def test_dtype_range_reads_every_output_with_two_tolists(dead_trace, syncs) -> N
     assert syncs == ["tolist", "tolist"]
 
 
-@pytest.mark.parametrize("module", [_grad_health, _dead_neurons, _dtype_range, _host_sync],
-                         ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+@pytest.mark.parametrize(
+    "module",
+    [_grad_health, _dead_neurons, _dtype_range, _host_sync],
+    ids=lambda m: m.__name__.rsplit(".", 1)[-1],
+)
 def test_no_per_value_sync_in_the_source(module) -> None:
     tree = ast.parse(pathlib.Path(module.__file__).read_text(encoding="utf-8"))
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]

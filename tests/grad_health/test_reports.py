@@ -40,8 +40,12 @@ def poisoned_trace() -> tl.Trace:
 
 
 def every_report(trace) -> list[tl.report.Report]:
-    return [tl.debug.grad_health(trace), tl.debug.dead_neurons(trace),
-            tl.debug.dtype_range(trace), trace.audit()]
+    return [
+        tl.debug.grad_health(trace),
+        tl.debug.dead_neurons(trace),
+        tl.debug.dtype_range(trace),
+        trace.audit(),
+    ]
 
 
 def test_strict_json_with_nan_and_inf_inside(poisoned_trace) -> None:
@@ -52,15 +56,20 @@ def test_strict_json_with_nan_and_inf_inside(poisoned_trace) -> None:
         encoded[report.report_type] = '{"$float": "' in text
     # dead_neurons and dtype_range hold counts and finite maxima; grad_health (and the audit
     # that carries its findings) holds the NaN and Inf gradient norms themselves
-    assert encoded == {"grad_health": True, "dead_neurons": False, "dtype_range": False,
-                       "health": True}
+    assert encoded == {
+        "grad_health": True,
+        "dead_neurons": False,
+        "dtype_range": False,
+        "health": True,
+    }
 
 
 def test_cards_stay_bounded(poisoned_trace) -> None:
     for report in every_report(poisoned_trace):
         lines = report.card().splitlines()
-        findings = [line for line in lines
-                    if line.startswith(("  CRITICAL", "  WARNING", "  INFO"))]
+        findings = [
+            line for line in lines if line.startswith(("  CRITICAL", "  WARNING", "  INFO"))
+        ]
         assert len(findings) <= MAX_CARD_FINDINGS
         assert max(len(line) for line in lines) <= CARD_LINE_MAX_CHARS
         if len(report.findings) > MAX_CARD_FINDINGS:

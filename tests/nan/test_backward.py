@@ -8,14 +8,15 @@ import torch
 import torchlens_nb as tl
 from torchlens_nb.errors import DiagnosticArgumentError, UnavailableError
 
-from .nan_models import X, HealedSqrt, Net, SqrtAtZero, line_of
+from .nan_models import HealedSqrt, Net, SqrtAtZero, X, line_of
 
 GRADS = tl.options.CaptureOptions(save_grads=True)
 
 
 def _backward_trace(block: torch.nn.Module, passes: int = 1, **options) -> tl.Trace:
-    trace = tl.trace(Net(block), X, capture=tl.options.CaptureOptions(**options)
-                     if options else GRADS)
+    trace = tl.trace(
+        Net(block), X, capture=tl.options.CaptureOptions(**options) if options else GRADS
+    )
     for index in range(passes):
         trace.backward(trace.output.sum(), retain_graph=index < passes - 1)
     return trace
@@ -26,7 +27,11 @@ def test_a_nan_born_in_backward_is_found_at_its_grad_fn_and_forward_line() -> No
     birth = report.first_bad_thing
     assert (report.status, report.found, report.kind) == ("found", True, "inf")
     assert (birth.phase, birth.node, birth.op, birth.module) == (
-        "backward", "SqrtBackward0", "sqrt_1", "block")
+        "backward",
+        "SqrtBackward0",
+        "sqrt_1",
+        "block",
+    )
     assert birth.line == line_of(SqrtAtZero.forward, "torch.sqrt(zeros)")
     assert birth.is_proven
     # the ledger is in measured fire order: every fire before the birth is clean
@@ -41,8 +46,12 @@ def test_a_nan_born_in_backward_is_found_at_its_grad_fn_and_forward_line() -> No
 def test_forward_tools_do_not_claim_a_backward_born_nan_and_point_to_the_recipe() -> None:
     model = Net(SqrtAtZero())
     trace = tl.trace(model, X)
-    for report in (tl.debug.nonfinite_origin(model, X), tl.debug.find_nan(model, X),
-                   trace.find_nan(), tl.debug.nonfinite_origin(trace)):
+    for report in (
+        tl.debug.nonfinite_origin(model, X),
+        tl.debug.find_nan(model, X),
+        trace.find_nan(),
+        tl.debug.nonfinite_origin(trace),
+    ):
         assert (report.status, report.found) == ("clean", False)
         assert any("bisect_nan_backward" in e.code for e in report.exits)
         assert any("set_detect_anomaly" in d for d in report.disclosures)
@@ -109,8 +118,7 @@ def test_a_trace_without_a_backward_or_without_saved_grads_is_not_called_clean()
 
 
 def test_a_finite_backward_is_clean_with_full_coverage() -> None:
-    report = tl.debug.bisect_nan_backward(
-        _backward_trace(torch.nn.Tanh(), save_grads=True))
+    report = tl.debug.bisect_nan_backward(_backward_trace(torch.nn.Tanh(), save_grads=True))
     assert (report.status, report.coverage, report.first_bad_thing) == ("clean", "full", None)
     assert report.counts["clean"] == len(report.transitions)
 

@@ -12,7 +12,7 @@ import torchlens_nb as tl
 from torchlens_nb.errors import DiagnosticArgumentError
 
 from . import nan_models
-from .nan_models import BORN_IN_BLOCK, X, Finite, LogOfNegative, Net, line_of
+from .nan_models import BORN_IN_BLOCK, Finite, LogOfNegative, Net, X, line_of
 
 CASES = [pytest.param(*case[1:], id=case[0]) for case in BORN_IN_BLOCK]
 
@@ -29,8 +29,9 @@ def _all_forward_reports(model: nn.Module) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("block", "label", "text", "kind", "propagated"), CASES)
-def test_every_forward_tool_names_the_op_born_in_the_block(block, label, text, kind,
-                                                           propagated) -> None:
+def test_every_forward_tool_names_the_op_born_in_the_block(
+    block, label, text, kind, propagated
+) -> None:
     torch.manual_seed(0)
     expected_line = line_of(block.forward, text)
     for name, report in _all_forward_reports(Net(block())).items():
@@ -44,8 +45,9 @@ def test_every_forward_tool_names_the_op_born_in_the_block(block, label, text, k
 
 
 @pytest.mark.parametrize(("block", "label", "text", "kind", "propagated"), CASES)
-def test_nonfinite_origin_counts_the_ops_that_only_propagate(block, label, text, kind,
-                                                             propagated) -> None:
+def test_nonfinite_origin_counts_the_ops_that_only_propagate(
+    block, label, text, kind, propagated
+) -> None:
     report = tl.debug.nonfinite_origin(Net(block()), X)
     assert report.origin.op == label
     assert (report.num_nonfinite, report.num_propagated) == (propagated + 1, propagated)
@@ -71,22 +73,29 @@ def test_live_find_nan_stops_at_the_first_nonfinite_output() -> None:
 def test_a_finite_model_gets_a_clean_verdict_scoped_to_what_was_checked() -> None:
     model = Net(Finite())
     trace = tl.trace(model, X)
-    for report in (tl.debug.nonfinite_origin(model, X), tl.debug.find_nan(model, X),
-                   trace.find_nan(), tl.debug.bisect_nan(trace), tl.debug.nonfinite_origin(trace)):
-        assert (report.status, report.found, report.kind, report.op) == ("clean", False, None,
-                                                                          None)
+    for report in (
+        tl.debug.nonfinite_origin(model, X),
+        tl.debug.find_nan(model, X),
+        trace.find_nan(),
+        tl.debug.bisect_nan(trace),
+        tl.debug.nonfinite_origin(trace),
+    ):
+        assert (report.status, report.found, report.kind, report.op) == ("clean", False, None, None)
         # input, linear, tanh, add, mul, linear: 6 float outputs, all checked
         assert (report.num_checked, report.num_unchecked, report.coverage) == (6, 0, "full")
         assert report.disclosures[0].startswith("checked 6 of 6 floating-point op outputs")
-        assert report.lead == "no NaN or Inf in any of the 6 floating-point op outputs (all checked)."
+        assert (
+            report.lead == "no NaN or Inf in any of the 6 floating-point op outputs (all checked)."
+        )
 
 
 def test_a_selective_save_scopes_a_clean_verdict_to_the_saved_ops() -> None:
     trace = tl.trace(Net(Finite()), X, save=tl.func("linear"))
     report = trace.find_nan()
     assert (report.status, report.num_checked, report.num_unchecked) == ("partial", 2, 4)
-    assert report.lead == ("no NaN or Inf in the 2 checked floating-point op outputs; 4 were not "
-                           "checked.")
+    assert report.lead == (
+        "no NaN or Inf in the 2 checked floating-point op outputs; 4 were not checked."
+    )
     assert not report.is_certain
 
 

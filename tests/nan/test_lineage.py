@@ -11,7 +11,7 @@ from torch import nn
 import torchlens_nb as tl
 from torchlens_nb.errors import DiagnosticArgumentError, OpNotFoundError, UnavailableError
 
-from .nan_models import X, LogOfNegative, Net, line_of
+from .nan_models import LogOfNegative, Net, X, line_of
 
 
 def test_spec_example_lineage_of_the_output() -> None:
@@ -25,8 +25,13 @@ def test_nodes_carry_depth_source_shape_dtype_and_finiteness() -> None:
     result = tl.debug.lineage(trace, "linear_2")
     # head <- mul <- log <- sub <- pre's linear <- input, one ring each
     assert [(n.label, n.depth) for n in result.nodes] == [
-        ("linear_2", 0), ("mul_1", 1), ("log_1", 2), ("sub_1", 3), ("linear_1", 4),
-        ("input_1", 5)]
+        ("linear_2", 0),
+        ("mul_1", 1),
+        ("log_1", 2),
+        ("sub_1", 3),
+        ("linear_1", 4),
+        ("input_1", 5),
+    ]
     log = result.node("log_1")
     assert (log.module, log.shape, log.dtype) == ("block", (1, 2), "float32")
     assert log.line == line_of(LogOfNegative.forward, "torch.log(shifted)")
@@ -41,7 +46,10 @@ def test_descendants_and_both_directions() -> None:
     assert down.labels == ("sub_1", "log_1", "mul_1", "linear_2")
     both = tl.debug.lineage(trace, "log_1", direction="both", max_depth=1)
     assert [(n.label, n.relation) for n in both.nodes] == [
-        ("log_1", "root"), ("sub_1", "ancestor"), ("mul_1", "descendant")]
+        ("log_1", "root"),
+        ("sub_1", "ancestor"),
+        ("mul_1", "descendant"),
+    ]
     assert both.message == "log_1 has 1 ancestor and 1 descendant within depth 1."
     assert [n.is_frontier for n in both.nodes] == [False, True, True]
 
@@ -50,8 +58,10 @@ def test_unsaved_values_are_unknown_not_finite() -> None:
     trace = tl.trace(Net(LogOfNegative()), X, save=tl.func("linear"))
     result = tl.debug.lineage(trace, "linear_2", max_depth=2)
     assert [(n.label, n.finiteness, n.checked_by) for n in result.nodes] == [
-        ("linear_2", "nonfinite", "saved"), ("mul_1", "unknown", None),
-        ("log_1", "unknown", None)]
+        ("linear_2", "nonfinite", "saved"),
+        ("mul_1", "unknown", None),
+        ("log_1", "unknown", None),
+    ]
     assert result.status == "found"
 
 
@@ -70,8 +80,11 @@ def test_the_origin_reports_lineage_action_opens_a_ring_around_the_origin() -> N
     exit_ = next(e for e in report.exits if e.action == "lineage")
     assert (exit_.label, dict(exit_.args)) == ("Show lineage", {"label": "log_1"})
     ring = report.run_action("lineage")
-    assert (ring.root, ring.highlight, ring.labels) == ("log_1", "log_1",
-                                                        ("log_1", "sub_1", "mul_1"))
+    assert (ring.root, ring.highlight, ring.labels) == (
+        "log_1",
+        "log_1",
+        ("log_1", "sub_1", "mul_1"),
+    )
     assert ring.highlight_role == "origin"
 
 
@@ -80,7 +93,9 @@ def test_a_live_reports_lineage_uses_the_live_checks() -> None:
     ring = report.run_action("lineage")
     # nothing was saved, but every output was checked while the forward ran
     assert [(n.label, n.finiteness, n.checked_by) for n in ring.nodes] == [
-        ("log_1", "nonfinite", "live"), ("sub_1", "finite", "live")]
+        ("log_1", "nonfinite", "live"),
+        ("sub_1", "finite", "live"),
+    ]
     assert ring.node("log_1").stats.nan_count == 1
 
 

@@ -11,7 +11,7 @@ import torch
 
 import torchlens_nb as tl
 
-from .nan_models import X, Float16Overflow, LogOfNegative, Net, SqrtAtZero, line_of
+from .nan_models import Float16Overflow, LogOfNegative, Net, SqrtAtZero, X, line_of
 
 CARD_LINE_MAX_CHARS = 240
 
@@ -57,18 +57,26 @@ def test_every_card_is_bounded(reports) -> None:
 def test_the_origin_card_reads_as_a_verdict(reports) -> None:
     card = reports["nonfinite"].card().splitlines()
     line = line_of(LogOfNegative.forward, "torch.log(shifted)")
-    assert card[0] == (f"nonfinite [found] Net (saved, 6 ops): nan born at log_1 in block "
-                       f"(line {line}: `return torch.log(shifted)  # log(0.5 - 1) = nan`); its "
-                       "inputs were checked finite; 2 downstream ops propagate it.")
-    assert card[1].startswith("  CRITICAL nonfinite_origin: log_1 (log) turned finite inputs "
-                              "(all checked) into nan: nan=1 +inf=0 -inf=0 of 2")
+    assert card[0] == (
+        f"nonfinite [found] Net (saved, 6 ops): nan born at log_1 in block "
+        f"(line {line}: `return torch.log(shifted)  # log(0.5 - 1) = nan`); its "
+        "inputs were checked finite; 2 downstream ops propagate it."
+    )
+    assert card[1].startswith(
+        "  CRITICAL nonfinite_origin: log_1 (log) turned finite inputs "
+        "(all checked) into nan: nan=1 +inf=0 -inf=0 of 2"
+    )
 
 
 def test_payload_data_carries_the_lead_card_fields(reports) -> None:
     data = reports["nonfinite fp16"].to_dict()["data"]
     origin = data["first_bad_thing"]
     assert (origin["op"], origin["module"], origin["kind"], origin["phase"]) == (
-        "mul_1", "block", "inf", "forward")
+        "mul_1",
+        "block",
+        "inf",
+        "forward",
+    )
     assert origin["stats"]["posinf_count"] == 1  # 3 * 60000 overflows, 0.5 * 60000 does not
     assert (data["num_checked"], data["num_nonfinite"], data["num_propagated"]) == (7, 4, 3)
     assert data["amp_hint"] == tl.debug.amp_scaled_grads_hint()
@@ -87,8 +95,15 @@ def test_the_backward_ledger_is_a_table_with_its_birth_row_marked(reports) -> No
     report = reports["backward_nan"]
     table = report.to_dict()["tables"][0]
     assert table["name"] == "transitions"
-    assert table["columns"] == ["order", "node", "transition", "ops", "incoming", "outgoing",
-                                "kind"]
+    assert table["columns"] == [
+        "order",
+        "node",
+        "transition",
+        "ops",
+        "incoming",
+        "outgoing",
+        "kind",
+    ]
     birth = table["attrs"]["highlight_order"]
     assert table["rows"][birth][2] == "birth"
     assert report.to_dict()["data"]["birth_order"] == birth

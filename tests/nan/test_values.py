@@ -17,7 +17,9 @@ CASES = [
     pytest.param(torch.tensor([INF, -INF]), False, id="inf-minus-inf"),
     pytest.param(torch.tensor([1.0, -INF]), False, id="neg-inf"),
     # 2 * 60000 = 120000 overflows float16 when summed, yet every element is finite
-    pytest.param(torch.tensor([60000.0, 60000.0], dtype=torch.float16), True, id="fp16-sum-overflow"),
+    pytest.param(
+        torch.tensor([60000.0, 60000.0], dtype=torch.float16), True, id="fp16-sum-overflow"
+    ),
     pytest.param(torch.full((3,), 3e38), True, id="fp32-sum-overflow"),
     pytest.param(torch.tensor([1 + 1j, complex(NAN, 0)]), False, id="complex-nan"),
     pytest.param(torch.empty(0), True, id="empty"),
@@ -39,7 +41,10 @@ def test_finite_flags_batches_every_case_exactly() -> None:
 def test_kinds_and_stats_of_a_mixed_tensor() -> None:
     value = torch.tensor([NAN, INF, -2.0, 4.0])
     assert nonfinite_kinds([[value], [torch.tensor([-INF])], [torch.ones(1)]]) == [
-        "mixed", "-inf", None]
+        "mixed",
+        "-inf",
+        None,
+    ]
     stats = value_stats([[value]])[0]
     assert (stats.numel, stats.nan_count, stats.posinf_count, stats.neginf_count) == (4, 1, 1, 0)
     assert (stats.finite_min, stats.finite_max, stats.finite_mean) == (-2.0, 4.0, 1.0)

@@ -48,8 +48,9 @@ class PlainTransformer(nn.Module):
 
 def shipped_bytes(report) -> int:
     arrays = tl.widgets.panel_arrays(report)
-    return len(json.dumps(tl.widgets.panel_payload(report), allow_nan=False)) + \
-        sum(len(spec["data"]) for spec in arrays.values())
+    return len(json.dumps(tl.widgets.panel_payload(report), allow_nan=False)) + sum(
+        len(spec["data"]) for spec in arrays.values()
+    )
 
 
 @pytest.mark.parametrize("spread", [1.0, 2.0], ids=["randn", "2-randn"])
@@ -70,8 +71,9 @@ def test_twelve_layers_twelve_heads_128_tokens_ship_under_2_mb(spread: float) ->
 
 
 def test_patterns_coarsen_to_fit_a_smaller_budget() -> None:
-    report = tl.debug.attention_sinks(PlainTransformer(1.0, layers=4), torch.randn(1, 128, 48),
-                                      max_pattern_bytes=200_000)
+    report = tl.debug.attention_sinks(
+        PlainTransformer(1.0, layers=4), torch.randn(1, 128, 48), max_pattern_bytes=200_000
+    )
     assert report.pattern_bytes <= 200_000 and report.patterns.levels < 255
     assert f"round({report.patterns.levels} * sqrt(p))" in " ".join(report.disclosures)
 
@@ -81,8 +83,9 @@ def test_the_payload_json_carries_no_pattern_numbers() -> None:
     data = tl.widgets.panel_payload(report)["data"]
     assert data["patterns"]["bytes"] == report.pattern_bytes
     assert set(data["patterns"]) == {"layers", "heads", "positions", "levels", "encoding", "bytes"}
-    assert [sorted(site) for site in data["residual"]] == \
-        [["dims", "label", "median_mean_abs", "module", "outliers"]] * 2
+    assert [sorted(site) for site in data["residual"]] == [
+        ["dims", "label", "median_mean_abs", "module", "outliers"]
+    ] * 2
     arrays = tl.widgets.panel_arrays(report)
     assert arrays["residual_mean_abs"]["shape"] == [2, 48]
     assert arrays["residual_mean_abs"]["dtype"] == "float32"

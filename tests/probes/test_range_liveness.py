@@ -71,7 +71,7 @@ class LogOf(nn.Module):
 
 def test_nan_lies_in_no_range_and_the_report_stays_json_safe() -> None:
     probe = tl.debug.RangeProbe({tl.func("log"): (-10.0, 10.0)})
-    tl.trace(LogOf(), torch.tensor([[-1.0, -2.0]]), capture=hooks(probe))   # log(<0) = nan
+    tl.trace(LogOf(), torch.tensor([[-1.0, -2.0]]), capture=hooks(probe))  # log(<0) = nan
     (stat,) = probe.stats
     assert (stat.nonfinite, stat.below, stat.above) == (2, 0, 0)
     assert math.isnan(stat.observed_min) and math.isnan(stat.observed_max)
@@ -79,14 +79,23 @@ def test_nan_lies_in_no_range_and_the_report_stays_json_safe() -> None:
     json.dumps(report.to_dict(), allow_nan=False)
     assert report.card().splitlines()[1] == (
         "  WARNING  activation_range_violated: log_1: 0 values < -10 and 0 > 10, 2 non-finite "
-        "over 1 call(s) (observed [nan, nan]). (log_1)")
+        "over 1 call(s) (observed [nan, nan]). (log_1)"
+    )
     assert len(report.card().splitlines()) <= 12
 
 
-@pytest.mark.parametrize("bounds", [
-    {}, {"relu": (0, 1)}, {tl.func("relu"): (1.0, 0.0)}, {tl.func("relu"): (0.0, math.nan)},
-    {tl.func("relu"): ("0", 1)}, {tl.func("relu"): (0.0,)},
-], ids=["empty", "string-key", "low-above-high", "nan-bound", "string-bound", "one-bound"])
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {},
+        {"relu": (0, 1)},
+        {tl.func("relu"): (1.0, 0.0)},
+        {tl.func("relu"): (0.0, math.nan)},
+        {tl.func("relu"): ("0", 1)},
+        {tl.func("relu"): (0.0,)},
+    ],
+    ids=["empty", "string-key", "low-above-high", "nan-bound", "string-bound", "one-bound"],
+)
 def test_bad_range_declarations_raise_a_typed_error(bounds) -> None:
     with pytest.raises(DiagnosticArgumentError, match="RangeProbe"):
         tl.debug.RangeProbe(bounds)
@@ -95,7 +104,7 @@ def test_bad_range_declarations_raise_a_typed_error(bounds) -> None:
 def test_liveness_counts_zeros_and_running_maxima_exactly() -> None:
     model = relu_model()
     with torch.no_grad():
-        model[0].bias[:3] = -100.0                 # units 0-2 cannot fire on these inputs
+        model[0].bias[:3] = -100.0  # units 0-2 cannot fire on these inputs
     xs = [torch.randn(4, 8), torch.randn(4, 8)]
     probe = tl.debug.LivenessProbe([tl.func("relu")])
     for x in xs:
@@ -118,15 +127,27 @@ def test_liveness_never_says_dead() -> None:
     probe = tl.debug.LivenessProbe([tl.func("relu")])
     tl.trace(model, torch.randn(4, 8), capture=hooks(probe))
     report = probe.report()
-    words = json.dumps({"findings": report.to_dict()["findings"],
-                        "tables": report.to_dict()["tables"], "lead": report.lead,
-                        "stats": repr(probe.stats), "disclosures": report.disclosures})
+    words = json.dumps(
+        {
+            "findings": report.to_dict()["findings"],
+            "tables": report.to_dict()["tables"],
+            "lead": report.lead,
+            "stats": repr(probe.stats),
+            "disclosures": report.disclosures,
+        }
+    )
     assert probe.findings and "dead" not in words.lower()
 
 
-@pytest.mark.parametrize(("shape", "unit_dim", "units"), [
-    ((4, 16), 1, 16), ((2, 5, 16), 2, 16), ((2, 3, 4, 4), 1, 3),
-], ids=["features", "tokens-features", "channels"])
+@pytest.mark.parametrize(
+    ("shape", "unit_dim", "units"),
+    [
+        ((4, 16), 1, 16),
+        ((2, 5, 16), 2, 16),
+        ((2, 3, 4, 4), 1, 3),
+    ],
+    ids=["features", "tokens-features", "channels"],
+)
 def test_the_default_unit_axis_follows_the_layout(shape, unit_dim, units) -> None:
     probe = tl.debug.LivenessProbe([tl.func("relu")])
     tl.trace(nn.ReLU(), torch.randn(*shape), capture=hooks(probe))

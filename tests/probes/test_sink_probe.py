@@ -50,9 +50,12 @@ def test_the_spec_tiny_causal_layer_runs_as_written() -> None:
     facts = probe.facts()
     assert facts["skipped"] == []
     (attention,) = facts["attention"]
-    assert (attention["label"], attention["module"], attention["is_causal"]) == \
-        ("softmax_1", "layer", True)
-    assert attention["rows_scored"] == 10          # 2 samples x 5 queries (query 0 sees 1 key)
+    assert (attention["label"], attention["module"], attention["is_causal"]) == (
+        "softmax_1",
+        "layer",
+        True,
+    )
+    assert attention["rows_scored"] == 10  # 2 samples x 5 queries (query 0 sees 1 key)
     # Independent: recompute the probabilities, drop query 0, mean per key.
     layer = tiny.layer
     with torch.no_grad():
@@ -61,32 +64,39 @@ def test_the_spec_tiny_causal_layer_runs_as_written() -> None:
     mass, position = probs[:, 1:].mean((0, 1)).max(-1)
     assert attention["heads"][0]["position"] == int(position)
     assert abs(attention["heads"][0]["mass"] - float(mass)) < 1e-6
-    assert attention["uniform_share"] == pytest.approx((1/2 + 1/3 + 1/4 + 1/5 + 1/6) / 5)
-    assert float(mass) < 0.5 and probe.sink_heads == ()   # 0.29 at seed 0: no sink
+    assert attention["uniform_share"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 4 + 1 / 5 + 1 / 6) / 5)
+    assert float(mass) < 0.5 and probe.sink_heads == ()  # 0.29 at seed 0: no sink
     (residual,) = facts["residual"]
-    assert (residual["label"], residual["dims"], residual["tokens_scored"]) == \
-        (trace["add_1"].label, 8, 12)
+    assert (residual["label"], residual["dims"], residual["tokens_scored"]) == (
+        trace["add_1"].label,
+        8,
+        12,
+    )
     assert residual["max_factor"] < 6.0 and probe.outlier_dims == ()
 
 
 def test_a_head_on_one_key_is_a_sink_with_its_exact_mass() -> None:
     logits = torch.zeros(1, 2, 4, 4)
-    logits[0, 0, :, 0] = 10.0                      # head 0: every query looks at key 0
+    logits[0, 0, :, 0] = 10.0  # head 0: every query looks at key 0
     probe = probed(Softmax(), logits, attention=[tl.func("softmax")])
-    mass = math.exp(10) / (math.exp(10) + 3)         # 0.99986
+    mass = math.exp(10) / (math.exp(10) + 3)  # 0.99986
     (sink,) = probe.sink_heads
     assert (sink.label, sink.head, sink.position) == ("softmax_1", 0, 0)
     assert sink.mass == pytest.approx(mass, rel=1e-6)
     (layer,) = probe.attention_layers()
-    assert layer.masses[1] == pytest.approx(0.25)    # head 1: uniform over 4 keys
+    assert layer.masses[1] == pytest.approx(0.25)  # head 1: uniform over 4 keys
     assert layer.is_sink == (True, False) and layer.is_causal is False
 
 
-@pytest.mark.parametrize(("keys", "causal", "flagged"), [
-    (2, False, False),   # uniform over 2 keys is 0.5: needs 2 x 0.5, not a sink
-    (3, True, False),    # causal uniform: (1/2 + 1/3) / 2 = 0.42 on key 0, query 0 not scored
-    (8, False, False),
-], ids=["two-keys", "causal-uniform", "eight-keys"])
+@pytest.mark.parametrize(
+    ("keys", "causal", "flagged"),
+    [
+        (2, False, False),  # uniform over 2 keys is 0.5: needs 2 x 0.5, not a sink
+        (3, True, False),  # causal uniform: (1/2 + 1/3) / 2 = 0.42 on key 0, query 0 not scored
+        (8, False, False),
+    ],
+    ids=["two-keys", "causal-uniform", "eight-keys"],
+)
 def test_uniform_attention_is_never_a_sink(keys: int, causal: bool, flagged: bool) -> None:
     logits = torch.zeros(1, 1, keys, keys)
     if causal:
@@ -100,10 +110,12 @@ class NotAttention(nn.Module):
     """Softmaxes that are not attention patterns, each for a different reason."""
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return (torch.softmax(x[0], dim=-1),                     # 3-D: heads folded in
-                torch.softmax(x, dim=1),                         # rows do not sum to 1
-                torch.softmax(x.flatten(1), dim=-1),             # 2-D classifier output
-                torch.softmax(x[..., :2], dim=-1))               # 4 queries over 2 keys
+        return (
+            torch.softmax(x[0], dim=-1),  # 3-D: heads folded in
+            torch.softmax(x, dim=1),  # rows do not sum to 1
+            torch.softmax(x.flatten(1), dim=-1),  # 2-D classifier output
+            torch.softmax(x[..., :2], dim=-1),
+        )  # 4 queries over 2 keys
 
 
 def test_softmaxes_that_are_not_attention_patterns_are_skipped_with_the_reason() -> None:
@@ -142,28 +154,34 @@ def test_padded_tokens_and_queries_are_not_scored_when_the_mask_is_given() -> No
     x = torch.randn(2, 6, 8)
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
     padded = x.clone()
-    padded[0, 4:] = 1e4                            # garbage in the padded slots
+    padded[0, 4:] = 1e4  # garbage in the padded slots
     logits = torch.zeros(2, 1, 6, 6)
-    logits[0, :, 4:, :] = torch.tensor([50.0, 0, 0, 0, 0, 0])   # padded queries: all on key 0
+    logits[0, :, 4:, :] = torch.tensor([50.0, 0, 0, 0, 0, 0])  # padded queries: all on key 0
     logits[..., 4:] = torch.where(mask[:, None, None, 4:].bool(), 0.0, -math.inf)
     model = nn.Sequential(Residual())
     probe = probed(model, padded, residual=[tl.module("0")], attention_mask=mask)
     (layer,) = probe.residual_layers()
     clean = torch.cat([x[0, :4], x[1]]).abs().mean(0)
     assert max(abs(a - b) for a, b in zip(layer.mean_abs, clean.tolist())) < 1e-6
-    (attention,) = probed(Softmax(), logits, attention=[tl.func("softmax")],
-                          attention_mask=mask).attention_layers()
+    (attention,) = probed(
+        Softmax(), logits, attention=[tl.func("softmax")], attention_mask=mask
+    ).attention_layers()
     # 4 real queries see 4 keys, 6 real queries see 6: uniform everywhere.
     assert attention.masses[0] == pytest.approx((4 * 1 / 4 + 6 * 1 / 6) / 10)
     assert attention.uniform_share == pytest.approx((4 / 4 + 6 / 6) / 10)
 
 
 def test_a_mask_of_the_wrong_shape_skips_the_site_and_says_so() -> None:
-    probe = probed(Softmax(), torch.zeros(1, 1, 4, 4), attention=[tl.func("softmax")],
-                   attention_mask=torch.ones(1, 5))
+    probe = probed(
+        Softmax(),
+        torch.zeros(1, 1, 4, 4),
+        attention=[tl.func("softmax")],
+        attention_mask=torch.ones(1, 5),
+    )
     (skipped,) = probe.facts()["skipped"]
-    assert skipped["reason"] == ("attention_mask has shape (1, 5) but this value has batch 1 "
-                                 "and 4 positions.")
+    assert skipped["reason"] == (
+        "attention_mask has shape (1, 5) but this value has batch 1 and 4 positions."
+    )
 
 
 def test_statistics_accumulate_over_captures_until_reset() -> None:
@@ -180,13 +198,17 @@ def test_statistics_accumulate_over_captures_until_reset() -> None:
     assert probe.facts()["attention"] == []
 
 
-@pytest.mark.parametrize("kwargs", [
-    {},
-    {"attention": ["softmax"]},
-    {"attention": [tl.func("softmax")], "sink_mass": 0.0},
-    {"residual": [tl.module("x")], "outlier_factor": 0.5},
-    {"attention": [tl.func("softmax")], "attention_mask": torch.ones(4)},
-], ids=["no-selectors", "string-selector", "zero-sink-mass", "factor-below-1", "1d-mask"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"attention": ["softmax"]},
+        {"attention": [tl.func("softmax")], "sink_mass": 0.0},
+        {"residual": [tl.module("x")], "outlier_factor": 0.5},
+        {"attention": [tl.func("softmax")], "attention_mask": torch.ones(4)},
+    ],
+    ids=["no-selectors", "string-selector", "zero-sink-mass", "factor-below-1", "1d-mask"],
+)
 def test_bad_arguments_raise_a_typed_error(kwargs) -> None:
     with pytest.raises(DiagnosticArgumentError, match="SinkProbe|must be"):
         tl.debug.SinkProbe(**kwargs)

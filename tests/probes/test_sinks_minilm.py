@@ -23,14 +23,14 @@ def reference(model, batch) -> tuple[dict[tuple[int, int], tuple[int, float]], s
     lengths = mask.sum(1)
     uniform = float((1.0 / lengths.repeat_interleave(lengths).double()).mean())
     sinks, top_mass = {}, 0.0
-    for layer, probs in enumerate(out.attentions):            # (batch, heads, queries, keys)
+    for layer, probs in enumerate(out.attentions):  # (batch, heads, queries, keys)
         mass, position = probs.permute(0, 2, 1, 3)[mask].mean(0).max(-1)
         top_mass = max(top_mass, float(mass.max()))
         for head in range(probs.shape[1]):
             if mass[head] >= max(0.5, 2 * uniform):
                 sinks[layer, head] = (int(position[head]), float(mass[head]))
     outliers, top_factor = set(), 0.0
-    for layer, hidden in enumerate(out.hidden_states[1:]):   # the six block outputs
+    for layer, hidden in enumerate(out.hidden_states[1:]):  # the six block outputs
         mean_abs = hidden[mask].abs().mean(0)
         factor = mean_abs / mean_abs.median()
         top_factor = max(top_factor, float(factor.max()))
@@ -39,15 +39,20 @@ def reference(model, batch) -> tuple[dict[tuple[int, int], tuple[int, float]], s
 
 
 def probe_run(model, batch) -> tl.debug.SinkProbe:
-    probe = tl.debug.SinkProbe(attention=[tl.func("softmax")], residual=[tl.module(*BLOCKS)],
-                               attention_mask=batch["attention_mask"])
-    tl.trace(model, dict(batch), save=False,
-             capture=tl.options.CaptureOptions(hooks=probe.hook_plan()))
+    probe = tl.debug.SinkProbe(
+        attention=[tl.func("softmax")],
+        residual=[tl.module(*BLOCKS)],
+        attention_mask=batch["attention_mask"],
+    )
+    tl.trace(
+        model, dict(batch), save=False, capture=tl.options.CaptureOptions(hooks=probe.hook_plan())
+    )
     return probe
 
 
-def test_trained_minilm_sinks_sit_on_cls_in_the_middle_layers(minilm, minilm_batch,
-                                                               minilm_tokenizer) -> None:
+def test_trained_minilm_sinks_sit_on_cls_in_the_middle_layers(
+    minilm, minilm_batch, minilm_tokenizer
+) -> None:
     expected, expected_dims, _, _ = reference(minilm, minilm_batch)
     probe = probe_run(minilm, minilm_batch)
     layer_of = {a.label: i for i, a in enumerate(probe.attention_layers())}
@@ -60,7 +65,7 @@ def test_trained_minilm_sinks_sit_on_cls_in_the_middle_layers(minilm, minilm_bat
     tokens = minilm_tokenizer.convert_ids_to_tokens(minilm_batch["input_ids"][0])
     assert {position for position, _ in got.values()} == {0} and tokens[0] == "[CLS]"
     per_layer = [sum(layer == i for layer, _ in got) for i in range(6)]
-    assert per_layer == [0, 7, 11, 10, 11, 1]       # of 12 heads each: 39 of 40 in layers 1-4
+    assert per_layer == [0, 7, 11, 10, 11, 1]  # of 12 heads each: 39 of 40 in layers 1-4
     # Outlier residual dims, same sites as the independent computation.
     res_layer = {r.label: i for i, r in enumerate(probe.residual_layers())}
     assert {(res_layer[o.label], o.dim) for o in probe.outlier_dims} == expected_dims
@@ -80,11 +85,12 @@ def test_random_init_twin_has_no_sinks_and_no_outlier_dims(minilm_random, minilm
     assert abs(max(r["max_factor"] for r in facts["residual"]) - top_factor) < 1e-4
 
 
-def test_padding_does_not_distort_statistics_when_the_mask_is_given(minilm,
-                                                                    minilm_tokenizer) -> None:
+def test_padding_does_not_distort_statistics_when_the_mask_is_given(
+    minilm, minilm_tokenizer
+) -> None:
     short, long = SENTENCES[0], SENTENCES[1]
     padded = minilm_tokenizer([short, long], padding=True, return_tensors="pt")
-    assert padded["attention_mask"].sum(1).tolist() == [9, 16]     # 7 pads on the short one
+    assert padded["attention_mask"].sum(1).tolist() == [9, 16]  # 7 pads on the short one
     # Independent: each sentence alone, no padding; pool the 9 + 16 queries per head.
     sums, rows = 0, 0
     for text in (short, long):
@@ -94,7 +100,7 @@ def test_padding_does_not_distort_statistics_when_the_mask_is_given(minilm,
         keys = probs.shape[-1]
         sums = sums + torch.nn.functional.pad(probs.sum(1), (0, 16 - keys))
         rows += probs.shape[1]
-    expected = sums / rows                                   # (heads, 16)
+    expected = sums / rows  # (heads, 16)
 
     masked = probe_run(minilm, padded)
     layer = masked.attention_layers()[2]
@@ -103,8 +109,13 @@ def test_padding_does_not_distort_statistics_when_the_mask_is_given(minilm,
     assert max(abs(a - b) for a, b in zip(layer.masses, mass.tolist())) < 1e-5
 
     unmasked = tl.debug.SinkProbe(attention=[tl.func("softmax")])
-    tl.trace(minilm, dict(padded), save=False,
-             capture=tl.options.CaptureOptions(hooks=unmasked.hook_plan()))
+    tl.trace(
+        minilm,
+        dict(padded),
+        save=False,
+        capture=tl.options.CaptureOptions(hooks=unmasked.hook_plan()),
+    )
     # Without the mask the 7 padded queries of the short sentence are averaged in.
-    assert max(abs(a - b) for a, b in zip(unmasked.attention_layers()[2].masses,
-                                          mass.tolist())) > 0.01
+    assert (
+        max(abs(a - b) for a, b in zip(unmasked.attention_layers()[2].masses, mass.tolist())) > 0.01
+    )

@@ -13,8 +13,13 @@ from tests.probes.test_sink_probe import TinyLayer
 
 def all_probes() -> tuple[tl.options.HookPlan, tuple]:
     probes = (
-        tl.debug.RangeProbe({tl.func("relu"): (0.0, 1.0), tl.func("softmax"): (0.0, 1.0),
-                             tl.module("*"): (-1.0, 1.0)}),
+        tl.debug.RangeProbe(
+            {
+                tl.func("relu"): (0.0, 1.0),
+                tl.func("softmax"): (0.0, 1.0),
+                tl.module("*"): (-1.0, 1.0),
+            }
+        ),
         tl.debug.LivenessProbe([tl.func("relu", "gelu", "linear")]),
         tl.debug.SinkProbe(attention=[tl.func("softmax")], residual=[tl.module("*")]),
     )
@@ -51,8 +56,9 @@ def test_probes_add_no_op_and_leave_outputs_bitwise_equal(case: str) -> None:
     with torch.no_grad():
         direct = model(**inputs) if isinstance(inputs, dict) else model(inputs)
     assert torch.equal(first(probed.output), first(direct))
-    assert sum(len(p.stats) if hasattr(p, "stats") else len(p.facts()["residual"])
-               for p in probes) > 0                         # the probes did observe something
+    assert (
+        sum(len(p.stats) if hasattr(p, "stats") else len(p.facts()["residual"]) for p in probes) > 0
+    )  # the probes did observe something
 
 
 class Raises(nn.Module):
@@ -61,7 +67,7 @@ class Raises(nn.Module):
         self.fc = nn.Linear(4, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.fc(x))
+        torch.relu(self.fc(x))
         raise RuntimeError("boom after relu")
 
 
@@ -70,8 +76,9 @@ def test_a_forward_that_raises_leaves_no_hook_and_keeps_what_was_observed() -> N
     before = {k: v.clone() for k, v in model.state_dict().items()}
     probe = tl.debug.LivenessProbe([tl.func("relu")])
     with pytest.raises(tl.errors.ForwardError, match="boom after relu"):
-        tl.trace(model, torch.randn(2, 4),
-                 capture=tl.options.CaptureOptions(hooks=probe.hook_plan()))
+        tl.trace(
+            model, torch.randn(2, 4), capture=tl.options.CaptureOptions(hooks=probe.hook_plan())
+        )
     assert [s.label for s in probe.stats] == ["relu_1"]
     assert not nn.modules.module._global_forward_hooks
     assert not nn.modules.module._global_forward_pre_hooks

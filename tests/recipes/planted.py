@@ -86,8 +86,9 @@ class Regressor(nn.Module):
         return (pred.squeeze(-1) if self.squeeze else pred) - y
 
 
-def teacher_classifier(seed: int = 0, features: int = 4, classes: int = 3
-                       ) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
+def teacher_classifier(
+    seed: int = 0, features: int = 4, classes: int = 3
+) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
     """A linear classifier that IS the labelling rule (a "trained" model, no training needed),
     with 200 inputs and their labels."""
     torch.manual_seed(seed)

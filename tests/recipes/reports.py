@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
-from torchlens_nb.report import Report
 from tests.recipes.planted import CausalAttention, CentreRows
+from torchlens_nb.report import Report
 
 NAN_LOSS = lambda out, y: (out * float("nan")).sum()  # noqa: E731
 INF_LOSS = lambda out, y: (out * float("inf")).sum()  # noqa: E731
@@ -54,26 +54,41 @@ def dead_layer() -> nn.Sequential:
 
 BUILDERS: dict[str, Callable[[], Report]] = {
     "data_sanity": lambda: tl.recipes.data_sanity(
-        (torch.tensor([[float("nan"), float("inf")]]), torch.tensor([1]))),
+        (torch.tensor([[float("nan"), float("inf")]]), torch.tensor([1]))
+    ),
     "class_balance": lambda: tl.recipes.class_balance(torch.tensor([0, 0, 1]), num_classes=3),
-    "init_loss": lambda: tl.recipes.init_loss(linear(), batch(), INF_LOSS,
-                                              loss_kind="cross_entropy"),
+    "init_loss": lambda: tl.recipes.init_loss(
+        linear(), batch(), INF_LOSS, loss_kind="cross_entropy"
+    ),
     "random_input_test": lambda: tl.recipes.random_input_test(linear(), batch(), NAN_LOSS),
     "overfit_one_batch": lambda: tl.recipes.overfit_one_batch(linear(), batch(), NAN_LOSS),
     "gradient_flow": lambda: tl.recipes.gradient_flow(linear(), batch(), INF_LOSS),
     "weight_distribution": lambda: tl.recipes.weight_distribution(NanScale()),
     "confident_errors": lambda: tl.recipes.confident_errors(nan_weights(), batch()),
-    "update_ratio": lambda: tl.recipes.update_ratio(dead_layer(), batch(),
-                                                    nn.CrossEntropyLoss(), steps=3),
+    "update_ratio": lambda: tl.recipes.update_ratio(
+        dead_layer(), batch(), nn.CrossEntropyLoss(), steps=3
+    ),
     "batch_independence": lambda: tl.recipes.batch_independence(NanScale(), torch.randn(3, 2)),
-    "causal_dependency": lambda: tl.recipes.causal_dependency(CausalAttention(diagonal=2),
-                                                              torch.randn(1, 4, 4)),
+    "causal_dependency": lambda: tl.recipes.causal_dependency(
+        CausalAttention(diagonal=2), torch.randn(1, 4, 4)
+    ),
     "leakage_poison": lambda: tl.recipes.leakage_poison(
-        lambda X, y: (X - np.nanmean(X, axis=0), y), np.arange(20.0).reshape(10, 2), None, 6),
+        lambda X, y: (X - np.nanmean(X, axis=0), y), np.arange(20.0).reshape(10, 2), None, 6
+    ),
     "prime_dims": lambda: tl.recipes.prime_dims(
-        CentreRows(keepdim=False), lambda batch, seq: torch.randn(batch, seq, 16)),
+        CentreRows(keepdim=False), lambda batch, seq: torch.randn(batch, seq, 16)
+    ),
 }
-NONFINITE = {"data_sanity", "class_balance", "init_loss", "random_input_test",
-             "overfit_one_batch", "gradient_flow", "weight_distribution", "confident_errors",
-             "update_ratio", "batch_independence"}
+NONFINITE = {
+    "data_sanity",
+    "class_balance",
+    "init_loss",
+    "random_input_test",
+    "overfit_one_batch",
+    "gradient_flow",
+    "weight_distribution",
+    "confident_errors",
+    "update_ratio",
+    "batch_independence",
+}
 """The builders whose reports carry NaN or Inf somewhere (a shape report has no floats)."""

@@ -12,8 +12,10 @@ def snapshot(model: nn.Module) -> dict[str, Any]:
     """Parameters, buffers, ``.grad`` (values and object identity), train/eval flags, RNG."""
     return {
         "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
-        "grads": {n: (id(p.grad), p.grad.detach().clone()) if p.grad is not None else None
-                  for n, p in model.named_parameters()},
+        "grads": {
+            n: (id(p.grad), p.grad.detach().clone()) if p.grad is not None else None
+            for n, p in model.named_parameters()
+        },
         "training": [m.training for m in model.modules()],
         "rng": torch.get_rng_state(),
     }

@@ -7,8 +7,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchlens_nb as tl
-from torchlens_nb.errors import InputFormError
 from tests.recipes.planted import teacher_classifier
+from torchlens_nb.errors import InputFormError
 
 
 def test_confident_errors_find_swapped_label_ids() -> None:
@@ -55,5 +55,4 @@ def test_confident_errors_reads_binary_logits() -> None:
 
 def test_confident_errors_refuses_sequence_logits() -> None:
     with pytest.raises(InputFormError, match="N\\*T"):
-        tl.recipes.confident_errors(torch.nn.Identity(), (torch.randn(2, 3, 4),
-                                                          torch.zeros(2, 3)))
+        tl.recipes.confident_errors(torch.nn.Identity(), (torch.randn(2, 3, 4), torch.zeros(2, 3)))

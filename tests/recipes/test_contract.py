@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
-from torchlens_nb.errors import ModelTypeError, TorchlensNbError
 from tests.recipes.state import assert_untouched, snapshot
+from torchlens_nb.errors import ModelTypeError, TorchlensNbError
 
 CE = nn.CrossEntropyLoss()
 CALLS: dict[str, Callable[[nn.Module, Any], Any]] = {
@@ -42,8 +42,9 @@ REFUSED: dict[str, Callable[[nn.Module, Any], Any]] = {
 def caller_model() -> nn.Module:
     """An MLP with dropout and BatchNorm, half in train mode, holding gradients."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.2),
-                          nn.Linear(16, 3))
+    model = nn.Sequential(
+        nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 3)
+    )
     model.train()
     model[1].eval()
     x = torch.randn(6, 8)

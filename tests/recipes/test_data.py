@@ -15,13 +15,23 @@ def test_data_sanity_reports_exact_field_statistics_of_a_tuple_batch() -> None:
     report = tl.recipes.data_sanity((x, torch.tensor([1, 1])))
     rows = report.table("fields").dicts()
     assert [(r["field"], r["role"], r["shape"]) for r in rows] == [
-        ("0", "input", (2, 2)), ("1", "target", (2,))]
+        ("0", "input", (2, 2)),
+        ("1", "target", (2,)),
+    ]
     # finite values 0, 2, 4: mean 2, sample std 2, one NaN
     assert (rows[0]["min"], rows[0]["max"], rows[0]["mean"], rows[0]["std"], rows[0]["nan"]) == (
-        0.0, 4.0, 2.0, 2.0, 1)
+        0.0,
+        4.0,
+        2.0,
+        2.0,
+        1,
+    )
     assert rows[1]["distinct"] == 1
     assert [f.code for f in report.findings] == [
-        "nonfinite_values", "input_not_standardized", "single_target_value"]
+        "nonfinite_values",
+        "input_not_standardized",
+        "single_target_value",
+    ]
     assert report.status == "fail"
 
 
@@ -72,9 +82,15 @@ def test_class_balance_flags_a_100_to_1_imbalance_with_weights() -> None:
     assert "torch.tensor([0.505, 50.5])" in (finding.remedy or "")
 
 
-@pytest.mark.parametrize(("counts", "severity"), [
-    ((50, 10), None), ((110, 10), "warning"), ((1010, 10), "critical"),
-], ids=["5to1", "11to1", "101to1"])
+@pytest.mark.parametrize(
+    ("counts", "severity"),
+    [
+        ((50, 10), None),
+        ((110, 10), "warning"),
+        ((1010, 10), "critical"),
+    ],
+    ids=["5to1", "11to1", "101to1"],
+)
 def test_class_balance_thresholds(counts: tuple[int, int], severity: str | None) -> None:
     labels = torch.tensor([0] * counts[0] + [1] * counts[1])
     report = tl.recipes.class_balance(labels)

@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
-from torchlens_nb.errors import DiagnosticArgumentError, InputFormError
 from tests.models import tiny_gpt2
 from tests.recipes.planted import CausalAttention, PairLeak, TimeMajorMixer
 from tests.recipes.state import assert_untouched, snapshot
+from torchlens_nb.errors import DiagnosticArgumentError, InputFormError
 
 
 def test_batch_independence_catches_view_instead_of_transpose() -> None:
@@ -19,7 +19,10 @@ def test_batch_independence_catches_view_instead_of_transpose() -> None:
     assert report.status == "fail" and report.check == "batch_independence"
     # view(T, B, D) on a (3, 5, 4) batch makes every example read the others
     assert [(leak.output_index, leak.input_indices) for leak in report.leaks] == [
-        (0, (1, 2)), (1, (0, 2)), (2, (0, 1))]
+        (0, (1, 2)),
+        (1, (0, 2)),
+        (2, (0, 1)),
+    ]
     assert report.findings[0].code == "batch_leak"
 
 
@@ -60,7 +63,8 @@ def test_causal_dependency_catches_a_mask_off_by_one() -> None:
     assert report.status == "fail"
     # triu(diagonal=2) leaves key t+1 visible to query t for t = 0..4
     assert [(leak.output_index, leak.input_indices) for leak in report.leaks] == [
-        (t, (t + 1,)) for t in range(5)]
+        (t, (t + 1,)) for t in range(5)
+    ]
     assert report.findings[0].code == "causal_leak"
 
 

@@ -37,15 +37,24 @@ class DeadMiddle(nn.Module):
 def test_gradient_flow_names_the_disconnected_and_the_dead_cone(batch) -> None:
     report = tl.recipes.gradient_flow(DeadMiddle(), batch, nn.CrossEntropyLoss())
     verdicts = {p.name: p.verdict for p in report.params}
-    assert verdicts == {"a.weight": "zero", "a.bias": "zero", "b.weight": "zero",
-                        "b.bias": "zero", "c.weight": "zero", "c.bias": "ok",
-                        "unused.weight": "disconnected", "unused.bias": "disconnected"}
+    assert verdicts == {
+        "a.weight": "zero",
+        "a.bias": "zero",
+        "b.weight": "zero",
+        "b.bias": "zero",
+        "c.weight": "zero",
+        "c.bias": "ok",
+        "unused.weight": "disconnected",
+        "unused.bias": "disconnected",
+    }
     # grad_health's frontier: the subtraction whose output gradient is zero under a live ReLU
     assert [(f.op, f.verdict) for f in report.frontier] == [("sub_1", "zero")]
     zero = next(f for f in report.findings if f.code == "grad_zero")
     assert zero.where is not None and zero.where.code == "h = torch.relu(self.b(h) - 100.0)"
-    assert next(f for f in report.findings if f.code == "grad_disconnected").fields[
-        "params"] == ("unused.weight", "unused.bias")
+    assert next(f for f in report.findings if f.code == "grad_disconnected").fields["params"] == (
+        "unused.weight",
+        "unused.bias",
+    )
     assert report.run_action("grad_health").report_type == "grad_health"
 
 
@@ -68,8 +77,9 @@ def test_gradient_flow_of_a_healthy_mlp_passes_and_restores_the_caller_grads(bat
 def test_gradient_flow_flags_exploding_gradients_by_the_given_threshold(batch) -> None:
     torch.manual_seed(0)
     model = nn.Linear(8, 4)
-    report = tl.recipes.gradient_flow(model, (100 * batch[0], batch[1]), nn.CrossEntropyLoss(),
-                                      exploding_threshold=1.0)
+    report = tl.recipes.gradient_flow(
+        model, (100 * batch[0], batch[1]), nn.CrossEntropyLoss(), exploding_threshold=1.0
+    )
     assert report.exploding_threshold == 1.0
     assert report.params[0].verdict == "exploding"
     assert report.findings[0].code == "grad_exploding" and report.status == "fail"

@@ -38,8 +38,9 @@ def train_scaler(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def test_leaky_scaler_is_found_and_localised(data: tuple) -> None:
     X, y = data
     original = X.copy()
-    report = tl.recipes.leakage_poison([("lags", lag_features), ("scale", leaky_scaler)],
-                                       X, y, CUTOFF)
+    report = tl.recipes.leakage_poison(
+        [("lags", lag_features), ("scale", leaky_scaler)], X, y, CUTOFF
+    )
     assert report.verdict == "leak" and report.status == "fail"
     lags, scale = report.stages
     assert (lags.nan_crossed, lags.sentinel_changed, lags.is_crossing) == (False, False, False)
@@ -51,8 +52,9 @@ def test_leaky_scaler_is_found_and_localised(data: tuple) -> None:
 
 def test_scaler_fit_on_train_rows_is_clean(data: tuple) -> None:
     X, y = data
-    report = tl.recipes.leakage_poison([("lags", lag_features), ("scale", train_scaler)],
-                                       X, y, CUTOFF)
+    report = tl.recipes.leakage_poison(
+        [("lags", lag_features), ("scale", train_scaler)], X, y, CUTOFF
+    )
     assert report.verdict == "clean" and report.findings == ()
     assert [s.sentinel_changed for s in report.stages] == [False, False]
 
@@ -84,6 +86,7 @@ def test_centred_rolling_window_leaks_and_past_window_does_not(data: tuple) -> N
     def window(center: bool):
         def stage(df: pd.DataFrame, y: object) -> tuple:
             return df.assign(smooth=df["a"].rolling(5, center=center).mean()), y
+
         return stage
 
     leaky = tl.recipes.leakage_poison([("smooth", window(True))], frame, y, CUTOFF)
@@ -107,8 +110,9 @@ def test_nan_crossing_through_a_zero_mask_is_a_suspect_not_a_leak(data: tuple) -
 def test_a_train_split_output_and_tensors_are_aligned(data: tuple) -> None:
     X, y = data
     split = lambda X, y: (X[:CUTOFF], y[:CUTOFF])  # noqa: E731
-    report = tl.recipes.leakage_poison([("scale", leaky_scaler), ("split", split)],
-                                       torch.tensor(X), torch.tensor(y), CUTOFF)
+    report = tl.recipes.leakage_poison(
+        [("scale", leaky_scaler), ("split", split)], torch.tensor(X), torch.tensor(y), CUTOFF
+    )
     assert [s.past_rows for s in report.stages] == [CUTOFF, CUTOFF]
     assert [s.is_crossing for s in report.stages] == [True, False]
 

@@ -10,13 +10,14 @@ from torch import nn
 from torch.nn import functional as F
 
 import torchlens_nb as tl
-from torchlens_nb.errors import DiagnosticArgumentError, InputFormError
 from tests.recipes.planted import teacher_classifier
 from tests.recipes.state import assert_untouched, snapshot
+from torchlens_nb.errors import DiagnosticArgumentError, InputFormError
 
 
-def test_init_loss_of_a_fresh_classifier_is_ln_c(mlp10: nn.Module,
-                                                  classification_batch: tuple) -> None:
+def test_init_loss_of_a_fresh_classifier_is_ln_c(
+    mlp10: nn.Module, classification_batch: tuple
+) -> None:
     before = snapshot(mlp10)
     report = tl.recipes.init_loss(mlp10, classification_batch, nn.CrossEntropyLoss())
     assert report.status == "pass" and report.findings == ()
@@ -31,10 +32,13 @@ def test_init_loss_of_a_fresh_classifier_is_ln_c(mlp10: nn.Module,
 def test_init_loss_flags_a_head_sized_for_other_labels(classification_batch: tuple) -> None:
     torch.manual_seed(0)  # planted bug: 100 logits for 10-class labels
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 100))
-    report = tl.recipes.init_loss(model, classification_batch, nn.CrossEntropyLoss(),
-                                  num_classes=10)
+    report = tl.recipes.init_loss(
+        model, classification_batch, nn.CrossEntropyLoss(), num_classes=10
+    )
     assert [(f.code, f.severity) for f in report.findings] == [
-        ("labels_logits_mismatch", "critical"), ("loss_far_above_expected", "warning")]
+        ("labels_logits_mismatch", "critical"),
+        ("loss_far_above_expected", "warning"),
+    ]
     assert report.findings[0].fields == {"logits": 100, "num_classes": 10}
     assert report.loss > 1.5 * math.log(10)  # about ln(100) = 4.6
     assert report.status == "fail"
@@ -43,8 +47,9 @@ def test_init_loss_flags_a_head_sized_for_other_labels(classification_batch: tup
 def test_init_loss_flags_an_n1_output_against_n_targets() -> None:
     torch.manual_seed(0)
     with pytest.warns(UserWarning, match="target size"):  # torch's own broadcast warning
-        report = tl.recipes.init_loss(nn.Linear(4, 1), (torch.randn(16, 4), torch.randn(16)),
-                                      nn.MSELoss())
+        report = tl.recipes.init_loss(
+            nn.Linear(4, 1), (torch.randn(16, 4), torch.randn(16)), nn.MSELoss()
+        )
     assert report.findings[0].code == "labels_logits_mismatch"
     assert report.findings[0].fields == {"output_shape": (16, 1), "target_shape": (16,)}
 
@@ -57,14 +62,19 @@ def test_init_loss_says_the_model_is_cheating_when_labels_are_in_the_inputs() ->
     assert report.findings[0].severity == "critical" and report.status == "fail"
 
 
-@pytest.mark.parametrize(("loss_fn", "targets", "expected"), [
-    (nn.CrossEntropyLoss(), torch.tensor([0, 1]), math.log(2)),
-    (nn.BCEWithLogitsLoss(), torch.tensor([[0.0], [1.0]]), math.log(2)),
-    (F.mse_loss, torch.tensor([[1.0], [3.0]]), 1.0),  # var of {1, 3} (population) = 1
-    (nn.L1Loss(), torch.tensor([[0.0], [2.0]]), 1.0),  # median 0 (lower): |0|, |2| -> mean 1
-], ids=["cross_entropy_2", "bce_logits", "mse", "l1"])
-def test_init_loss_expected_value_per_loss_family(loss_fn: object, targets: torch.Tensor,
-                                                  expected: float) -> None:
+@pytest.mark.parametrize(
+    ("loss_fn", "targets", "expected"),
+    [
+        (nn.CrossEntropyLoss(), torch.tensor([0, 1]), math.log(2)),
+        (nn.BCEWithLogitsLoss(), torch.tensor([[0.0], [1.0]]), math.log(2)),
+        (F.mse_loss, torch.tensor([[1.0], [3.0]]), 1.0),  # var of {1, 3} (population) = 1
+        (nn.L1Loss(), torch.tensor([[0.0], [2.0]]), 1.0),  # median 0 (lower): |0|, |2| -> mean 1
+    ],
+    ids=["cross_entropy_2", "bce_logits", "mse", "l1"],
+)
+def test_init_loss_expected_value_per_loss_family(
+    loss_fn: object, targets: torch.Tensor, expected: float
+) -> None:
     width = 2 if isinstance(loss_fn, nn.CrossEntropyLoss) else 1
     model = nn.Linear(3, width)
     report = tl.recipes.init_loss(model, (torch.randn(2, 3), targets), loss_fn)
@@ -87,8 +97,12 @@ def test_init_loss_validates_its_arguments_before_running(mlp10: nn.Module) -> N
     with pytest.raises(InputFormError, match="none of"):
         tl.recipes.init_loss(mlp10, {"pixels": torch.randn(2, 8)}, nn.CrossEntropyLoss())
     with pytest.raises(DiagnosticArgumentError, match="loss_kind"):
-        tl.recipes.init_loss(mlp10, (torch.randn(2, 8), torch.tensor([0, 1])),
-                             nn.CrossEntropyLoss(), loss_kind="hinge")
+        tl.recipes.init_loss(
+            mlp10,
+            (torch.randn(2, 8), torch.tensor([0, 1])),
+            nn.CrossEntropyLoss(),
+            loss_kind="hinge",
+        )
 
 
 def test_random_input_test_flags_a_pipeline_that_zeroes_the_signal() -> None:
@@ -97,7 +111,8 @@ def test_random_input_test_flags_a_pipeline_that_zeroes_the_signal() -> None:
     report = tl.recipes.random_input_test(model, (zero_signal(x), y), nn.CrossEntropyLoss())
     assert report.is_input_constant
     assert [(f.code, f.severity) for f in report.findings] == [
-        ("input_carries_no_signal", "critical")]
+        ("input_carries_no_signal", "critical")
+    ]
     assert report.status == "fail"
 
 
@@ -128,16 +143,19 @@ def test_random_input_test_flags_a_forward_that_ignores_its_argument() -> None:
 
 
 def test_random_input_test_of_an_untrained_model_is_inconclusive(
-        mlp10: nn.Module, classification_batch: tuple) -> None:
+    mlp10: nn.Module, classification_batch: tuple
+) -> None:
     report = tl.recipes.random_input_test(mlp10, classification_batch, nn.CrossEntropyLoss())
     assert report.status == "inconclusive" and report.chance_loss == math.log(10)
     assert report.findings[-1].code == "both_at_chance"
 
 
-@pytest.mark.parametrize("loss_fn", [nn.MSELoss(), nn.L1Loss(), nn.BCEWithLogitsLoss()],
-                         ids=["mse", "l1", "bce_logits"])
+@pytest.mark.parametrize(
+    "loss_fn", [nn.MSELoss(), nn.L1Loss(), nn.BCEWithLogitsLoss()], ids=["mse", "l1", "bce_logits"]
+)
 def test_init_loss_of_fresh_regression_and_binary_heads_is_within_5_percent(
-        loss_fn: nn.Module) -> None:
+    loss_fn: nn.Module,
+) -> None:
     torch.manual_seed(0)  # the measurement behind TOLERANCE_FACTOR's docstring
     model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1))
     x, t = torch.randn(512, 8), torch.randn(512, 1)
@@ -147,7 +165,8 @@ def test_init_loss_of_fresh_regression_and_binary_heads_is_within_5_percent(
 
 
 def test_init_loss_reads_the_first_batch_of_a_loader_and_dict_batches(
-        mlp10: nn.Module, classification_batch: tuple) -> None:
+    mlp10: nn.Module, classification_batch: tuple
+) -> None:
     x, y = classification_batch
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=64)
     from_loader = tl.recipes.init_loss(mlp10, loader, nn.CrossEntropyLoss())

@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
+from tests.recipes.state import assert_untouched, snapshot
 from torchlens_nb.errors import DiagnosticArgumentError
 from torchlens_nb.recipes import _overfit
-from tests.recipes.state import assert_untouched, snapshot
 
 
 def mlp() -> nn.Sequential:
@@ -46,8 +46,9 @@ class DeadHidden(nn.Module):
 
 
 def test_a_model_that_cannot_memorise_is_stuck(batch) -> None:
-    report = tl.recipes.overfit_one_batch(DeadHidden(), batch, nn.CrossEntropyLoss(), steps=30,
-                                          lr=5e-2)
+    report = tl.recipes.overfit_one_batch(
+        DeadHidden(), batch, nn.CrossEntropyLoss(), steps=30, lr=5e-2
+    )
     # only the head's bias learns: the loss falls to the batch's label entropy, not to zero
     assert report.verdict == "stuck" and report.findings[0].code == "cannot_overfit"
     assert report.losses[-1] > 0.5 * report.losses[0]
@@ -87,8 +88,9 @@ def test_live_updates_are_throttled_and_end_on_the_final_state(batch) -> None:
     model = SlowMLP(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
     pushed: list[tl.report.OverfitReport] = []
     started = time.monotonic()
-    report = tl.recipes.overfit_one_batch(model, batch, nn.CrossEntropyLoss(), steps=60,
-                                          lr=5e-2, live=False, on_update=pushed.append)
+    report = tl.recipes.overfit_one_batch(
+        model, batch, nn.CrossEntropyLoss(), steps=60, lr=5e-2, live=False, on_update=pushed.append
+    )
     elapsed = time.monotonic() - started
     interim, final = pushed[:-1], pushed[-1]
     assert final == report and final.status != "running"
@@ -97,7 +99,7 @@ def test_live_updates_are_throttled_and_end_on_the_final_state(batch) -> None:
     assert steps == sorted(set(steps))  # each push shows new steps: the chart moves
     # at most one push per LIVE_INTERVAL_S (10 Hz), plus the first and the final flush
     assert len(interim) <= elapsed / _overfit.LIVE_INTERVAL_S + 1
-    assert interim[-1].losses == report.losses[:interim[-1].steps_run]
+    assert interim[-1].losses == report.losses[: interim[-1].steps_run]
 
 
 def test_overfit_validates_before_copying(batch) -> None:

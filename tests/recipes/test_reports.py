@@ -7,8 +7,8 @@ import json
 import plotly.graph_objects as go
 import pytest
 
-from torchlens_nb import widgets
 from tests.recipes.reports import BUILDERS, NONFINITE
+from torchlens_nb import widgets
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))

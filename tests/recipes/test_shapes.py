@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
-from torchlens_nb.errors import DiagnosticArgumentError
 from tests.recipes.planted import CentreRows, Regressor, TimeMajorMixer
 from tests.recipes.state import assert_untouched, snapshot
+from torchlens_nb.errors import DiagnosticArgumentError
 
 
 def make_sequence(batch: int, seq: int) -> torch.Tensor:
@@ -43,13 +43,19 @@ def test_prime_dims_passes_the_keepdim_twin() -> None:
 def test_prime_dims_flags_a_silent_outer_product_broadcast() -> None:
     torch.manual_seed(0)
     report = tl.recipes.prime_dims(
-        Regressor(squeeze=False), lambda batch: (torch.randn(batch, 16), torch.randn(batch)))
+        Regressor(squeeze=False), lambda batch: (torch.randn(batch, 16), torch.randn(batch))
+    )
     (site,) = report.broadcasts
     assert (site.op, site.input_shapes, site.output_shape, site.dims) == (
-        "sub_1", ((7, 1), (7,)), (7, 7), ("batch",))
+        "sub_1",
+        ((7, 1), (7,)),
+        (7, 7),
+        ("batch",),
+    )
     assert report.findings[0].code == "silent_broadcast"
     twin = tl.recipes.prime_dims(
-        Regressor(squeeze=True), lambda batch: (torch.randn(batch, 16), torch.randn(batch)))
+        Regressor(squeeze=True), lambda batch: (torch.randn(batch, 16), torch.randn(batch))
+    )
     assert twin.status == "pass" and twin.broadcasts == ()
 
 
@@ -60,8 +66,9 @@ def test_prime_dims_sees_the_batch_dimension_moved_by_a_view() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc(x.transpose(0, 1))  # forgot to transpose back: (seq, batch, dim)
 
-    report = tl.recipes.prime_dims(ViewBack(bug=False),
-                                   lambda batch, seq: torch.randn(batch, seq, 4))
+    report = tl.recipes.prime_dims(
+        ViewBack(bug=False), lambda batch, seq: torch.randn(batch, seq, 4)
+    )
     assert report.output_dims == ("seq", "batch", "4")
     assert [f.code for f in report.findings] == ["output_dims_moved"]
 
@@ -75,5 +82,6 @@ def test_prime_dims_validates_make_input() -> None:
     with pytest.raises(DiagnosticArgumentError, match="named size"):
         tl.recipes.prime_dims(nn.Linear(2, 2), lambda: torch.randn(3, 2))
     with pytest.raises(DiagnosticArgumentError, match="primes"):
-        tl.recipes.prime_dims(nn.Linear(2, 2), lambda batch: torch.randn(batch, 2),
-                              primes={"rows": 7})
+        tl.recipes.prime_dims(
+            nn.Linear(2, 2), lambda batch: torch.randn(batch, 2), primes={"rows": 7}
+        )

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
-from torchlens_nb.errors import DiagnosticArgumentError, ModelTypeError
 from tests.recipes.state import assert_untouched, snapshot
+from torchlens_nb.errors import DiagnosticArgumentError, ModelTypeError
 
 
 def mlp() -> nn.Sequential:
@@ -29,9 +29,14 @@ def test_adam_at_1e_3_updates_near_the_target_and_leaves_the_model_alone(batch) 
     assert_untouched(before, model)
 
 
-@pytest.mark.parametrize(("lr", "verdict", "code"), [
-    (1.0, "too_high", "update_ratio_too_high"), (1e-6, "too_low", "update_ratio_too_low"),
-], ids=["lr_1", "lr_1e-6"])
+@pytest.mark.parametrize(
+    ("lr", "verdict", "code"),
+    [
+        (1.0, "too_high", "update_ratio_too_high"),
+        (1e-6, "too_low", "update_ratio_too_low"),
+    ],
+    ids=["lr_1", "lr_1e-6"],
+)
 def test_learning_rates_far_off_are_flagged(batch, lr: float, verdict: str, code: str) -> None:
     report = tl.recipes.update_ratio(mlp(), batch, nn.CrossEntropyLoss(), steps=4, lr=lr)
     assert [layer.verdict for layer in report.layers] == [verdict, verdict]
@@ -41,8 +46,7 @@ def test_learning_rates_far_off_are_flagged(batch, lr: float, verdict: str, code
 def test_numbers_are_the_checks_session_numbers(batch) -> None:
     report = tl.recipes.update_ratio(mlp(), batch, nn.CrossEntropyLoss(), steps=3)
     checks = report.run_action("checks")
-    first = next(r for r in checks.table("series").dicts()
-                 if r["attempt"] == 1 and r["group"] == 0)
+    first = next(r for r in checks.table("series").dicts() if r["attempt"] == 1 and r["group"] == 0)
     assert report.layers[0].log10_ratios[1] == math.log10(first["update_ratio"])
 
 
@@ -78,10 +82,12 @@ def test_an_optimizer_class_trains_at_the_recipes_lr() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
     batch = (torch.randn(16, 8), torch.randn(16, 1))
-    slow = tl.recipes.update_ratio(model, batch, nn.MSELoss(), steps=3, lr=1e-4,
-                                   optimizer=torch.optim.SGD)
-    fast = tl.recipes.update_ratio(model, batch, nn.MSELoss(), steps=3, lr=1e-1,
-                                   optimizer=torch.optim.SGD)
+    slow = tl.recipes.update_ratio(
+        model, batch, nn.MSELoss(), steps=3, lr=1e-4, optimizer=torch.optim.SGD
+    )
+    fast = tl.recipes.update_ratio(
+        model, batch, nn.MSELoss(), steps=3, lr=1e-1, optimizer=torch.optim.SGD
+    )
     # SGD's update is lr * grad, so a 1000x lr moves every layer's ratio by about 3 decades
     slow_ratio = slow.to_pandas()["median_log10"].mean()
     fast_ratio = fast.to_pandas()["median_log10"].mean()

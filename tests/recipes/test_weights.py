@@ -31,16 +31,24 @@ def test_fresh_model_passes_with_exact_statistics() -> None:
 def test_planted_bad_weights_are_each_flagged() -> None:
     model = healthy()
     with torch.no_grad():
-        model[0].weight.zero_()                     # all-zero weight matrix
-        model[2].weight[0, 0] = float("nan")        # one NaN
-        model[2].bias.fill_(500.0)                  # huge values
+        model[0].weight.zero_()  # all-zero weight matrix
+        model[2].weight[0, 0] = float("nan")  # one NaN
+        model[2].bias.fill_(500.0)  # huge values
         model[3].weight.copy_(torch.tensor([1.0, 1.0, 1.0, 1.0 + 1e-9]))
     report = tl.recipes.weight_distribution(model)
     assert {p.name: p.verdict for p in report.params} == {
-        "0.weight": "all_zero", "0.bias": "ok", "2.weight": "nonfinite", "2.bias": "huge",
-        "3.weight": "ok", "3.bias": "ok"}
+        "0.weight": "all_zero",
+        "0.bias": "ok",
+        "2.weight": "nonfinite",
+        "2.bias": "huge",
+        "3.weight": "ok",
+        "3.bias": "ok",
+    }
     assert [f.code for f in report.findings] == [
-        "param_nonfinite", "suspicious_fill", "weights_huge"]
+        "param_nonfinite",
+        "suspicious_fill",
+        "weights_huge",
+    ]
     assert report.status == "fail"
 
 

@@ -8,7 +8,24 @@ from ._selectors import AnySelector, FuncSelector, ModuleSelector, Selector, fun
 from ._trace import ModuleCall, PartialTrace, Trace, register_analysis
 
 __all__ = [
-    "AnySelector", "BackwardPass", "FuncSelector", "GradFnFire", "ModuleCall", "ModuleSelector",
-    "Op", "PartialTrace", "Selector", "Trace", "Tripwire", "call_arguments", "func", "func_name",
-    "iter_tensors", "module", "register_analysis", "run_capture", "trace", "validate_model",
+    "AnySelector",
+    "BackwardPass",
+    "FuncSelector",
+    "GradFnFire",
+    "ModuleCall",
+    "ModuleSelector",
+    "Op",
+    "PartialTrace",
+    "Selector",
+    "Trace",
+    "Tripwire",
+    "call_arguments",
+    "func",
+    "func_name",
+    "iter_tensors",
+    "module",
+    "register_analysis",
+    "run_capture",
+    "trace",
+    "validate_model",
 ]

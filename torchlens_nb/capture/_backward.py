@@ -66,8 +66,15 @@ def _detached(values: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(v.detach() if isinstance(v, torch.Tensor) else None for v in values)
 
 
-def log_backward(trace: Trace, loss: torch.Tensor, *, gradient: torch.Tensor | None,
-                 retain_graph: bool, save_grads: bool, index: int) -> BackwardPass:
+def log_backward(
+    trace: Trace,
+    loss: torch.Tensor,
+    *,
+    gradient: torch.Tensor | None,
+    retain_graph: bool,
+    save_grads: bool,
+    index: int,
+) -> BackwardPass:
     """Run autograd on ``loss`` with temporary hooks on every reachable node."""
     labels_of: dict[int, list[str]] = {}
     for label, node in trace._grad_fns.items():

@@ -11,8 +11,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import CaptureOptionsError, ForwardError, InputFormError, ModelTypeError
-from ..errors import TorchlensNbWarning
+from ..errors import (
+    CaptureOptionsError,
+    ForwardError,
+    InputFormError,
+    ModelTypeError,
+    TorchlensNbWarning,
+)
 from ..options import CaptureOptions
 from ._recorder import Recorder, RecordingMode, Tripwire, _StopCapture, iter_tensors
 from ._selectors import Selector
@@ -33,8 +38,10 @@ def call_arguments(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
             "(e.g. tokenizer(text, return_tensors='pt'))."
         )
     if inputs is None:
-        raise InputFormError("inputs is None; pass a tensor, a tuple of arguments or a dict of "
-                             "keyword arguments for the model's forward.")
+        raise InputFormError(
+            "inputs is None; pass a tensor, a tuple of arguments or a dict of "
+            "keyword arguments for the model's forward."
+        )
     if isinstance(inputs, (tuple, list)):
         return tuple(inputs), {}
     if isinstance(inputs, Mapping):
@@ -51,8 +58,11 @@ def call_arguments(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
 def validate_model(model: Any, what: str = "model") -> nn.Module:
     """Return ``model`` if it is an ``nn.Module``, else raise ``ModelTypeError`` naming the fix."""
     if not isinstance(model, nn.Module):
-        hint = " (wrap a list of layers in nn.Sequential(*layers))" if isinstance(
-            model, (list, tuple)) else ""
+        hint = (
+            " (wrap a list of layers in nn.Sequential(*layers))"
+            if isinstance(model, (list, tuple))
+            else ""
+        )
         raise ModelTypeError(f"{what} must be a torch.nn.Module, got {type(model).__name__}{hint}.")
     return model
 
@@ -63,7 +73,9 @@ def _unwrap_compiled(model: nn.Module) -> nn.Module:
         warnings.warn(
             "the model is torch.compile'd; capturing its eager original under "
             "torch.compiler.set_stance('force_eager') (compiled code is not what is recorded).",
-            TorchlensNbWarning, stacklevel=4)
+            TorchlensNbWarning,
+            stacklevel=4,
+        )
         return original
     return model
 
@@ -79,7 +91,10 @@ def _eager_stance() -> Iterator[None]:
     if frames.get("ok", 0) or frames.get("total", 0):
         warnings.warn(
             "torch.compile regions exist in this process; the capture ran them eagerly under "
-            "torch.compiler.set_stance('force_eager').", TorchlensNbWarning, stacklevel=5)
+            "torch.compiler.set_stance('force_eager').",
+            TorchlensNbWarning,
+            stacklevel=5,
+        )
     with torch.compiler.set_stance("force_eager"):
         yield
 
@@ -87,24 +102,31 @@ def _eager_stance() -> Iterator[None]:
 @contextlib.contextmanager
 def _module_hooks(recorder: Recorder) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
-        stack.enter_context(nn.modules.module.register_module_forward_pre_hook(
-            recorder.enter_module))
-        stack.enter_context(nn.modules.module.register_module_forward_hook(
-            recorder.exit_module, always_call=True))
+        stack.enter_context(
+            nn.modules.module.register_module_forward_pre_hook(recorder.enter_module)
+        )
+        stack.enter_context(
+            nn.modules.module.register_module_forward_hook(recorder.exit_module, always_call=True)
+        )
         yield
 
 
 def _check_save(save: Any) -> bool | Selector:
-    if isinstance(save, bool) or isinstance(save, Selector):
+    if isinstance(save, (bool, Selector)):
         return save
     raise CaptureOptionsError(
         f"save must be True, False or a selector such as tl.func('relu'), got {save!r}."
     )
 
 
-def run_capture(model: Any, inputs: Any, *, save: Any = True,
-                capture: CaptureOptions | None = None,
-                tripwire: Tripwire | None = None) -> Trace:
+def run_capture(
+    model: Any,
+    inputs: Any,
+    *,
+    save: Any = True,
+    capture: CaptureOptions | None = None,
+    tripwire: Tripwire | None = None,
+) -> Trace:
     """The capture behind ``tl.trace``; ``tripwire(op, value)`` may end it early (find_nan).
 
     Returns a ``Trace``, or a ``PartialTrace`` when the tripwire stopped the run (the recorder's
@@ -131,30 +153,54 @@ def run_capture(model: Any, inputs: Any, *, save: Any = True,
         pass
     except Exception as exc:  # the user's forward raised: keep what was recorded
         error = exc
-    calls = [ModuleCall(c["address"], c["type"], c["first_op"], c.get("last_op", len(recorder.ops)),
-                        c.get("output_labels", ())) for c in recorder.module_calls]
-    output_layers = tuple(dict.fromkeys(
-        label for label in (recorder.producer.get(t) for t in iter_tensors(output))
-        if label is not None))
+    calls = [
+        ModuleCall(
+            c["address"],
+            c["type"],
+            c["first_op"],
+            c.get("last_op", len(recorder.ops)),
+            c.get("output_labels", ()),
+        )
+        for c in recorder.module_calls
+    ]
+    output_layers = tuple(
+        dict.fromkeys(
+            label
+            for label in (recorder.producer.get(t) for t in iter_tensors(output))
+            if label is not None
+        )
+    )
     for label in output_layers:
         recorder.by_label[label].is_output = True
-    common = dict(model_type=type(model).__name__,
-                  output=output if options.keep_output else None,
-                  output_layers=output_layers, save_all=save is True, options=options)
+    common: dict[str, Any] = dict(
+        model_type=type(model).__name__,
+        output=output if options.keep_output else None,
+        output_layers=output_layers,
+        save_all=save is True,
+        options=options,
+    )
     if error is not None or recorder.stopped_at is not None:
-        partial = PartialTrace(recorder.ops, calls, recorder.grad_fns,
-                               exception=error or _StopCapture(), **common)
+        partial = PartialTrace(
+            recorder.ops, calls, recorder.grad_fns, exception=error or _StopCapture(), **common
+        )
         if error is not None:
             raise ForwardError(
                 f"the model's forward raised {type(error).__name__}: {error} "
                 f"(after {len(recorder.ops)} recorded ops; the exception's partial_trace holds "
-                "them, and tl.debug helpers accept it).", partial) from error
+                "them, and tl.debug helpers accept it).",
+                partial,
+            ) from error
         return partial
     return Trace(recorder.ops, calls, recorder.grad_fns, **common)
 
 
-def trace(model: nn.Module, inputs: Any, *, save: bool | Selector = True,
-          capture: CaptureOptions | None = None) -> Trace:
+def trace(
+    model: nn.Module,
+    inputs: Any,
+    *,
+    save: bool | Selector = True,
+    capture: CaptureOptions | None = None,
+) -> Trace:
     """Run ``model``'s forward once on ``inputs`` and record every tensor-producing op.
 
     Args:

@@ -15,10 +15,34 @@ class Op:
     """
 
     __slots__ = (
-        "label", "index", "func", "module", "module_stack", "file", "line", "code_name",
-        "shape", "dtype", "device", "parents", "children", "param_names", "arg_meta",
-        "is_input", "is_output", "is_inplace", "is_view", "out", "has_saved", "duration_ns",
-        "grads", "grad_fn_name", "num_outputs", "requires_grad", "_trace_ref", "__weakref__",
+        "__weakref__",
+        "_trace_ref",
+        "arg_meta",
+        "children",
+        "code_name",
+        "device",
+        "dtype",
+        "duration_ns",
+        "file",
+        "func",
+        "grad_fn_name",
+        "grads",
+        "has_saved",
+        "index",
+        "is_inplace",
+        "is_input",
+        "is_output",
+        "is_view",
+        "label",
+        "line",
+        "module",
+        "module_stack",
+        "num_outputs",
+        "out",
+        "param_names",
+        "parents",
+        "requires_grad",
+        "shape",
     )
 
     def __init__(self, label: str, index: int, func: str) -> None:

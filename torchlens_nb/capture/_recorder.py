@@ -29,11 +29,27 @@ from ._op import Op
 from ._selectors import AnySelector, Selector
 from ._source import SourceLocator
 
-_SKIPPED_FUNCS = frozenset({
-    "requires_grad_", "retain_grad", "register_hook", "register_post_accumulate_grad_hook",
-    "data_ptr", "untyped_storage", "storage", "grad", "_base", "is_leaf", "grad_fn",
-    "set_", "share_memory_", "record_stream", "backward", "__reduce_ex__", "__deepcopy__",
-})
+_SKIPPED_FUNCS = frozenset(
+    {
+        "requires_grad_",
+        "retain_grad",
+        "register_hook",
+        "register_post_accumulate_grad_hook",
+        "data_ptr",
+        "untyped_storage",
+        "storage",
+        "grad",
+        "_base",
+        "is_leaf",
+        "grad_fn",
+        "set_",
+        "share_memory_",
+        "record_stream",
+        "backward",
+        "__reduce_ex__",
+        "__deepcopy__",
+    }
+)
 """Calls that yield a tensor but are bookkeeping, not computation."""
 
 _name_cache: dict[Any, str] = {}
@@ -55,10 +71,23 @@ def func_name(func: Any) -> str:
     return raw
 
 
-_INPLACE_DUNDERS = frozenset({
-    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor",
-    "lshift", "rshift",
-})
+_INPLACE_DUNDERS = frozenset(
+    {
+        "add",
+        "sub",
+        "mul",
+        "truediv",
+        "floordiv",
+        "mod",
+        "pow",
+        "matmul",
+        "and",
+        "or",
+        "xor",
+        "lshift",
+        "rshift",
+    }
+)
 
 
 def iter_tensors(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
@@ -115,8 +144,8 @@ class Recorder:
         self._op_hooks: list[tuple[Selector, Any]] = []
         self._module_hooks: list[tuple[Selector, Any]] = []
         self._hook_cache: dict[tuple[str, tuple[str, ...]], list[tuple[Selector, Any]]] = {}
-        for selector, callback in (options.hooks.entries if options.hooks else ()):
-            for part in _parts(selector):
+        for selector, callback in options.hooks.entries if options.hooks else ():
+            for part in _parts(selector):  # type: ignore[arg-type]  # hook plans hold Selectors
                 target = self._module_hooks if part.kind == "module" else self._op_hooks
                 target.append((part, callback))
 
@@ -153,8 +182,12 @@ class Recorder:
         name = func_name(func)
         if name in _SKIPPED_FUNCS or self.suspended:
             return func(*args, **kwargs)
-        inplace = (name.endswith("_") and not name.endswith("__")) or name == "setitem" \
-            or "out" in kwargs or kwargs.get("inplace") is True
+        inplace = (
+            (name.endswith("_") and not name.endswith("__"))
+            or name == "setitem"
+            or "out" in kwargs
+            or kwargs.get("inplace") is True
+        )
         if inplace and self.saved_storage:
             self._copy_saved_before_write(args, kwargs)
         start = time.perf_counter_ns()
@@ -238,8 +271,11 @@ class Recorder:
             if tensor.layout != torch.strided or tensor.device.type == "meta":
                 continue
             for op in self.saved_storage.pop(tensor.untyped_storage().data_ptr(), ()):
-                op.out = tuple(t.clone() for t in op.out) if isinstance(op.out, tuple) \
+                op.out = (
+                    tuple(t.clone() for t in op.out)
+                    if isinstance(op.out, tuple)
                     else op.out.clone()
+                )
 
     def _run_hook(self, callback: Any, site: Site, value: Any) -> None:
         self.suspended = True
@@ -254,9 +290,10 @@ class Recorder:
         if address is None:
             address = f"?{type(module).__name__}"
         if address:  # the root module has address "" and is not part of the stack
-            self.stack = self.stack + (address,)
-        self._call_stack.append({"address": address, "type": type(module).__name__,
-                                 "first_op": len(self.ops)})
+            self.stack = (*self.stack, address)
+        self._call_stack.append(
+            {"address": address, "type": type(module).__name__, "first_op": len(self.ops)}
+        )
 
     def exit_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not self._call_stack:
@@ -275,8 +312,9 @@ class Recorder:
             for selector, callback in self._module_hooks:
                 if selector.matches_module(address):
                     op = self.by_label[call["output_labels"][0]]
-                    self._run_hook(callback, Site(op.label, op.func, address, "module", selector),
-                                   outputs[0])
+                    self._run_hook(
+                        callback, Site(op.label, op.func, address, "module", selector), outputs[0]
+                    )
 
 
 def _parts(selector: Selector) -> list[Selector]:

@@ -47,9 +47,7 @@ def _compile(patterns: tuple[str, ...], what: str) -> re.Pattern[str]:
         raise SelectorError(f"tl.{what}() needs at least one pattern, e.g. tl.{what}('relu').")
     for pattern in patterns:
         if not isinstance(pattern, str) or not pattern:
-            raise SelectorError(
-                f"tl.{what}() patterns must be non-empty strings, got {pattern!r}."
-            )
+            raise SelectorError(f"tl.{what}() patterns must be non-empty strings, got {pattern!r}.")
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
 
 
@@ -65,7 +63,9 @@ class FuncSelector(Selector):
         return _compile(self.patterns, "func")
 
     def matches_op(self, func: str, module_stack: tuple[str, ...]) -> bool:
-        return bool(self._regex.match(func) or (func.endswith("_") and self._regex.match(func[:-1])))
+        return bool(
+            self._regex.match(func) or (func.endswith("_") and self._regex.match(func[:-1]))
+        )
 
     def matches_module(self, address: str) -> bool:
         return False

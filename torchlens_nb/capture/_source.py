@@ -27,9 +27,9 @@ class SourceLocator:
         hit = self._internal.get(code)
         if hit is None:
             filename = code.co_filename
-            hit = self._internal[code] = filename.startswith(_INTERNAL_ROOTS) or filename.startswith(
-                "<frozen"
-            )
+            hit = self._internal[code] = filename.startswith(
+                _INTERNAL_ROOTS
+            ) or filename.startswith("<frozen")
         return hit
 
     def locate(self, frame: FrameType | None) -> tuple[str | None, int | None, str | None]:

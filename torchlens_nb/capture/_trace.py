@@ -110,8 +110,10 @@ class Trace:
         return len(self.ops)
 
     def __repr__(self) -> str:
-        return (f"<{type(self).__name__} of {self.model_type}: {len(self.ops)} ops, "
-                f"{len(self.backward_passes)} backward passes>")
+        return (
+            f"<{type(self).__name__} of {self.model_type}: {len(self.ops)} ops, "
+            f"{len(self.backward_passes)} backward passes>"
+        )
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -139,8 +141,13 @@ class Trace:
         return self._grad_fns.get(self[label].label)
 
     # ----- backward ----------------------------------------------------------------------
-    def backward(self, loss: torch.Tensor, *, gradient: torch.Tensor | None = None,
-                 retain_graph: bool = False) -> BackwardPass:
+    def backward(
+        self,
+        loss: torch.Tensor,
+        *,
+        gradient: torch.Tensor | None = None,
+        retain_graph: bool = False,
+    ) -> BackwardPass:
         """Run ``loss.backward()`` while logging grad_fn fires (and gradients with save_grads).
 
         Accumulates ``.grad`` on leaves exactly like ``loss.backward()``. Hooks are installed on
@@ -161,9 +168,14 @@ class Trace:
                 f"loss must be a tensor with a grad_fn (computed from the trace's outputs), got "
                 f"{type(loss).__name__}{' without grad_fn' if isinstance(loss, torch.Tensor) else ''}."
             )
-        record = log_backward(self, loss, gradient=gradient, retain_graph=retain_graph,
-                              save_grads=self.options.save_grads,
-                              index=len(self.backward_passes))
+        record = log_backward(
+            self,
+            loss,
+            gradient=gradient,
+            retain_graph=retain_graph,
+            save_grads=self.options.save_grads,
+            index=len(self.backward_passes),
+        )
         self.backward_passes.append(record)
         for op in self.ops:
             op.grads.append(record.op_grads.get(op.label))

@@ -18,27 +18,46 @@ from ._series import SERIES_COLUMNS
 from ._update_ratio import UpdateRatioCheck
 
 PARAM_COLUMNS = (
-    "param", "group", "numel", "dtype", "grad_fact", "grad_norm_raw", "grad_stage",
-    "grad_scale_provenance", "update_ratio", "update_ratio_lr_normalized", "update_attempt",
-    "update_stage", "update_scale_provenance",
+    "param",
+    "group",
+    "numel",
+    "dtype",
+    "grad_fact",
+    "grad_norm_raw",
+    "grad_stage",
+    "grad_scale_provenance",
+    "update_ratio",
+    "update_ratio_lr_normalized",
+    "update_attempt",
+    "update_stage",
+    "update_scale_provenance",
 )
 
 _ALWAYS_UNAVAILABLE = Unavailable(
-    "activations", "the checks kit is capture-free: forward activations are not observed; "
-    "tl.debug.RangeProbe / LivenessProbe on a tl.trace cover them", "not_observed")
+    "activations",
+    "the checks kit is capture-free: forward activations are not observed; "
+    "tl.debug.RangeProbe / LivenessProbe on a tl.trace cover them",
+    "not_observed",
+)
 
 
 def counters(engine: Engine) -> dict[str, Any]:
     """``report.counters`` now."""
-    pending = engine.evidence.pending_count + len(engine.carry) + (
-        len(engine.block.records) if engine.block is not None else 0)
+    pending = (
+        engine.evidence.pending_count
+        + len(engine.carry)
+        + (len(engine.block.records) if engine.block is not None else 0)
+    )
     return engine.ledger.counters(engine.sites.backwards, engine.sites.arrivals, pending)
 
 
 def ledgers(engine: Engine) -> dict[str, Any]:
     """``report.ledgers``: the skip ledger and the per-attempt records."""
-    return {"scale": engine.scale_ledger.to_dict(), "steps": list(engine.ledger.records),
-            "steps_dropped": engine.ledger.records_dropped}
+    return {
+        "scale": engine.scale_ledger.to_dict(),
+        "steps": list(engine.ledger.records),
+        "steps_dropped": engine.ledger.records_dropped,
+    }
 
 
 @dataclass(frozen=True)
@@ -66,29 +85,46 @@ def _verdict(engine: Engine) -> _Verdict:
     elif not runs or unavailable or any(run.evaluations == 0 for run in runs):
         status = "incomplete"
     count = counters(engine)
-    lead = (f"{count['attempts']} attempt(s): {count['accepted']} accepted, "
-            f"{count['skipped']} skipped" + (f", {count['raised']} raised" if count["raised"]
-                                             else "")
-            + f" ({count['step_provenance']}); "
-            + (f"{len(findings)} finding(s)." if findings else
-               "no findings." if runs else "no check registered."))
+    lead = (
+        f"{count['attempts']} attempt(s): {count['accepted']} accepted, "
+        f"{count['skipped']} skipped"
+        + (f", {count['raised']} raised" if count["raised"] else "")
+        + f" ({count['step_provenance']}); "
+        + (
+            f"{len(findings)} finding(s)."
+            if findings
+            else "no findings."
+            if runs
+            else "no check registered."
+        )
+    )
     return _Verdict(findings, runs, unavailable, count, status, lead)
 
 
-def build_report(engine: Engine, subject: str, *, is_final: bool,
-                 exit_reason: str | None, paused_spans: int) -> CheckReport:
+def build_report(
+    engine: Engine, subject: str, *, is_final: bool, exit_reason: str | None, paused_spans: int
+) -> CheckReport:
     """The report of everything the engine has seen."""
     verdict = _verdict(engine)
     count = verdict.counters
     return CheckReport(
-        subject=subject, status=verdict.status, lead=verdict.lead,
+        subject=subject,
+        status=verdict.status,
+        lead=verdict.lead,
         findings=tuple(verdict.findings),
-        tables=(_params_table(engine), Table.from_dicts("series", list(engine.series.rows),
-                                                        SERIES_COLUMNS)),
+        tables=(
+            _params_table(engine),
+            Table.from_dicts("series", list(engine.series.rows), SERIES_COLUMNS),
+        ),
         disclosures=tuple(_disclosures(engine, count, paused_spans)),
         unavailable=tuple(verdict.unavailable + _mandatory_unavailable(engine, count)),
-        exits=tuple(_exits(verdict.findings)), checks_run=tuple(verdict.runs), counters=count,
-        ledgers=ledgers(engine), is_final=is_final, exit_reason=exit_reason)
+        exits=tuple(_exits(verdict.findings)),
+        checks_run=tuple(verdict.runs),
+        counters=count,
+        ledgers=ledgers(engine),
+        is_final=is_final,
+        exit_reason=exit_reason,
+    )
 
 
 def _params_table(engine: Engine) -> Table:
@@ -99,65 +135,96 @@ def _params_table(engine: Engine) -> Table:
         ratio, normalized, at = (None, None, None)
         if updates is not None and info.index in updates.last:
             ratio, normalized, at = updates.last[info.index]
-        rows.append({
-            "param": info.name, "group": info.group, "numel": info.numel, "dtype": info.dtype,
-            "grad_fact": attempt.fact(info.index) if attempt and attempt.backwards else None,
-            "grad_norm_raw": attempt.final_norms.get(info.index) if attempt else None,
-            "grad_stage": attempt.stage if attempt else None,
-            "grad_scale_provenance": attempt.scale_provenance if attempt else None,
-            "update_ratio": ratio, "update_ratio_lr_normalized": normalized,
-            "update_attempt": at, "update_stage": "post_clip_applied" if at is not None else None,
-            "update_scale_provenance": "unscaled" if at is not None else None,
-        })
-    return Table.from_dicts("params", rows, PARAM_COLUMNS,
-                            {"last_attempt": attempt.index if attempt else None})
+        rows.append(
+            {
+                "param": info.name,
+                "group": info.group,
+                "numel": info.numel,
+                "dtype": info.dtype,
+                "grad_fact": attempt.fact(info.index) if attempt and attempt.backwards else None,
+                "grad_norm_raw": attempt.final_norms.get(info.index) if attempt else None,
+                "grad_stage": attempt.stage if attempt else None,
+                "grad_scale_provenance": attempt.scale_provenance if attempt else None,
+                "update_ratio": ratio,
+                "update_ratio_lr_normalized": normalized,
+                "update_attempt": at,
+                "update_stage": "post_clip_applied" if at is not None else None,
+                "update_scale_provenance": "unscaled" if at is not None else None,
+            }
+        )
+    return Table.from_dicts(
+        "params", rows, PARAM_COLUMNS, {"last_attempt": attempt.index if attempt else None}
+    )
 
 
 def _disclosures(engine: Engine, count: dict[str, Any], paused_spans: int) -> list[str]:
     notes = []
     if count["step_provenance"] == "inferred":
-        notes.append("Attempt grouping is inferred from hooks (step_provenance='inferred'); "
-                     "use `with session.step(global_step=..., micro_batches=...)` for exact "
-                     "accepted/skipped attribution.")
+        notes.append(
+            "Attempt grouping is inferred from hooks (step_provenance='inferred'); "
+            "use `with session.step(global_step=..., micro_batches=...)` for exact "
+            "accepted/skipped attribution."
+        )
     if engine.sites.needs_norms:
-        notes.append("Gradient norms are read at S-A (pre-clip) after each backward; under "
-                     "accumulation they are norms of the accumulated gradient.")
+        notes.append(
+            "Gradient norms are read at S-A (pre-clip) after each backward; under "
+            "accumulation they are norms of the accumulated gradient."
+        )
     if engine.sampler is not None:
-        notes.append(f"Update ratios and movement are sampled every {engine.sampler.every} "
-                     "accepted step(s) (a weight snapshot each time).")
+        notes.append(
+            f"Update ratios and movement are sampled every {engine.sampler.every} "
+            "accepted step(s) (a weight snapshot each time)."
+        )
     if engine.roster.unoptimized:
-        notes.append(f"{len(engine.roster.unoptimized)} parameter(s) require grad but are not in "
-                     "the optimizer and are not checked: "
-                     + ", ".join(engine.roster.unoptimized[:3]))
+        notes.append(
+            f"{len(engine.roster.unoptimized)} parameter(s) require grad but are not in "
+            "the optimizer and are not checked: " + ", ".join(engine.roster.unoptimized[:3])
+        )
     if engine.attempts_without_backward:
-        notes.append(f"{engine.attempts_without_backward} optimizer step(s) ran with no observed "
-                     "backward and were not judged.")
+        notes.append(
+            f"{engine.attempts_without_backward} optimizer step(s) ran with no observed "
+            "backward and were not judged."
+        )
     if paused_spans:
-        notes.append(f"The session was disabled {paused_spans} time(s); evidence of those spans "
-                     "(and of an attempt they interrupted) is not judged.")
+        notes.append(
+            f"The session was disabled {paused_spans} time(s); evidence of those spans "
+            "(and of an attempt they interrupted) is not judged."
+        )
     scale = engine.scale_ledger.to_dict()
     if scale.get("method") == "scale_decrements" and scale["skipped"] != count["skipped"]:
-        notes.append(f"The skip ledger counts {scale['skipped']} scale decrement(s) but "
-                     f"{count['skipped']} attempt(s) were closed as skipped (an explicit "
-                     "scaler.update(new_scale) or a backoff_factor of 1 breaks the one-to-one "
-                     "rule).")
+        notes.append(
+            f"The skip ledger counts {scale['skipped']} scale decrement(s) but "
+            f"{count['skipped']} attempt(s) were closed as skipped (an explicit "
+            "scaler.update(new_scale) or a backoff_factor of 1 breaks the one-to-one "
+            "rule)."
+        )
     return notes
 
 
 def _mandatory_unavailable(engine: Engine, count: dict[str, Any]) -> list[Unavailable]:
     entries = [_ALWAYS_UNAVAILABLE]
     if "magnitude" not in engine.checks:
-        entries.append(Unavailable(
-            "magnitude", "off by default: register_magnitude_check() arms the pre-clip (S-A) "
-                         "magnitude verdicts", "not_registered"))
+        entries.append(
+            Unavailable(
+                "magnitude",
+                "off by default: register_magnitude_check() arms the pre-clip (S-A) "
+                "magnitude verdicts",
+                "not_registered",
+            )
+        )
     if engine.scaler_kind == "undeclared":
-        entries.append(Unavailable(
-            "skip_ledger", "no scaler= declared, so skipped attempts and the loss scale are "
-                           "unknown: pass scaler=your_scaler, or scaler=None when there is none",
-            "scale_unknown"))
+        entries.append(
+            Unavailable(
+                "skip_ledger",
+                "no scaler= declared, so skipped attempts and the loss scale are "
+                "unknown: pass scaler=your_scaler, or scaler=None when there is none",
+                "scale_unknown",
+            )
+        )
     if not count["attempts"]:
-        entries.append(Unavailable("session", "no optimizer attempt was observed yet",
-                                   "no_evidence"))
+        entries.append(
+            Unavailable("session", "no optimizer attempt was observed yet", "no_evidence")
+        )
     return entries
 
 
@@ -177,10 +244,13 @@ def live_state(engine: Engine) -> dict[str, Any]:
     verdict = _verdict(engine)
     scale = engine.scale_ledger.to_dict()
     return {
-        "status": verdict.status, "lead": verdict.lead, "counters": verdict.counters,
+        "status": verdict.status,
+        "lead": verdict.lead,
+        "counters": verdict.counters,
         "checks": [run.as_dict() for run in verdict.runs],
-        "findings": [{"code": f.code, "severity": f.severity, "message": f.message}
-                     for f in verdict.findings],
+        "findings": [
+            {"code": f.code, "severity": f.severity, "message": f.message} for f in verdict.findings
+        ],
         "scale": {k: v for k, v in scale.items() if k != "decrements"},
         "points": engine.series.take_fresh(),
     }

@@ -27,16 +27,25 @@ from ._params import Roster
 from ._update_ratio import UpdateSample
 from ._window import Emission, SustainedWindow, validate_window
 
-_FOLLOW_UP = ("trace = tl.trace(model, batch, capture=tl.options.CaptureOptions("
-              "save_grads=True, backward_ready=True)); trace.backward(loss); "
-              "tl.debug.grad_health(trace)")
+_FOLLOW_UP = (
+    "trace = tl.trace(model, batch, capture=tl.options.CaptureOptions("
+    "save_grads=True, backward_ready=True)); trace.backward(loss); "
+    "tl.debug.grad_health(trace)"
+)
 
 
 class _ParamTrack:
     """Per-parameter state of the change check."""
 
-    __slots__ = ("first_flagged", "last_fact", "moved_after", "movement_last",
-                 "no_gradient_since", "seen_moving_at", "window")
+    __slots__ = (
+        "first_flagged",
+        "last_fact",
+        "moved_after",
+        "movement_last",
+        "no_gradient_since",
+        "seen_moving_at",
+        "window",
+    )
 
     def __init__(self, window: int, min_hits: int) -> None:
         self.window = SustainedWindow(window, min_hits)
@@ -107,30 +116,49 @@ class ChangeCheck(Check):
             lag = None
             if track.seen_moving_at is not None and track.no_gradient_since is not None:
                 lag = track.seen_moving_at - track.no_gradient_since
-            rows.append({
-                "param": self.roster.infos[index].name, "grad_fact": track.last_fact,
-                "hits": track.window.hits, "window": track.window.length,
-                "first_flagged_attempt": track.first_flagged,
-                "no_gradient_since_attempt": track.no_gradient_since,
-                "movement_ratio_last": track.movement_last,
-                "movement_seen_after_no_gradient": track.moved_after,
-                "movement_lag_attempts": lag,
-                "stage": self._labels[0], "scale_provenance": self._labels[1],
-            })
-        names = [row["param"] for row in rows]
+            rows.append(
+                {
+                    "param": self.roster.infos[index].name,
+                    "grad_fact": track.last_fact,
+                    "hits": track.window.hits,
+                    "window": track.window.length,
+                    "first_flagged_attempt": track.first_flagged,
+                    "no_gradient_since_attempt": track.no_gradient_since,
+                    "movement_ratio_last": track.movement_last,
+                    "movement_seen_after_no_gradient": track.moved_after,
+                    "movement_lag_attempts": lag,
+                    "stage": self._labels[0],
+                    "scale_provenance": self._labels[1],
+                }
+            )
+        names = [str(row["param"]) for row in rows]
         window, min_hits = self.options["window"], self.options["min_hits"]
         moving = sum(1 for row in rows if row["movement_seen_after_no_gradient"])
-        corroboration = (f" {moving} of them still moved after their gradient stopped "
-                         "(optimizer momentum / weight decay), so parameter movement alone "
-                         "would not have named them." if moving else "")
-        return [Finding(
-            "param_received_no_gradient", "warning",
-            f"{len(names)} parameter(s) received no gradient (None or norm 0) on >= {min_hits} "
-            f"of {window} attempts: " + ", ".join(names[:5])
-            + (f" and {len(names) - 5} more." if len(names) > 5 else ".") + corroboration,
-            where=Where(module=self.roster.infos[flagged[0][0]].module),
-            remedy="The list is the cone upstream of where the gradient stops; the frontier "
-                   "column of grad_health names the layer: " + _FOLLOW_UP,
-            fields={"code": "param_received_no_gradient", "params": rows,
-                    "follow_up": "tl.debug.grad_health", "window": window, "min_hits": min_hits},
-        )]
+        corroboration = (
+            f" {moving} of them still moved after their gradient stopped "
+            "(optimizer momentum / weight decay), so parameter movement alone "
+            "would not have named them."
+            if moving
+            else ""
+        )
+        return [
+            Finding(
+                "param_received_no_gradient",
+                "warning",
+                f"{len(names)} parameter(s) received no gradient (None or norm 0) on >= {min_hits} "
+                f"of {window} attempts: "
+                + ", ".join(names[:5])
+                + (f" and {len(names) - 5} more." if len(names) > 5 else ".")
+                + corroboration,
+                where=Where(module=self.roster.infos[flagged[0][0]].module),
+                remedy="The list is the cone upstream of where the gradient stops; the frontier "
+                "column of grad_health names the layer: " + _FOLLOW_UP,
+                fields={
+                    "code": "param_received_no_gradient",
+                    "params": rows,
+                    "follow_up": "tl.debug.grad_health",
+                    "window": window,
+                    "min_hits": min_hits,
+                },
+            )
+        ]

@@ -88,8 +88,15 @@ class Check:
 
     def run(self) -> CheckRun:
         """The ``checks_run`` entry."""
-        return CheckRun(self.name, self.site, self.action, self.state(), self.evaluations,
-                        len(self.findings()), self.options)
+        return CheckRun(
+            self.name,
+            self.site,
+            self.action,
+            self.state(),
+            self.evaluations,
+            len(self.findings()),
+            self.options,
+        )
 
     def is_due(self, emission: Emission, is_sustained: bool, is_clean: bool) -> bool:
         """Advance the (check, site) emission; True when a sustained episode must be emitted."""

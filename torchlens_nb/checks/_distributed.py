@@ -35,12 +35,33 @@ from ..errors import DiagnosticArgumentError
 from ..report import Exit, Finding, Table, Unavailable, Where
 from ..report.checks import CheckReport, CheckRun
 
-SUMMED_COUNTERS = ("attempts", "accepted", "skipped", "raised", "failed", "pending_backwards",
-                   "backwards", "grad_arrivals", "step_pre_fires", "step_post_fires")
+SUMMED_COUNTERS = (
+    "attempts",
+    "accepted",
+    "skipped",
+    "raised",
+    "failed",
+    "pending_backwards",
+    "backwards",
+    "grad_arrivals",
+    "step_pre_fires",
+    "step_post_fires",
+)
 """Counters added across ranks (rank-attempts, rank-backwards); the rest stay per rank."""
 
-RANK_COLUMNS = ("rank", "status", "attempts", "accepted", "skipped", "raised", "backwards",
-                "accumulation_factor", "findings", "agreements", "agreement_ms_per_step")
+RANK_COLUMNS = (
+    "rank",
+    "status",
+    "attempts",
+    "accepted",
+    "skipped",
+    "raised",
+    "backwards",
+    "accumulation_factor",
+    "findings",
+    "agreements",
+    "agreement_ms_per_step",
+)
 
 LIVE_COUNTERS = ("attempts", "accepted", "skipped", "raised", "backwards", "pending_backwards")
 """Each rank's counters shared at every S-B agreement (as they stand at S-B: the attempt being
@@ -88,16 +109,20 @@ class RankContext:
         if distributed and not is_ready:
             raise DiagnosticArgumentError(
                 "distributed=True needs an initialized process group: call "
-                "torch.distributed.init_process_group(...) before creating the session.")
+                "torch.distributed.init_process_group(...) before creating the session."
+            )
         if not is_ready:
             return cls()
         is_ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
-        context = cls(rank=dist.get_rank(), world_size=dist.get_world_size(),
-                      group=getattr(model, "process_group", None) if is_ddp else None,
-                      bucket_view=is_ddp and bool(getattr(model, "gradient_as_bucket_view",
-                                                          False)))
-        context.is_active = (distributed if distributed is not None
-                             else is_ddp and context.world_size > 1)
+        context = cls(
+            rank=dist.get_rank(),
+            world_size=dist.get_world_size(),
+            group=getattr(model, "process_group", None) if is_ddp else None,
+            bucket_view=is_ddp and bool(getattr(model, "gradient_as_bucket_view", False)),
+        )
+        context.is_active = (
+            distributed if distributed is not None else is_ddp and context.world_size > 1
+        )
         return context
 
     def agree(self, violation: Finding | None) -> Finding | None:
@@ -110,29 +135,41 @@ class RankContext:
         local = self.read_counters()
         rows = torch.zeros(self.world_size, ROW_WIDTH, dtype=torch.int64, device=device)
         rows[self.rank] = torch.tensor(
-            [int(violation is not None), *(int(local.get(k) or 0) for k in LIVE_COUNTERS)])
+            [int(violation is not None), *(int(local.get(k) or 0) for k in LIVE_COUNTERS)]
+        )
         start = time.perf_counter_ns()
         dist.all_reduce(rows, group=self.group)
         table = rows.tolist()
         self.agree_ns += time.perf_counter_ns() - start
         self.agreements += 1
-        self.live_rows = [dict(zip(LIVE_RANK_COLUMNS, (rank, self.agreements, *row)))
-                          for rank, row in enumerate(table)]
+        self.live_rows = [
+            dict(zip(LIVE_RANK_COLUMNS, (rank, self.agreements, *row)))
+            for rank, row in enumerate(table)
+        ]
         raised_on = [rank for rank, row in enumerate(table) if row[0]]
         if violation is not None:
-            return dataclasses.replace(violation, fields={
-                **violation.fields, "rank": self.rank, "raised_on_ranks": raised_on})
+            return dataclasses.replace(
+                violation,
+                fields={**violation.fields, "rank": self.rank, "raised_on_ranks": raised_on},
+            )
         if not raised_on:
             return None
-        self.remote_findings.append(Finding(
-            "check_raised_on_other_rank", "critical",
-            f"rank {self.rank} stopped optimizer.step() before it wrote because rank(s) "
-            f"{raised_on} raised; this rank's own pre-all-reduce gradients passed every check.",
-            remedy="Read the gathered report (session.report(gather=True) on every rank): the "
-                   "finding of the raising rank names the parameter and the rank where the "
-                   "value was born.",
-            fields={"code": "check_raised_on_other_rank", "rank": self.rank,
-                    "raised_on_ranks": raised_on}))
+        self.remote_findings.append(
+            Finding(
+                "check_raised_on_other_rank",
+                "critical",
+                f"rank {self.rank} stopped optimizer.step() before it wrote because rank(s) "
+                f"{raised_on} raised; this rank's own pre-all-reduce gradients passed every check.",
+                remedy="Read the gathered report (session.report(gather=True) on every rank): the "
+                "finding of the raising rank names the parameter and the rank where the "
+                "value was born.",
+                fields={
+                    "code": "check_raised_on_other_rank",
+                    "rank": self.rank,
+                    "raised_on_ranks": raised_on,
+                },
+            )
+        )
         return self.remote_findings[-1]
 
     def annotate(self, report: CheckReport) -> CheckReport:
@@ -140,27 +177,37 @@ class RankContext:
         rank-local disclosures."""
         if not self.is_active:
             return report
-        notes = [f"Rank {self.rank} of {self.world_size}: gradient evidence (S-A / S-D) is this "
-                 "rank's local gradient before DDP's all-reduce; update ratios (S-C) are of the "
-                 "averaged update every rank applied.",
-                 f"{self.agreements} S-B agreement all_reduce(s) of "
-                 f"{8 * ROW_WIDTH * self.world_size} bytes (every rank's flag and counters), "
-                 f"{self.agree_ns / 1e6:.3f} ms in total."]
+        notes = [
+            f"Rank {self.rank} of {self.world_size}: gradient evidence (S-A / S-D) is this "
+            "rank's local gradient before DDP's all-reduce; update ratios (S-C) are of the "
+            "averaged update every rank applied.",
+            f"{self.agreements} S-B agreement all_reduce(s) of "
+            f"{8 * ROW_WIDTH * self.world_size} bytes (every rank's flag and counters), "
+            f"{self.agree_ns / 1e6:.3f} ms in total.",
+        ]
         if self.bucket_view:
-            notes.append("gradient_as_bucket_view=True: S-D norms read the bucket view, which "
-                         f"DDP has already divided by the world size ({self.world_size}) and may "
-                         "be all-reducing asynchronously; build DDP with the default "
-                         "gradient_as_bucket_view=False for exact per-rank evidence.")
+            notes.append(
+                "gradient_as_bucket_view=True: S-D norms read the bucket view, which "
+                f"DDP has already divided by the world size ({self.world_size}) and may "
+                "be all-reducing asynchronously; build DDP with the default "
+                "gradient_as_bucket_view=False for exact per-rank evidence."
+            )
         remote = tuple(self.remote_findings)
         return dataclasses.replace(
-            report, findings=report.findings + remote,
+            report,
+            findings=report.findings + remote,
             status="raised" if remote else report.status,
             disclosures=report.disclosures + tuple(notes),
-            counters={**report.counters, **self.counters()})
+            counters={**report.counters, **self.counters()},
+        )
 
     def counters(self) -> dict[str, Any]:
-        return {"rank": self.rank, "world_size": self.world_size,
-                "agreements": self.agreements, "agreement_ms": self.agree_ns / 1e6}
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "agreements": self.agreements,
+            "agreement_ms": self.agree_ns / 1e6,
+        }
 
     def gather(self, report: CheckReport) -> CheckReport:
         """Every rank calls it (one ``gather_object``); rank 0 returns the merged report, the
@@ -184,18 +231,30 @@ def _plain(value: Any) -> Any:
 
 def _portable(report: CheckReport) -> dict[str, Any]:
     return {
-        "subject": report.subject, "status": report.status,
-        "findings": [(f.code, f.severity, f.message, None if f.where is None else
-                      dataclasses.asdict(f.where), f.remedy, _plain(f.fields))
-                     for f in report.findings],
-        "tables": [(t.name, list(t.columns), _plain(t.rows), _plain(t.attrs))
-                   for t in report.tables],
+        "subject": report.subject,
+        "status": report.status,
+        "findings": [
+            (
+                f.code,
+                f.severity,
+                f.message,
+                None if f.where is None else dataclasses.asdict(f.where),
+                f.remedy,
+                _plain(f.fields),
+            )
+            for f in report.findings
+        ],
+        "tables": [
+            (t.name, list(t.columns), _plain(t.rows), _plain(t.attrs)) for t in report.tables
+        ],
         "disclosures": list(report.disclosures),
         "unavailable": [dataclasses.asdict(u) for u in report.unavailable],
         "exits": [(e.label, e.code) for e in report.exits],
         "checks_run": [_plain(run.as_dict()) for run in report.checks_run],
-        "counters": _plain(report.counters), "ledgers": _plain(report.ledgers),
-        "is_final": report.is_final, "exit_reason": report.exit_reason,
+        "counters": _plain(report.counters),
+        "ledgers": _plain(report.ledgers),
+        "is_final": report.is_final,
+        "exit_reason": report.exit_reason,
     }
 
 
@@ -206,49 +265,82 @@ def merge_reports(parts: list[dict[str, Any]]) -> CheckReport:
     added (rank-attempts); every rank's counters stay in ``counters["per_rank"]`` and the
     ``ranks`` table; ``params`` and ``series`` rows gain a leading ``rank`` column.
     """
-    findings = [Finding(code, severity, f"[rank {rank}] {message}",
-                        where=None if where is None else Where(**where), remedy=remedy,
-                        fields={**fields, "rank": rank})
-                for rank, part in enumerate(parts)
-                for code, severity, message, where, remedy, fields in part["findings"]]
+    findings = [
+        Finding(
+            code,
+            severity,
+            f"[rank {rank}] {message}",
+            where=None if where is None else Where(**where),
+            remedy=remedy,
+            fields={**fields, "rank": rank},
+        )
+        for rank, part in enumerate(parts)
+        for code, severity, message, where, remedy, fields in part["findings"]
+    ]
     per_rank = [{"rank": rank, **part["counters"]} for rank, part in enumerate(parts)]
     counters = {key: sum(c.get(key) or 0 for c in per_rank) for key in SUMMED_COUNTERS}
     factors = {c.get("accumulation_factor") for c in per_rank}
     counters.update(
-        world_size=len(parts), per_rank=per_rank,
+        world_size=len(parts),
+        per_rank=per_rank,
         accumulation_factor=factors.pop() if len(factors) == 1 else None,
-        step_provenance="explicit" if all(c.get("step_provenance") == "explicit"
-                                          for c in per_rank) else "inferred",
-        agreements=sum(c.get("agreements", 0) for c in per_rank))
+        step_provenance="explicit"
+        if all(c.get("step_provenance") == "explicit" for c in per_rank)
+        else "inferred",
+        agreements=sum(c.get("agreements", 0) for c in per_rank),
+    )
     status = max((part["status"] for part in parts), key=_STATUS_ORDER.index)
-    lead = (f"{len(parts)} ranks, {counters['attempts']} rank-attempt(s): "
-            f"{counters['accepted']} accepted, {counters['skipped']} skipped, "
-            f"{counters['raised']} raised; "
-            + (f"{len(findings)} finding(s) on rank(s) "
-               f"{sorted({f.fields['rank'] for f in findings})}." if findings else
-               "no findings."))
+    lead = (
+        f"{len(parts)} ranks, {counters['attempts']} rank-attempt(s): "
+        f"{counters['accepted']} accepted, {counters['skipped']} skipped, "
+        f"{counters['raised']} raised; "
+        + (
+            f"{len(findings)} finding(s) on rank(s) {sorted({f.fields['rank'] for f in findings})}."
+            if findings
+            else "no findings."
+        )
+    )
     scales = [part["ledgers"].get("scale", {}) for part in parts]
     skipped = [s.get("skipped") for s in scales]
-    ledgers = {"scale": {**{k: v for k, v in scales[0].items() if k != "decrements"},
-                         "skipped": None if None in skipped else sum(skipped),
-                         "skipped_per_rank": skipped},
-               "per_rank": [part["ledgers"] for part in parts]}
-    disclosures = [f"Gathered from {len(parts)} ranks: attempts, skips and the other counters "
-                   f"in {list(SUMMED_COUNTERS)} are summed over ranks (rank-attempts); every "
-                   "rank's own counters are in counters['per_rank'] and the 'ranks' table."]
+    ledgers = {
+        "scale": {
+            **{k: v for k, v in scales[0].items() if k != "decrements"},
+            "skipped": None if None in skipped else sum(skipped),
+            "skipped_per_rank": skipped,
+        },
+        "per_rank": [part["ledgers"] for part in parts],
+    }
+    disclosures = [
+        f"Gathered from {len(parts)} ranks: attempts, skips and the other counters "
+        f"in {list(SUMMED_COUNTERS)} are summed over ranks (rank-attempts); every "
+        "rank's own counters are in counters['per_rank'] and the 'ranks' table."
+    ]
     for part in parts:
         disclosures += [d for d in part["disclosures"] if d not in disclosures]
-    unavailable = list(dict.fromkeys(Unavailable(**u) for part in parts
-                                     for u in part["unavailable"]))
-    exits = [Exit(label, code) for label, code in dict.fromkeys(
-        (label, code) for part in parts for label, code in part["exits"])]
+    unavailable = list(
+        dict.fromkeys(Unavailable(**u) for part in parts for u in part["unavailable"])
+    )
+    exits = [
+        Exit(label, code)
+        for label, code in dict.fromkeys(
+            (label, code) for part in parts for label, code in part["exits"]
+        )
+    ]
     return CheckReport(
-        subject=f"{parts[0]['subject']} on {len(parts)} ranks", status=status, lead=lead,
-        findings=tuple(findings), tables=(_ranks_table(parts), *_rank_tables(parts)),
-        disclosures=tuple(disclosures), unavailable=tuple(unavailable), exits=tuple(exits),
-        checks_run=tuple(_merge_runs(parts)), counters=counters, ledgers=ledgers,
+        subject=f"{parts[0]['subject']} on {len(parts)} ranks",
+        status=status,
+        lead=lead,
+        findings=tuple(findings),
+        tables=(_ranks_table(parts), *_rank_tables(parts)),
+        disclosures=tuple(disclosures),
+        unavailable=tuple(unavailable),
+        exits=tuple(exits),
+        checks_run=tuple(_merge_runs(parts)),
+        counters=counters,
+        ledgers=ledgers,
         is_final=all(part["is_final"] for part in parts),
-        exit_reason=parts[0]["exit_reason"])
+        exit_reason=parts[0]["exit_reason"],
+    )
 
 
 def _ranks_table(parts: list[dict[str, Any]]) -> Table:
@@ -256,11 +348,16 @@ def _ranks_table(parts: list[dict[str, Any]]) -> Table:
     for rank, part in enumerate(parts):
         count = part["counters"]
         steps = count.get("agreements", 0)
-        rows.append({**{k: count.get(k) for k in RANK_COLUMNS}, "rank": rank,
-                     "status": part["status"], "findings": len(part["findings"]),
-                     "agreements": steps,
-                     "agreement_ms_per_step": count.get("agreement_ms", 0.0) / steps
-                     if steps else None})
+        rows.append(
+            {
+                **{k: count.get(k) for k in RANK_COLUMNS},
+                "rank": rank,
+                "status": part["status"],
+                "findings": len(part["findings"]),
+                "agreements": steps,
+                "agreement_ms_per_step": count.get("agreement_ms", 0.0) / steps if steps else None,
+            }
+        )
     return Table.from_dicts("ranks", rows, RANK_COLUMNS, {"world_size": len(parts)})
 
 
@@ -268,9 +365,8 @@ def _rank_tables(parts: list[dict[str, Any]]) -> list[Table]:
     """Each rank-local table once, its rows from every rank behind a ``rank`` column."""
     tables = []
     for index, (name, columns, _, _) in enumerate(parts[0]["tables"]):
-        rows = [(rank, *row) for rank, part in enumerate(parts)
-                for row in part["tables"][index][2]]
-        tables.append(Table(name, ("rank", *columns), rows, parts[0]["tables"][index][3]))
+        rows = [(rank, *row) for rank, part in enumerate(parts) for row in part["tables"][index][2]]
+        tables.append(Table(name, ("rank", *columns), tuple(rows), parts[0]["tables"][index][3]))
     return tables
 
 
@@ -278,9 +374,15 @@ def _merge_runs(parts: list[dict[str, Any]]) -> list[CheckRun]:
     runs = []
     for index, first in enumerate(parts[0]["checks_run"]):
         same = [part["checks_run"][index] for part in parts]
-        runs.append(CheckRun(
-            name=first["name"], site=first["site"], action=first["action"],
-            state=max((r["state"] for r in same), key=_STATE_ORDER.index),
-            evaluations=sum(r["evaluations"] for r in same),
-            findings=sum(r["findings"] for r in same), options=first["options"]))
+        runs.append(
+            CheckRun(
+                name=first["name"],
+                site=first["site"],
+                action=first["action"],
+                state=max((r["state"] for r in same), key=_STATE_ORDER.index),
+                evaluations=sum(r["evaluations"] for r in same),
+                findings=sum(r["findings"] for r in same),
+                options=first["options"],
+            )
+        )
     return runs

@@ -52,8 +52,14 @@ class Engine:
     raises ``CheckViolationError``.
     """
 
-    def __init__(self, roster: Roster, optimizer: torch.optim.Optimizer, scaler: Any,
-                 scaler_kind: ScalerKind, loss_scale: float | None) -> None:
+    def __init__(
+        self,
+        roster: Roster,
+        optimizer: torch.optim.Optimizer,
+        scaler: Any,
+        scaler_kind: ScalerKind,
+        loss_scale: float | None,
+    ) -> None:
         self.roster = roster
         self.optimizer = optimizer
         self.scaler = scaler
@@ -88,8 +94,11 @@ class Engine:
     def _labels(self, scale: float | None) -> tuple[Stage, ScaleProvenance]:
         """(stage, scale_provenance) of the S-A norms of an attempt."""
         if self.scaler_kind == "gradscaler" and self.scaler.is_enabled():
-            return ("pre_clip_scaled", "gradscaler") if scale is not None else (
-                "pre_clip_scaled", "unknown")
+            return (
+                ("pre_clip_scaled", "gradscaler")
+                if scale is not None
+                else ("pre_clip_scaled", "unknown")
+            )
         if self.loss_scale is not None:
             return "pre_clip_scaled", "explicit"
         if self.scaler_kind == "undeclared":
@@ -99,11 +108,15 @@ class Engine:
     def _attempt(self, records: list[BackwardRecord], block: Block | None) -> Attempt:
         stage, provenance = self._labels(records[-1].scale if records else None)
         attempt = Attempt(
-            index=self.ledger.next_attempt, backwards=tuple(records),
-            provenance="explicit" if block else "inferred", stage=stage,
-            scale_provenance=provenance, has_norms=self.sites.needs_norms,
+            index=self.ledger.next_attempt,
+            backwards=tuple(records),
+            provenance="explicit" if block else "inferred",
+            stage=stage,
+            scale_provenance=provenance,
+            has_norms=self.sites.needs_norms,
             global_step=block.global_step if block else None,
-            micro_batches=block.micro_batches if block else None)
+            micro_batches=block.micro_batches if block else None,
+        )
         self.ledger.next_attempt += 1
         return attempt
 
@@ -131,8 +144,11 @@ class Engine:
             return
         runs = split_scale_runs(self.carry)
         last_run = runs[-1]
-        is_last_skipped = (live_scale is not None and last_run[-1].scale is not None
-                           and live_scale < last_run[-1].scale)
+        is_last_skipped = (
+            live_scale is not None
+            and last_run[-1].scale is not None
+            and live_scale < last_run[-1].scale
+        )
         for run in runs if is_last_skipped else runs[:-1]:
             self.close_skipped(self._attempt(run, None))
         self.carry = [] if is_last_skipped else list(last_run)
@@ -246,16 +262,27 @@ class Engine:
         if attempt is None and block.records:
             attempt = self._attempt(block.records, block)
             self.close_skipped(attempt)
-        if attempt is not None and block.micro_batches is not None and (
-                len(attempt.backwards) != block.micro_batches):
-            self.session_findings.append(Finding(
-                "micro_batches_mismatch", "warning",
-                f"step(global_step={block.global_step}, micro_batches={block.micro_batches}) "
-                f"ran {len(attempt.backwards)} backward(s).",
-                remedy="Declare the accumulation factor the loop really uses; the accumulation "
-                       "factor K and the watchdog limit are taken from it.",
-                fields={"code": "micro_batches_mismatch", "global_step": block.global_step,
-                        "declared": block.micro_batches, "observed": len(attempt.backwards)}))
+        if (
+            attempt is not None
+            and block.micro_batches is not None
+            and (len(attempt.backwards) != block.micro_batches)
+        ):
+            self.session_findings.append(
+                Finding(
+                    "micro_batches_mismatch",
+                    "warning",
+                    f"step(global_step={block.global_step}, micro_batches={block.micro_batches}) "
+                    f"ran {len(attempt.backwards)} backward(s).",
+                    remedy="Declare the accumulation factor the loop really uses; the accumulation "
+                    "factor K and the watchdog limit are taken from it.",
+                    fields={
+                        "code": "micro_batches_mismatch",
+                        "global_step": block.global_step,
+                        "declared": block.micro_batches,
+                        "observed": len(attempt.backwards),
+                    },
+                )
+            )
         self.on_progress()
 
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..report.checks import ScaleProvenance, Stage, StepProvenance
 from ._scan import read_host
 from ._sites import PendingBackward
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_PENDING_BACKWARDS = 64
 """Resolve early past this many queued backwards: each holds one small norm vector per device."""
@@ -112,7 +115,7 @@ class Evidence:
         """Read every queued backward to the host (one read per device) into ``open``."""
         if not self._pending:
             return
-        tensors = []
+        tensors: list[torch.Tensor] = []
         for pending in self._pending:
             tensors.extend(norms for _, norms in pending.norms)
             if pending.scale is not None:
@@ -123,7 +126,7 @@ class Evidence:
         for pending in self._pending:
             norms: dict[int, float] = {}
             for positions, _ in pending.norms:
-                norms.update(zip(positions, values[cursor:cursor + len(positions)]))
+                norms.update(zip(positions, values[cursor : cursor + len(positions)]))
                 cursor += len(positions)
             scale = None
             if pending.scale is not None:

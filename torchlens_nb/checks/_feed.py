@@ -32,8 +32,12 @@ class LiveView(Protocol):
 class DashboardFeed:
     """Throttle plus sequence numbers between a session and one live view."""
 
-    def __init__(self, view: LiveView, state: Callable[[], dict[str, Any]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        view: LiveView,
+        state: Callable[[], dict[str, Any]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.view = view
         self._state = state
         self._clock = clock

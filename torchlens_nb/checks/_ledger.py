@@ -49,23 +49,39 @@ class ScaleLedger:
             return 0
         count = max(1, round(math.log(scale / previous) / math.log(self.backoff_factor)))
         self.decrements += count
-        self.events.append({"after_backward": after_backward, "from_scale": previous,
-                            "to_scale": scale, "skipped_attempts": count})
+        self.events.append(
+            {
+                "after_backward": after_backward,
+                "from_scale": previous,
+                "to_scale": scale,
+                "skipped_attempts": count,
+            }
+        )
         return count
 
     def to_dict(self) -> dict[str, Any]:
         """``ledgers["scale"]``: method, counts and the decrement events."""
         if self.kind == "gradscaler":
-            return {"method": "scale_decrements", "skipped": self.decrements,
-                    "growths": self.growths, "current_scale": self.last,
-                    "backoff_factor": self.backoff_factor, "observations": self.observations,
-                    "decrements": list(self.events)}
-        reason = ("scaler=None declared: no GradScaler runs, so no attempt is skipped by one"
-                  if self.kind == "declared_none" else
-                  "no scaler= declared: whether a GradScaler skips attempts is unknown; pass "
-                  "scaler=your_scaler (or scaler=None when there is none)")
-        return {"method": "not_applicable" if self.kind == "declared_none" else "unknown",
-                "skipped": 0 if self.kind == "declared_none" else None, "reason": reason}
+            return {
+                "method": "scale_decrements",
+                "skipped": self.decrements,
+                "growths": self.growths,
+                "current_scale": self.last,
+                "backoff_factor": self.backoff_factor,
+                "observations": self.observations,
+                "decrements": list(self.events),
+            }
+        reason = (
+            "scaler=None declared: no GradScaler runs, so no attempt is skipped by one"
+            if self.kind == "declared_none"
+            else "no scaler= declared: whether a GradScaler skips attempts is unknown; pass "
+            "scaler=your_scaler (or scaler=None when there is none)"
+        )
+        return {
+            "method": "not_applicable" if self.kind == "declared_none" else "unknown",
+            "skipped": 0 if self.kind == "declared_none" else None,
+            "reason": reason,
+        }
 
 
 class StepLedger:
@@ -105,12 +121,17 @@ class StepLedger:
         self._provenances[attempt.provenance] += 1
         if len(self.records) == self.records.maxlen:
             self.records_dropped += 1
-        self.records.append({
-            "attempt": attempt.index, "global_step": attempt.global_step,
-            "status": attempt.status, "backwards": len(attempt.backwards),
-            "micro_batches": attempt.micro_batches, "scale": attempt.scale,
-            "step_provenance": attempt.provenance,
-        })
+        self.records.append(
+            {
+                "attempt": attempt.index,
+                "global_step": attempt.global_step,
+                "status": attempt.status,
+                "backwards": len(attempt.backwards),
+                "micro_batches": attempt.micro_batches,
+                "scale": attempt.scale,
+                "step_provenance": attempt.provenance,
+            }
+        )
 
     @property
     def provenance(self) -> StepProvenance:
@@ -128,10 +149,15 @@ class StepLedger:
     def counters(self, backwards: int, arrivals: int, pending_backwards: int) -> dict[str, Any]:
         """``report.counters``."""
         return {
-            "attempts": self.attempts, "accepted": self.accepted, "skipped": self.skipped,
-            "raised": self.raised, "failed": self.failed,
-            "pending_backwards": pending_backwards, "backwards": backwards,
-            "grad_arrivals": arrivals, "step_pre_fires": self.step_pre_fires,
+            "attempts": self.attempts,
+            "accepted": self.accepted,
+            "skipped": self.skipped,
+            "raised": self.raised,
+            "failed": self.failed,
+            "pending_backwards": pending_backwards,
+            "backwards": backwards,
+            "grad_arrivals": arrivals,
+            "step_pre_fires": self.step_pre_fires,
             "step_post_fires": self.step_post_fires,
             "backwards_since_accepted": self.backwards_since_accepted,
             "accumulation_factor": self.accumulation_factor(),

@@ -39,17 +39,32 @@ class MagnitudeCheck(Check):
     name = "magnitude"
     needs_norms = True
 
-    def __init__(self, roster: Roster, *, high: float, low: float, window: int, min_hits: int,
-                 site: Literal["S-A", "S-B"], loss_scale: float | None, action: Action) -> None:
+    def __init__(
+        self,
+        roster: Roster,
+        *,
+        high: float,
+        low: float,
+        window: int,
+        min_hits: int,
+        site: Literal["S-A", "S-B"],
+        loss_scale: float | None,
+        action: Action,
+    ) -> None:
         validate_window(window, min_hits)
         if not 0 < low < high:
             raise DiagnosticArgumentError(
-                f"need 0 < low < high, got low={low}, high={high}; defaults are 1e-7 and 1e4.")
+                f"need 0 < low < high, got low={low}, high={high}; defaults are 1e-7 and 1e4."
+            )
         if site not in ("S-A", "S-B"):
             raise DiagnosticArgumentError(
-                f"site must be 'S-A' (pre-clip, the default) or 'S-B', got {site!r}.")
-        super().__init__(roster, action, {"high": high, "low": low, "window": window,
-                                          "min_hits": min_hits, "site": site})
+                f"site must be 'S-A' (pre-clip, the default) or 'S-B', got {site!r}."
+            )
+        super().__init__(
+            roster,
+            action,
+            {"high": high, "low": low, "window": window, "min_hits": min_hits, "site": site},
+        )
         self.site = site
         self._loss_scale = loss_scale
         self._windows = [SustainedWindow(window, min_hits) for _ in range(len(roster))]
@@ -73,15 +88,22 @@ class MagnitudeCheck(Check):
         for index, norm in norms.items():
             if not math.isfinite(norm):
                 continue
-            verdict = ("exploding" if norm > high else "vanishing" if 0 < norm < low else None)
+            verdict = "exploding" if norm > high else "vanishing" if 0 < norm < low else None
             any_hit |= verdict is not None
             if self._windows[index].push(verdict is not None) and verdict is not None:
                 any_sustained = True
-                self._flagged.setdefault(index, {
-                    "param": self.roster.infos[index].name, "verdict": verdict,
-                    "grad_norm": norm, "grad_norm_raw": attempt.final_norms[index],
-                    "first_attempt": attempt.index, "stage": attempt.stage,
-                    "scale_provenance": attempt.scale_provenance})
+                self._flagged.setdefault(
+                    index,
+                    {
+                        "param": self.roster.infos[index].name,
+                        "verdict": verdict,
+                        "grad_norm": norm,
+                        "grad_norm_raw": attempt.final_norms[index],
+                        "first_attempt": attempt.index,
+                        "stage": attempt.stage,
+                        "scale_provenance": attempt.scale_provenance,
+                    },
+                )
         if self.is_due(self._emission, any_sustained, not any_hit):
             return self.act(self.findings()[0])
         return None
@@ -95,8 +117,10 @@ class MagnitudeCheck(Check):
 
     def _is_clipped(self, norms: dict[int, float]) -> bool:
         tensors = self.roster.tensors
-        present = [i for i in norms if tensors[i].grad is not None]
-        groups = device_norms([tensors[i].grad for i in present], present)
+        grads = [(i, tensors[i].grad) for i in norms]
+        held = [(i, g) for i, g in grads if g is not None]
+        present = [i for i, _ in held]
+        groups = device_norms([g for _, g in held], present)
         step_site = math.sqrt(sum(v * v for v in read_host([n for _, n in groups])))
         pre_clip = math.sqrt(sum(norms[i] ** 2 for i in present))
         return step_site < pre_clip * (1 - CLIP_TOLERANCE)
@@ -109,28 +133,43 @@ class MagnitudeCheck(Check):
                 continue
             bound = self.options["high" if verdict == "exploding" else "low"]
             names = [row["param"] for row in rows]
-            found.append(Finding(
-                f"grad_norm_{verdict}", "warning",
-                f"{len(rows)} parameter(s) had a pre-clip gradient norm "
-                f"{'above' if verdict == 'exploding' else 'below'} {bound:g} on >= "
-                f"{self.options['min_hits']} of {self.options['window']} attempts: "
-                + ", ".join(names[:5]) + (" ..." if len(names) > 5 else ""),
-                where=Where(module=names[0].rpartition(".")[0]),
-                remedy="Inspect the per-layer profile with tl.debug.grad_health on a trace of a "
-                       "recent batch; clip_grad_norm_ hides this at the step site.",
-                fields={"code": f"grad_norm_{verdict}", "params": rows, "bound": bound}))
+            found.append(
+                Finding(
+                    f"grad_norm_{verdict}",
+                    "warning",
+                    f"{len(rows)} parameter(s) had a pre-clip gradient norm "
+                    f"{'above' if verdict == 'exploding' else 'below'} {bound:g} on >= "
+                    f"{self.options['min_hits']} of {self.options['window']} attempts: "
+                    + ", ".join(names[:5])
+                    + (" ..." if len(names) > 5 else ""),
+                    where=Where(module=names[0].rpartition(".")[0]),
+                    remedy="Inspect the per-layer profile with tl.debug.grad_health on a trace of a "
+                    "recent batch; clip_grad_norm_ hides this at the step site.",
+                    fields={"code": f"grad_norm_{verdict}", "params": rows, "bound": bound},
+                )
+            )
         return found
 
     def unavailable(self) -> list[Unavailable]:
         entries = []
         if self.unknown_attempts:
-            entries.append(Unavailable(
-                "magnitude", f"the loss scale of {self.unknown_attempts} attempt(s) is unknown, "
-                "so their gradient magnitudes were not judged: pass scaler=your_scaler, "
-                "scaler=None, or loss_scale=... to ChecksSession", "scale_unknown"))
+            entries.append(
+                Unavailable(
+                    "magnitude",
+                    f"the loss scale of {self.unknown_attempts} attempt(s) is unknown, "
+                    "so their gradient magnitudes were not judged: pass scaler=your_scaler, "
+                    "scaler=None, or loss_scale=... to ChecksSession",
+                    "scale_unknown",
+                )
+            )
         if self.censored_attempts:
-            entries.append(Unavailable(
-                "magnitude", f"clipping censored the step-site gradient in "
-                f"{self.censored_attempts} attempt(s); register_magnitude_check(site='S-A') "
-                "judges the pre-clip evidence", "censored_by_clipping"))
+            entries.append(
+                Unavailable(
+                    "magnitude",
+                    f"clipping censored the step-site gradient in "
+                    f"{self.censored_attempts} attempt(s); register_magnitude_check(site='S-A') "
+                    "judges the pre-clip evidence",
+                    "censored_by_clipping",
+                )
+            )
         return entries

@@ -32,10 +32,12 @@ from ._scan import device_norms, read_host
 MAX_EVENTS = 64
 """Events kept in full; later ones are only counted (a loop that catches and goes on)."""
 
-_REMEDY = ("Skip or re-run this batch. To stop at the clip without the kit, pass "
-           "error_if_nonfinite=True to torch.nn.utils.clip_grad_norm_; to find where the value "
-           "was born, trace this batch with save_grads=True and run "
-           "tl.debug.bisect_nan_backward(trace).")
+_REMEDY = (
+    "Skip or re-run this batch. To stop at the clip without the kit, pass "
+    "error_if_nonfinite=True to torch.nn.utils.clip_grad_norm_; to find where the value "
+    "was born, trace this batch with save_grads=True and run "
+    "tl.debug.bisect_nan_backward(trace)."
+)
 
 
 class NonfiniteGradCheck(Check):
@@ -49,7 +51,8 @@ class NonfiniteGradCheck(Check):
         if smear_min_params < 2:
             raise DiagnosticArgumentError(
                 f"smear_min_params must be >= 2 (one non-finite parameter is isolated by "
-                f"definition), got {smear_min_params}.")
+                f"definition), got {smear_min_params}."
+            )
         super().__init__(roster, action, {"smear_min_params": smear_min_params})
         self.events: list[dict[str, Any]] = []
         self.events_dropped = 0
@@ -76,34 +79,46 @@ class NonfiniteGradCheck(Check):
         has_nan = any(math.isnan(attempt.final_norms[i]) for i in culprits)
         is_smeared = len(culprits) >= self.options["smear_min_params"]
         return {
-            "code": "nonfinite_grad", "attempt": attempt.index,
+            "code": "nonfinite_grad",
+            "attempt": attempt.index,
             "global_step": attempt.global_step,
             "backwards": [record.index for record in attempt.backwards],
-            "params": [{"param": infos[i].name,
-                        "kind": "nan" if math.isnan(attempt.final_norms[i]) else "inf",
-                        "first_backward": attempt.first_nonfinite_backward(i)} for i in culprits],
+            "params": [
+                {
+                    "param": infos[i].name,
+                    "kind": "nan" if math.isnan(attempt.final_norms[i]) else "inf",
+                    "first_backward": attempt.first_nonfinite_backward(i),
+                }
+                for i in culprits
+            ],
             "culprit": None if is_smeared else infos[culprits[0]].name,
             "attribution": "smeared" if is_smeared else "isolated",
             "healthy_params": len(healthy),
             "clipping_collateral": len(healthy),
             "clipping_collateral_effect": "nan_poisoned" if has_nan else "zeroed",
             "observed_at_step_site": self._observe(healthy),
-            "stage": attempt.stage, "scale_provenance": attempt.scale_provenance,
-            "action": self.action, "is_step_stopped": self.action == "raise",
+            "stage": attempt.stage,
+            "scale_provenance": attempt.scale_provenance,
+            "action": self.action,
+            "is_step_stopped": self.action == "raise",
         }
 
     def _observe(self, healthy: list[int]) -> dict[str, int]:
         """What the healthy gradients hold at S-B now (post-clip if the loop clipped)."""
         tensors = self.roster.tensors
-        present = [i for i in healthy if tensors[i].grad is not None]
+        grads = [(i, tensors[i].grad) for i in healthy]
+        present = [(i, g) for i, g in grads if g is not None]
         if not present:
             return {"zeroed": 0, "nonfinite": 0, "intact": 0}
-        groups = device_norms([tensors[i].grad for i in present], present)
+        groups = device_norms([g for _, g in present], [i for i, _ in present])
         values = read_host([norms for _, norms in groups])
         zeroed = sum(v == 0.0 for v in values)
         nonfinite = sum(not math.isfinite(v) for v in values)
-        return {"zeroed": zeroed, "nonfinite": nonfinite,
-                "intact": len(values) - zeroed - nonfinite}
+        return {
+            "zeroed": zeroed,
+            "nonfinite": nonfinite,
+            "intact": len(values) - zeroed - nonfinite,
+        }
 
     def _finding(self, event: dict[str, Any]) -> Finding:
         params = event["params"]
@@ -111,20 +126,28 @@ class NonfiniteGradCheck(Check):
             subject = f"non-finite gradient ({params[0]['kind']}) in {event['culprit']}"
             where = Where(module=self.roster.infos[self._index(event["culprit"])].module)
         else:
-            subject = (f"non-finite gradients in {len(params)} parameters (smeared through the "
-                       "backward; no single parameter is named)")
+            subject = (
+                f"non-finite gradients in {len(params)} parameters (smeared through the "
+                "backward; no single parameter is named)"
+            )
             where = None
-        stopped = ("optimizer.step() was stopped before it wrote: weights and optimizer state "
-                   "are unchanged" if event["is_step_stopped"] else
-                   f"action={event['action']}: the optimizer step was not stopped")
-        effect = ("zeroed" if event["clipping_collateral_effect"] == "zeroed"
-                  else "turned into NaN")
+        stopped = (
+            "optimizer.step() was stopped before it wrote: weights and optimizer state "
+            "are unchanged"
+            if event["is_step_stopped"]
+            else f"action={event['action']}: the optimizer step was not stopped"
+        )
+        effect = "zeroed" if event["clipping_collateral_effect"] == "zeroed" else "turned into NaN"
         return Finding(
-            "nonfinite_grad", "critical",
+            "nonfinite_grad",
+            "critical",
             f"{subject} at attempt {event['attempt']}; {stopped}. The clip recipe "
             f"(clip_grad_norm_ without error_if_nonfinite) would have {effect} "
             f"{event['clipping_collateral']} healthy gradient(s).",
-            where=where, remedy=_REMEDY, fields=event)
+            where=where,
+            remedy=_REMEDY,
+            fields=event,
+        )
 
     def _index(self, name: str) -> int:
         return next(info.index for info in self.roster.infos if info.name == name)
@@ -132,17 +155,29 @@ class NonfiniteGradCheck(Check):
     def findings(self) -> list[Finding]:
         found = [self._finding(event) for event in self.events]
         if self.skipped_by_scaler:
-            found.append(Finding(
-                "nonfinite_grad_skipped_by_scaler", "info",
-                f"{self.skipped_by_scaler} attempt(s) had non-finite scaled gradients at S-A and "
-                "were skipped by the GradScaler before any write (the mechanism working).",
-                fields={"code": "nonfinite_grad_skipped_by_scaler",
-                        "attempts": self.skipped_by_scaler}))
+            found.append(
+                Finding(
+                    "nonfinite_grad_skipped_by_scaler",
+                    "info",
+                    f"{self.skipped_by_scaler} attempt(s) had non-finite scaled gradients at S-A and "
+                    "were skipped by the GradScaler before any write (the mechanism working).",
+                    fields={
+                        "code": "nonfinite_grad_skipped_by_scaler",
+                        "attempts": self.skipped_by_scaler,
+                    },
+                )
+            )
         if self.events_dropped:
-            found.append(Finding(
-                "nonfinite_grad_events_dropped", "info",
-                f"{self.events_dropped} more attempt(s) with non-finite gradients were counted "
-                f"but not kept (the first {MAX_EVENTS} are above).",
-                fields={"code": "nonfinite_grad_events_dropped",
-                        "attempts": self.events_dropped}))
+            found.append(
+                Finding(
+                    "nonfinite_grad_events_dropped",
+                    "info",
+                    f"{self.events_dropped} more attempt(s) with non-finite gradients were counted "
+                    f"but not kept (the first {MAX_EVENTS} are above).",
+                    fields={
+                        "code": "nonfinite_grad_events_dropped",
+                        "attempts": self.events_dropped,
+                    },
+                )
+            )
         return found

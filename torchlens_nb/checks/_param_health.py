@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from ..errors import DiagnosticArgumentError
 from ..report import Unavailable
-from ..report.checks import ParamHealthReport, ParamHealthRow
+from ..report.checks import ParamHealthKind, ParamHealthReport, ParamHealthRow
 from ._health_rules import health_findings
 from ._scan import scan_tensors
 
@@ -43,8 +43,12 @@ Within = str | Sequence[str] | None
 
 
 def param_health(
-    target: torch.nn.Module | Mapping[str, Any], *, include_buffers: bool = True,
-    within: Within = None, bounds: Bounds = None, max_fraction: float = 0.9,
+    target: torch.nn.Module | Mapping[str, Any],
+    *,
+    include_buffers: bool = True,
+    within: Within = None,
+    bounds: Bounds = None,
+    max_fraction: float = 0.9,
     subnormal_fraction_threshold: float = 0.1,
 ) -> ParamHealthReport:
     """Scan every tensor of ``target`` and report non-finite values, bounds, headroom and fills.
@@ -74,32 +78,63 @@ def param_health(
         ('clean', 2, ())
     """
     rows, attrs = param_health_rows(
-        target, include_buffers=include_buffers, within=within, bounds=bounds,
-        max_fraction=max_fraction, subnormal_fraction_threshold=subnormal_fraction_threshold)
+        target,
+        include_buffers=include_buffers,
+        within=within,
+        bounds=bounds,
+        max_fraction=max_fraction,
+        subnormal_fraction_threshold=subnormal_fraction_threshold,
+    )
     findings = health_findings(rows, max_fraction, subnormal_fraction_threshold)
     skipped = [r for r in rows if r.status == "skipped"]
     unavailable = []
     for reason in sorted({r.skip_reason for r in skipped if r.skip_reason}):
         names = [r.name for r in skipped if r.skip_reason == reason]
-        unavailable.append(Unavailable(
-            "param_health", f"{len(names)} tensor(s) have no dense values to scan ({reason}): "
-            + ", ".join(names[:3]) + (" ..." if len(names) > 3 else ""), f"skipped_{reason}"))
-    coverage = {k: attrs[k] for k in ("tensors_scanned", "tensors_skipped", "elements_scanned",
-                                      "elements_total", "fraction")}
+        unavailable.append(
+            Unavailable(
+                "param_health",
+                f"{len(names)} tensor(s) have no dense values to scan ({reason}): "
+                + ", ".join(names[:3])
+                + (" ..." if len(names) > 3 else ""),
+                f"skipped_{reason}",
+            )
+        )
+    coverage = {
+        k: attrs[k]
+        for k in (
+            "tensors_scanned",
+            "tensors_skipped",
+            "elements_scanned",
+            "elements_total",
+            "fraction",
+        )
+    }
     status = "found" if findings else "incomplete" if skipped else "clean"
-    lead = (f"{attrs['tensors_scanned']} tensor(s) scanned ({coverage['fraction']:.0%} of "
-            f"{attrs['elements_total']} elements): "
-            + (f"{len(findings)} finding(s)." if findings else "no findings."))
+    lead = (
+        f"{attrs['tensors_scanned']} tensor(s) scanned ({coverage['fraction']:.0%} of "
+        f"{attrs['elements_total']} elements): "
+        + (f"{len(findings)} finding(s)." if findings else "no findings.")
+    )
     return ParamHealthReport(
-        subject=_subject(target, len(rows)), status=status, lead=lead, findings=tuple(findings),
+        subject=_subject(target, len(rows)),
+        status=status,
+        lead=lead,
+        findings=tuple(findings),
         disclosures=(
             "Values are read once, now: a checkpoint verdict does not depend on training phase; "
             "gradients are scanned only when passed in a mapping.",
             "suspicious_fill applies to tensors with 2+ dimensions; constant 1-D tensors are "
             "canonical initialisations (shown in the fill column only).",
-        ), unavailable=tuple(unavailable), rows=tuple(rows), checks_run=attrs["checks_run"],
-        coverage=coverage, thresholds={"max_fraction": max_fraction,
-                                       "subnormal_fraction_threshold": subnormal_fraction_threshold})
+        ),
+        unavailable=tuple(unavailable),
+        rows=tuple(rows),
+        checks_run=attrs["checks_run"],
+        coverage=coverage,
+        thresholds={
+            "max_fraction": max_fraction,
+            "subnormal_fraction_threshold": subnormal_fraction_threshold,
+        },
+    )
 
 
 def check_fractions(max_fraction: Any, subnormal_fraction_threshold: Any) -> None:
@@ -112,11 +147,12 @@ def check_fractions(max_fraction: Any, subnormal_fraction_threshold: Any) -> Non
     if not _is_number(max_fraction) or not 0 < max_fraction <= 1:
         raise DiagnosticArgumentError(
             f"max_fraction must be in (0, 1], got {max_fraction!r}; 0.9 flags absmax above 90% "
-            "of the dtype's largest value.")
+            "of the dtype's largest value."
+        )
     if not _is_number(subnormal_fraction_threshold) or not 0 <= subnormal_fraction_threshold <= 1:
         raise DiagnosticArgumentError(
-            f"subnormal_fraction_threshold must be in [0, 1], got "
-            f"{subnormal_fraction_threshold!r}.")
+            f"subnormal_fraction_threshold must be in [0, 1], got {subnormal_fraction_threshold!r}."
+        )
 
 
 def _is_number(value: Any) -> bool:
@@ -124,46 +160,69 @@ def _is_number(value: Any) -> bool:
 
 
 def param_health_rows(
-    target: torch.nn.Module | Mapping[str, Any], *, include_buffers: bool = True,
-    within: Within = None, bounds: Bounds = None, max_fraction: float = 0.9,
+    target: torch.nn.Module | Mapping[str, Any],
+    *,
+    include_buffers: bool = True,
+    within: Within = None,
+    bounds: Bounds = None,
+    max_fraction: float = 0.9,
     subnormal_fraction_threshold: float = 0.1,
 ) -> tuple[list[ParamHealthRow], dict[str, Any]]:
     """The pandas-free core of :func:`param_health`: ``(rows, attrs)``."""
     if not isinstance(include_buffers, bool):
         raise DiagnosticArgumentError(
-            f"include_buffers must be True or False, got {include_buffers!r}.")
+            f"include_buffers must be True or False, got {include_buffers!r}."
+        )
     check_fractions(max_fraction, subnormal_fraction_threshold)
     patterns = _patterns(within)
     _validate_bounds(bounds)
-    entries = [e for e in named_entries(target, include_buffers)
-               if not patterns or any(_matches(e[0], p) for p in patterns)]
+    entries = [
+        e
+        for e in named_entries(target, include_buffers)
+        if not patterns or any(_matches(e[0], p) for p in patterns)
+    ]
     rows = scan_rows(entries, lambda name: _bound_for(name, bounds))
     scanned = [r for r in rows if r.status == "scanned"]
     total = sum(r.numel for r in rows)
     done = sum(r.numel for r in scanned)
-    checks_run = ("nonfinite", *(("bounds",) if bounds is not None else ()), "dtype_headroom",
-                  "subnormal", "fill")
-    return rows, {"tensors_scanned": len(scanned), "tensors_skipped": len(rows) - len(scanned),
-                  "elements_scanned": done, "elements_total": total,
-                  "fraction": done / total if total else 1.0, "checks_run": checks_run,
-                  "max_fraction": max_fraction,
-                  "subnormal_fraction_threshold": subnormal_fraction_threshold}
+    checks_run = (
+        "nonfinite",
+        *(("bounds",) if bounds is not None else ()),
+        "dtype_headroom",
+        "subnormal",
+        "fill",
+    )
+    return rows, {
+        "tensors_scanned": len(scanned),
+        "tensors_skipped": len(rows) - len(scanned),
+        "elements_scanned": done,
+        "elements_total": total,
+        "fraction": done / total if total else 1.0,
+        "checks_run": checks_run,
+        "max_fraction": max_fraction,
+        "subnormal_fraction_threshold": subnormal_fraction_threshold,
+    }
 
 
-def named_entries(target: Any, include_buffers: bool) -> list[tuple[str, str, Any]]:
+def named_entries(
+    target: Any, include_buffers: bool
+) -> list[tuple[str, ParamHealthKind, torch.Tensor]]:
     """``(name, kind, value)`` for a module's tensors or a (nested) mapping's values."""
     if isinstance(target, torch.nn.Module):
-        entries = [(n.replace("_orig_mod.", ""), "parameter", p)
-                   for n, p in target.named_parameters()]
+        entries: list[tuple[str, ParamHealthKind, torch.Tensor]] = [
+            (n.replace("_orig_mod.", ""), "parameter", p) for n, p in target.named_parameters()
+        ]
         if include_buffers:
-            entries += [(n.replace("_orig_mod.", ""), "buffer", b)
-                        for n, b in target.named_buffers()]
+            entries += [
+                (n.replace("_orig_mod.", ""), "buffer", b) for n, b in target.named_buffers()
+            ]
         return entries
     if isinstance(target, Mapping):
         return list(_flatten(target, ""))
     raise DiagnosticArgumentError(
         f"param_health takes an nn.Module or a mapping of names to tensors, got "
-        f"{type(target).__name__}; for a list of tensors pass dict(enumerate(tensors)).")
+        f"{type(target).__name__}; for a list of tensors pass dict(enumerate(tensors))."
+    )
 
 
 def _flatten(mapping: Mapping[Any, Any], prefix: str) -> Any:
@@ -175,12 +234,13 @@ def _flatten(mapping: Mapping[Any, Any], prefix: str) -> Any:
             yield name, "tensor", value
 
 
-def scan_rows(entries: Sequence[tuple[str, str, Any]],
-              bound_for: Any) -> list[ParamHealthRow]:
+def scan_rows(
+    entries: Sequence[tuple[str, ParamHealthKind, Any]], bound_for: Any
+) -> list[ParamHealthRow]:
     """Rows for ``(name, kind, value)`` entries: skipped ones with their reason, the rest
     scanned in one batched kernel call."""
     rows: list[ParamHealthRow | None] = []
-    dense: list[tuple[int, str, str, torch.Tensor, tuple[float, float] | None]] = []
+    dense: list[tuple[int, str, ParamHealthKind, torch.Tensor, tuple[float, float] | None]] = []
     for name, kind, value in entries:
         reason = _skip_reason(value)
         if reason is not None:
@@ -192,19 +252,33 @@ def scan_rows(entries: Sequence[tuple[str, str, Any]],
     for (position, name, kind, tensor, bound), stat in zip(dense, stats):
         dtype_max = _dtype_max(tensor.dtype)
         absmax = stat.absmax
-        fill = None
+        fill: Literal["all_zero", "all_same"] | None = None
         if stat.is_all_same and stat.numel >= 2:
             fill = "all_zero" if stat.zero_count == stat.numel else "all_same"
         rows[position] = ParamHealthRow(
-            name=name, kind=kind, status="scanned", skip_reason=None,
-            dtype=str(tensor.dtype).removeprefix("torch."), shape=tuple(tensor.shape),
-            numel=stat.numel, device=str(tensor.device), coverage=1.0,
-            nan_count=stat.nan_count, posinf_count=stat.posinf_count,
-            neginf_count=stat.neginf_count, zero_count=stat.zero_count,
-            subnormal_count=stat.subnormal_count, finite_min=stat.finite_min,
-            finite_max=stat.finite_max, absmax=absmax, dtype_max=dtype_max,
-            headroom_fraction=None if absmax is None else absmax / dtype_max, fill=fill,
-            bounds=bound, out_of_bounds_count=stat.out_of_bounds_count)
+            name=name,
+            kind=kind,
+            status="scanned",
+            skip_reason=None,
+            dtype=str(tensor.dtype).removeprefix("torch."),
+            shape=tuple(tensor.shape),
+            numel=stat.numel,
+            device=str(tensor.device),
+            coverage=1.0,
+            nan_count=stat.nan_count,
+            posinf_count=stat.posinf_count,
+            neginf_count=stat.neginf_count,
+            zero_count=stat.zero_count,
+            subnormal_count=stat.subnormal_count,
+            finite_min=stat.finite_min,
+            finite_max=stat.finite_max,
+            absmax=absmax,
+            dtype_max=dtype_max,
+            headroom_fraction=None if absmax is None else absmax / dtype_max,
+            fill=fill,
+            bounds=bound,
+            out_of_bounds_count=stat.out_of_bounds_count,
+        )
     return [r for r in rows if r is not None]
 
 
@@ -222,14 +296,19 @@ def _skip_reason(value: Any) -> str | None:
     return None
 
 
-def _skipped_row(name: str, kind: str, value: Any, reason: str) -> ParamHealthRow:
+def _skipped_row(name: str, kind: ParamHealthKind, value: Any, reason: str) -> ParamHealthRow:
     is_tensor = isinstance(value, torch.Tensor)
     return ParamHealthRow(
-        name=name, kind=kind, status="skipped", skip_reason=reason,
+        name=name,
+        kind=kind,
+        status="skipped",
+        skip_reason=reason,
         dtype=str(value.dtype).removeprefix("torch.") if is_tensor else None,
         shape=tuple(value.shape) if is_tensor else None,
         numel=value.numel() if is_tensor else 0,
-        device=str(value.device) if is_tensor else None, coverage=0.0)
+        device=str(value.device) if is_tensor else None,
+        coverage=0.0,
+    )
 
 
 def _dtype_max(dtype: torch.dtype) -> float:
@@ -247,7 +326,8 @@ def _patterns(within: Within) -> tuple[str, ...]:
     if not patterns or not all(isinstance(p, str) and p for p in patterns):
         raise DiagnosticArgumentError(
             f"within must be a non-empty glob or module prefix (or a list of them), got "
-            f"{within!r}; e.g. within='encoder' or within='*.bias'.")
+            f"{within!r}; e.g. within='encoder' or within='*.bias'."
+        )
     return patterns
 
 
@@ -256,14 +336,17 @@ def _matches(name: str, pattern: str) -> bool:
 
 
 def _validate_bounds(bounds: Bounds) -> None:
-    pairs = [] if bounds is None else (list(bounds.values()) if isinstance(bounds, Mapping)
-                                       else [bounds])
+    pairs = (
+        []
+        if bounds is None
+        else (list(bounds.values()) if isinstance(bounds, Mapping) else [bounds])
+    )
     for pair in pairs:
-        if (not isinstance(pair, tuple) or len(pair) != 2
-                or not float(pair[0]) < float(pair[1])):
+        if not isinstance(pair, tuple) or len(pair) != 2 or not float(pair[0]) < float(pair[1]):
             raise DiagnosticArgumentError(
                 f"bounds must be (low, high) with low < high, or {{glob: (low, high)}}; got "
-                f"{pair!r}.")
+                f"{pair!r}."
+            )
 
 
 def _bound_for(name: str, bounds: Bounds) -> tuple[float, float] | None:

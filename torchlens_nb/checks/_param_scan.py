@@ -8,16 +8,19 @@ many scans repeated it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..report import Finding
-from ..report.checks import Action
+from ..report.checks import Action, ParamHealthKind
 from ._check import Check
 from ._evidence import Attempt
 from ._health_rules import health_findings
 from ._param_health import check_fractions, scan_rows
 from ._params import Roster
 from ._update_ratio import UpdateSample
+
+if TYPE_CHECKING:
+    import torch
 
 
 class ParamScanCheck(Check):
@@ -26,12 +29,25 @@ class ParamScanCheck(Check):
     name = "param_scan"
     site = "S-C"
 
-    def __init__(self, roster: Roster, *, every: int, max_fraction: float,
-                 subnormal_fraction_threshold: float, action: Action) -> None:
+    def __init__(
+        self,
+        roster: Roster,
+        *,
+        every: int,
+        max_fraction: float,
+        subnormal_fraction_threshold: float,
+        action: Action,
+    ) -> None:
         check_fractions(max_fraction, subnormal_fraction_threshold)  # refused at registration
-        super().__init__(roster, action, {
-            "every": every, "max_fraction": max_fraction,
-            "subnormal_fraction_threshold": subnormal_fraction_threshold})
+        super().__init__(
+            roster,
+            action,
+            {
+                "every": every,
+                "max_fraction": max_fraction,
+                "subnormal_fraction_threshold": subnormal_fraction_threshold,
+            },
+        )
         self._accepted = 0
         self._seen: dict[tuple[str, str], tuple[Finding, int, int]] = {}
 
@@ -41,12 +57,15 @@ class ParamScanCheck(Check):
         if not due:
             return None
         self.evaluations += 1
-        entries = [(info.name, "parameter", tensor)
-                   for info, tensor in zip(self.roster.infos, self.roster.tensors)]
+        entries: list[tuple[str, ParamHealthKind, torch.Tensor]] = [
+            (info.name, "parameter", tensor)
+            for info, tensor in zip(self.roster.infos, self.roster.tensors)
+        ]
         rows = scan_rows(entries, lambda name: None)
         new = []
-        for finding in health_findings(rows, self.options["max_fraction"],
-                                       self.options["subnormal_fraction_threshold"]):
+        for finding in health_findings(
+            rows, self.options["max_fraction"], self.options["subnormal_fraction_threshold"]
+        ):
             key = (finding.code, finding.fields["tensor"])
             first, at, repeats = self._seen.get(key, (finding, attempt.index, 0))
             self._seen[key] = (first, at, repeats + 1)
@@ -58,6 +77,9 @@ class ParamScanCheck(Check):
         found = []
         for first, at, repeats in self._seen.values():
             fields: dict[str, Any] = {**first.fields, "first_attempt": at, "scans_seen": repeats}
-            found.append(Finding(first.code, first.severity, first.message, first.where,
-                                 first.remedy, fields))
+            found.append(
+                Finding(
+                    first.code, first.severity, first.message, first.where, first.remedy, fields
+                )
+            )
         return found

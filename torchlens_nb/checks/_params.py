@@ -66,9 +66,16 @@ class Roster:
                     continue
                 seen.add(id(param))
                 name = names.get(id(param), f"param_groups.{group_index}.{position}")
-                infos.append(ParamInfo(len(infos), name, group_index, param.numel(),
-                                       str(param.dtype).removeprefix("torch."),
-                                       param.element_size()))
+                infos.append(
+                    ParamInfo(
+                        len(infos),
+                        name,
+                        group_index,
+                        param.numel(),
+                        str(param.dtype).removeprefix("torch."),
+                        param.element_size(),
+                    )
+                )
                 tensors.append(param)
         self.infos: tuple[ParamInfo, ...] = tuple(infos)
         self.tensors: tuple[torch.Tensor, ...] = tuple(tensors)

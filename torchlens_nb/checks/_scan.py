@@ -59,11 +59,15 @@ def read_host(device_tensors: Sequence[torch.Tensor]) -> list[float]:
         chunk.append(tensor)
     host: dict[torch.device, list[list[float]]] = {}
     for device, chunk in by_device.items():
-        flat = torch.cat([c.reshape(-1).to(torch.float64 if device.type != "mps"
-                                           else torch.float32) for c in chunk]).tolist()
+        flat = torch.cat(
+            [
+                c.reshape(-1).to(torch.float64 if device.type != "mps" else torch.float32)
+                for c in chunk
+            ]
+        ).tolist()
         pieces, start = [], 0
         for c in chunk:
-            pieces.append(flat[start:start + c.numel()])
+            pieces.append(flat[start : start + c.numel()])
             start += c.numel()
         host[device] = pieces
     values: list[float] = []
@@ -114,28 +118,40 @@ def scan_tensors(
     stats: list[TensorStats] = []
     second: list[tuple[int, torch.Tensor]] = []
     for position, (x, bound) in enumerate(zip(flat, bounds)):
-        lo, hi, nonzero, small = first[4 * position:4 * position + 4]
+        lo, hi, nonzero, small = first[4 * position : 4 * position + 4]
         numel = x.numel()
         is_finite = math.isfinite(lo) and math.isfinite(hi)
-        stats.append(TensorStats(
-            numel=numel, nan_count=0, posinf_count=0, neginf_count=0,
-            zero_count=numel - int(nonzero), subnormal_count=int(small) - (numel - int(nonzero)),
-            finite_min=lo if numel and is_finite else None,
-            finite_max=hi if numel and is_finite else None,
-            is_all_same=bool(numel) and lo == hi,
-            out_of_bounds_count=None if bound is None else 0))
+        stats.append(
+            TensorStats(
+                numel=numel,
+                nan_count=0,
+                posinf_count=0,
+                neginf_count=0,
+                zero_count=numel - int(nonzero),
+                subnormal_count=int(small) - (numel - int(nonzero)),
+                finite_min=lo if numel and is_finite else None,
+                finite_max=hi if numel and is_finite else None,
+                is_all_same=bool(numel) and lo == hi,
+                out_of_bounds_count=None if bound is None else 0,
+            )
+        )
         crosses = bound is not None and numel and (lo < bound[0] or hi > bound[1])
         if numel and (not is_finite or crosses):
             second.append((position, _phase_two(x, bound)))
     values = read_host([vector for _, vector in second]) if second else []
     for slot, (position, _) in enumerate(second):
-        nan, pos, neg, lo, hi, outside = values[6 * slot:6 * slot + 6]
+        nan, pos, neg, lo, hi, outside = values[6 * slot : 6 * slot + 6]
         has_finite = math.isfinite(lo) and math.isfinite(hi)
         stats[position] = dataclasses.replace(
-            stats[position], nan_count=int(nan), posinf_count=int(pos), neginf_count=int(neg),
-            finite_min=lo if has_finite else None, finite_max=hi if has_finite else None,
+            stats[position],
+            nan_count=int(nan),
+            posinf_count=int(pos),
+            neginf_count=int(neg),
+            finite_min=lo if has_finite else None,
+            finite_max=hi if has_finite else None,
             is_all_same=stats[position].is_all_same and not nan,
-            out_of_bounds_count=None if bounds[position] is None else int(outside))
+            out_of_bounds_count=None if bounds[position] is None else int(outside),
+        )
     return stats
 
 
@@ -176,8 +192,13 @@ def _phase_two(x: torch.Tensor, bound: tuple[float, float] | None) -> torch.Tens
         lo, hi = torch.aminmax(x)
         return torch.stack([v.to(out) for v in (zero, zero, zero, lo, hi, outside)])
     finite = torch.isfinite(x)
-    parts = [torch.isnan(x).sum(), (x == math.inf).sum(), (x == -math.inf).sum(),
-             torch.where(finite, x, math.inf).amin(), torch.where(finite, x, -math.inf).amax()]
+    parts = [
+        torch.isnan(x).sum(),
+        (x == math.inf).sum(),
+        (x == -math.inf).sum(),
+        torch.where(finite, x, math.inf).amin(),
+        torch.where(finite, x, -math.inf).amax(),
+    ]
     if bound is None:
         parts.append(zero)
     else:

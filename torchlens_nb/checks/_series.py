@@ -20,8 +20,17 @@ MAX_SERIES_ROWS = 4096
 """Rows kept (the oldest are dropped): 4096 rows are 512 attempts of an 8-group optimizer."""
 
 SERIES_COLUMNS = (
-    "attempt", "global_step", "group", "status", "grad_norm", "grad_norm_raw", "grad_stage",
-    "grad_scale_provenance", "update_ratio", "update_ratio_lr_normalized", "lr",
+    "attempt",
+    "global_step",
+    "group",
+    "status",
+    "grad_norm",
+    "grad_norm_raw",
+    "grad_stage",
+    "grad_scale_provenance",
+    "update_ratio",
+    "update_ratio_lr_normalized",
+    "lr",
 )
 
 
@@ -39,17 +48,24 @@ class Series:
 
     def add_attempt(self, attempt: Attempt) -> None:
         """One row per param group from the attempt's S-A norms (None when not measured)."""
-        divisor = {"gradscaler": attempt.scale, "explicit": self._loss_scale,
-                   "unscaled": 1.0}.get(attempt.scale_provenance)
+        divisor = {"gradscaler": attempt.scale, "explicit": self._loss_scale, "unscaled": 1.0}.get(
+            attempt.scale_provenance
+        )
         rows = []
         for group, members in enumerate(self._members):
             raw = _total(attempt.final_norms, members) if attempt.has_norms else None
             row = {
-                "attempt": attempt.index, "global_step": attempt.global_step, "group": group,
-                "status": attempt.status, "grad_norm_raw": raw,
+                "attempt": attempt.index,
+                "global_step": attempt.global_step,
+                "group": group,
+                "status": attempt.status,
+                "grad_norm_raw": raw,
                 "grad_norm": raw if raw is None or not divisor else raw / divisor,
-                "grad_stage": attempt.stage, "grad_scale_provenance": attempt.scale_provenance,
-                "update_ratio": None, "update_ratio_lr_normalized": None, "lr": None,
+                "grad_stage": attempt.stage,
+                "grad_scale_provenance": attempt.scale_provenance,
+                "update_ratio": None,
+                "update_ratio_lr_normalized": None,
+                "lr": None,
             }
             rows.append(row)
         self._remember(attempt.index, rows)
@@ -66,8 +82,9 @@ class Series:
             members = self._members[row["group"]]
             ratio = sample.group_ratio(members)
             lr = sample.lrs[row["group"]]
-            row.update(update_ratio=ratio, update_ratio_lr_normalized=lr_normalized(ratio, lr),
-                       lr=lr)
+            row.update(
+                update_ratio=ratio, update_ratio_lr_normalized=lr_normalized(ratio, lr), lr=lr
+            )
 
     def take_fresh(self) -> list[dict[str, Any]]:
         """The rows added since the last call (the dashboard's increment)."""

@@ -87,17 +87,27 @@ class ChecksSession:
         (3, 'clean')
     """
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 scaler: Any = UNDECLARED, *, loss_scale: float | None = None,
-                 distributed: bool | None = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scaler: Any = UNDECLARED,
+        *,
+        loss_scale: float | None = None,
+        distributed: bool | None = None,
+    ) -> None:
         roster = Roster(model, optimizer)
         kind = _scaler_kind(scaler)
         if loss_scale is not None and (
-                kind == "gradscaler" or isinstance(loss_scale, bool)
-                or not isinstance(loss_scale, (int, float)) or not 0 < loss_scale < float("inf")):
+            kind == "gradscaler"
+            or isinstance(loss_scale, bool)
+            or not isinstance(loss_scale, (int, float))
+            or not 0 < loss_scale < float("inf")
+        ):
             raise DiagnosticArgumentError(
                 f"loss_scale must be a positive finite number and cannot be combined with a "
-                f"GradScaler, got loss_scale={loss_scale!r} with scaler={scaler!r}.")
+                f"GradScaler, got loss_scale={loss_scale!r} with scaler={scaler!r}."
+            )
         self._engine = Engine(roster, optimizer, scaler, kind, loss_scale)
         self._engine.raise_violation = self._raise
         self._engine.on_progress = self._progress
@@ -106,17 +116,25 @@ class ChecksSession:
             self._engine.agree = self._ranks.agree
             self._ranks.read_counters = functools.partial(counters, self._engine)
         self._model_ref = weakref.ref(model)
-        self._subject = (f"{type(model).__name__} with {type(optimizer).__name__} "
-                         f"({len(roster)} parameters)" + (
-                             f" on rank {self._ranks.rank}" if self._ranks.is_active else ""))
+        self._subject = (
+            f"{type(model).__name__} with {type(optimizer).__name__} "
+            f"({len(roster)} parameters)"
+            + (f" on rank {self._ranks.rank}" if self._ranks.is_active else "")
+        )
         self._hooks: contextlib.ExitStack | None = None
         self._final: CheckReport | None = None
         self._feed: DashboardFeed | None = None
         self._paused_spans = 0
 
     # ----- registration -----------------------------------------------------------------------
-    def register_change_check(self, *, window: int = 8, min_hits: int = 6,
-                              action: Action = "warn", movement_every: int = 50) -> None:
+    def register_change_check(
+        self,
+        *,
+        window: int = 8,
+        min_hits: int = 6,
+        action: Action = "warn",
+        movement_every: int = 50,
+    ) -> None:
         """Flag parameters whose gradient is None or zero on ``min_hits`` of ``window`` attempts.
 
         Uses the gradient fact, not parameter movement: under default AdamW, weight decay moves
@@ -124,11 +142,14 @@ class ChecksSession:
         sampled every ``movement_every`` accepted steps is attached as corroboration with its
         lag. Finding: ``param_received_no_gradient``. Warns once per episode by default.
         """
-        self._register(ChangeCheck(self._engine.roster, window=window, min_hits=min_hits,
-                                   action=action), sample_every=movement_every)
+        self._register(
+            ChangeCheck(self._engine.roster, window=window, min_hits=min_hits, action=action),
+            sample_every=movement_every,
+        )
 
-    def register_nonfinite_grad_check(self, *, action: Action = "raise",
-                                      smear_min_params: int = 2) -> None:
+    def register_nonfinite_grad_check(
+        self, *, action: Action = "raise", smear_min_params: int = 2
+    ) -> None:
         """Collect non-finite pre-clip gradients at S-A; raise at S-B before the write.
 
         Raises ``CheckViolationError`` (``code="nonfinite_grad"``) from ``optimizer.step()``
@@ -136,12 +157,21 @@ class ChecksSession:
         the culprit (or ``attribution="smeared"`` when ``smear_min_params`` or more parameters
         are non-finite) and the clipping collateral count.
         """
-        self._register(NonfiniteGradCheck(self._engine.roster, action=action,
-                                          smear_min_params=smear_min_params))
+        self._register(
+            NonfiniteGradCheck(
+                self._engine.roster, action=action, smear_min_params=smear_min_params
+            )
+        )
 
-    def register_update_ratio_check(self, *, every: int = 50,
-                                    band: tuple[float, float] | None = None, window: int = 8,
-                                    min_hits: int = 6, action: Action = "collect") -> None:
+    def register_update_ratio_check(
+        self,
+        *,
+        every: int = 50,
+        band: tuple[float, float] | None = None,
+        window: int = 8,
+        min_hits: int = 6,
+        action: Action = "collect",
+    ) -> None:
         """Record ``||dw|| / ||w||`` (raw and lr-normalised) every ``every`` accepted steps.
 
         Each sampled step copies the parameters at S-B (``estimated_snapshot_bytes``) and reads
@@ -150,45 +180,84 @@ class ChecksSession:
         50 (about +1.2% amortised); pass ``every=1`` for a ratio at every step. With ``band``
         declared, sustained out-of-band ratios yield ``update_ratio_out_of_band``.
         """
-        self._register(UpdateRatioCheck(self._engine.roster, every=every, band=band,
-                                        window=window, min_hits=min_hits, action=action),
-                       sample_every=every)
+        self._register(
+            UpdateRatioCheck(
+                self._engine.roster,
+                every=every,
+                band=band,
+                window=window,
+                min_hits=min_hits,
+                action=action,
+            ),
+            sample_every=every,
+        )
 
-    def register_magnitude_check(self, *, high: float = 1e4, low: float = 1e-7,
-                                 window: int = 8, min_hits: int = 6,
-                                 site: Literal["S-A", "S-B"] = "S-A",
-                                 action: Action = "warn") -> None:
+    def register_magnitude_check(
+        self,
+        *,
+        high: float = 1e4,
+        low: float = 1e-7,
+        window: int = 8,
+        min_hits: int = 6,
+        site: Literal["S-A", "S-B"] = "S-A",
+        action: Action = "warn",
+    ) -> None:
         """Judge pre-clip gradient norms (off by default; S-A is the only uncensored site).
 
         ``site="S-B"`` reads the step-site total norm each attempt; where clipping lowered it the
         attempt is reported as a typed unavailable entry (``censored_by_clipping``).
         """
-        self._register(MagnitudeCheck(self._engine.roster, high=high, low=low, window=window,
-                                      min_hits=min_hits, site=site,
-                                      loss_scale=self._engine.loss_scale, action=action))
+        self._register(
+            MagnitudeCheck(
+                self._engine.roster,
+                high=high,
+                low=low,
+                window=window,
+                min_hits=min_hits,
+                site=site,
+                loss_scale=self._engine.loss_scale,
+                action=action,
+            )
+        )
 
-    def register_no_accepted_steps_check(self, *, threshold_attempts: int = 20,
-                                         action: Action = "warn") -> None:
+    def register_no_accepted_steps_check(
+        self, *, threshold_attempts: int = 20, action: Action = "warn"
+    ) -> None:
         """The death-spiral watchdog: warn when ``K x threshold_attempts`` backwards pass
         without an accepted step (counting tier, no tensor read)."""
-        self._register(NoAcceptedStepsCheck(self._engine.roster,
-                                            threshold_attempts=threshold_attempts, action=action))
+        self._register(
+            NoAcceptedStepsCheck(
+                self._engine.roster, threshold_attempts=threshold_attempts, action=action
+            )
+        )
 
-    def register_param_scan(self, *, every: int = 100, max_fraction: float = 0.9,
-                            subnormal_fraction_threshold: float = 0.1,
-                            action: Action = "collect") -> None:
+    def register_param_scan(
+        self,
+        *,
+        every: int = 100,
+        max_fraction: float = 0.9,
+        subnormal_fraction_threshold: float = 0.1,
+        action: Action = "collect",
+    ) -> None:
         """Run ``param_health``'s scan and rules on the parameters at S-C every ``every``
         accepted steps (first on the first)."""
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise DiagnosticArgumentError(f"every must be >= 1 accepted steps, got {every!r}.")
-        self._register(ParamScanCheck(
-            self._engine.roster, every=every, max_fraction=max_fraction,
-            subnormal_fraction_threshold=subnormal_fraction_threshold, action=action))
+        self._register(
+            ParamScanCheck(
+                self._engine.roster,
+                every=every,
+                max_fraction=max_fraction,
+                subnormal_fraction_threshold=subnormal_fraction_threshold,
+                action=action,
+            )
+        )
 
     def _register(self, check: Check, sample_every: int | None = None) -> None:
         if self._final is not None:
             raise DiagnosticArgumentError(
-                "this session is finalized; create a new ChecksSession to register checks.")
+                "this session is finalized; create a new ChecksSession to register checks."
+            )
         engine = self._engine
         engine.checks[check.name] = check
         engine.sites.needs_norms = any(c.needs_norms for c in engine.checks.values())
@@ -201,7 +270,8 @@ class ChecksSession:
         """Install the hooks (S-A per parameter, S-B and S-C on the optimizer)."""
         if self._final is not None:
             raise DiagnosticArgumentError(
-                "this session is finalized (its scope exited); create a new ChecksSession.")
+                "this session is finalized (its scope exited); create a new ChecksSession."
+            )
         if self._hooks is not None:
             raise DiagnosticArgumentError("this session is already attached.")
         stack = contextlib.ExitStack()
@@ -234,14 +304,21 @@ class ChecksSession:
         return self.attach()
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        reason = "completed" if exc_type is None else (
-            f"raised {exc_type.__name__}" if issubclass(exc_type, CheckViolationError)
-            else f"exception {exc_type.__name__}")
+        reason = (
+            "completed"
+            if exc_type is None
+            else (
+                f"raised {exc_type.__name__}"
+                if issubclass(exc_type, CheckViolationError)
+                else f"exception {exc_type.__name__}"
+            )
+        )
         self.detach(reason)
 
     @contextlib.contextmanager
-    def step(self, *, global_step: int | None = None,
-             micro_batches: int | None = None) -> Iterator[None]:
+    def step(
+        self, *, global_step: int | None = None, micro_batches: int | None = None
+    ) -> Iterator[None]:
         """One optimizer attempt (boundary mode): exact accepted/skipped and the caller's ids.
 
         Args:
@@ -250,12 +327,17 @@ class ChecksSession:
         """
         if self._hooks is None:
             raise DiagnosticArgumentError(
-                "session.step() needs an attached session: use it inside `with session:`.")
-        if micro_batches is not None and (isinstance(micro_batches, bool) or not isinstance(
-                micro_batches, int) or micro_batches < 1):
+                "session.step() needs an attached session: use it inside `with session:`."
+            )
+        if micro_batches is not None and (
+            isinstance(micro_batches, bool)
+            or not isinstance(micro_batches, int)
+            or micro_batches < 1
+        ):
             raise DiagnosticArgumentError(
                 f"micro_batches must be >= 1, got {micro_batches!r}; pass the int number of "
-                "backwards in this step.")
+                "backwards in this step."
+            )
         engine = self._engine
         if engine.block is not None:
             raise DiagnosticArgumentError("session.step() blocks do not nest.")
@@ -308,7 +390,8 @@ class ChecksSession:
             if not self._ranks.is_active:
                 raise DiagnosticArgumentError(
                     "report(gather=True) needs a distributed session (a DDP model in an "
-                    "initialized process group, or distributed=True).")
+                    "initialized process group, or distributed=True)."
+                )
             return self._ranks.gather(self.report())
         if self._final is not None:
             return self._final
@@ -336,10 +419,14 @@ class ChecksSession:
         attempts = self._engine.ledger.attempts
         site_ms = (self._engine.site_ns + self._engine.sites.norm_ns) / 1e6
         return SessionOverhead(
-            scan_ms=best * 1e3, scanned_tensors=len(tensors),
+            scan_ms=best * 1e3,
+            scanned_tensors=len(tensors),
             scanned_bytes=sum(t.numel() * t.element_size() for t in tensors),
-            snapshot_bytes=self.estimated_snapshot_bytes, site_ms=site_ms, attempts=attempts,
-            site_ms_per_attempt=site_ms / attempts if attempts else None)
+            snapshot_bytes=self.estimated_snapshot_bytes,
+            site_ms=site_ms,
+            attempts=attempts,
+            site_ms_per_attempt=site_ms / attempts if attempts else None,
+        )
 
     def dashboard(self) -> LiveView:
         """Open the live dashboard: a panel in a notebook, a printed summary elsewhere.
@@ -370,8 +457,13 @@ class ChecksSession:
         return bundle
 
     def __repr__(self) -> str:
-        state = ("final" if self._final is not None else
-                 "attached" if self._hooks is not None else "detached")
+        state = (
+            "final"
+            if self._final is not None
+            else "attached"
+            if self._hooks is not None
+            else "detached"
+        )
         return f"<ChecksSession {self._subject}: {state}, checks={list(self._engine.checks)}>"
 
     # ----- internals --------------------------------------------------------------------------
@@ -382,9 +474,15 @@ class ChecksSession:
             engine.settle_hook_only(engine.observe_live_scale())
 
     def _build(self, *, is_final: bool, exit_reason: str | None) -> CheckReport:
-        return self._ranks.annotate(build_report(
-            self._engine, self._subject, is_final=is_final, exit_reason=exit_reason,
-            paused_spans=self._paused_spans))
+        return self._ranks.annotate(
+            build_report(
+                self._engine,
+                self._subject,
+                is_final=is_final,
+                exit_reason=exit_reason,
+                paused_spans=self._paused_spans,
+            )
+        )
 
     def _live_state(self) -> dict[str, Any]:
         state = live_state(self._engine)
@@ -400,8 +498,9 @@ class ChecksSession:
         report = self._build(is_final=False, exit_reason=None)
         if self._feed is not None:
             self._feed.flush()
-        raise CheckViolationError(f"{finding.code}: {finding.message} {finding.remedy or ''}",
-                                  finding, report)
+        raise CheckViolationError(
+            f"{finding.code}: {finding.message} {finding.remedy or ''}", finding, report
+        )
 
 
 def _scaler_kind(scaler: Any) -> ScalerKind:
@@ -412,5 +511,6 @@ def _scaler_kind(scaler: Any) -> ScalerKind:
     if not all(hasattr(scaler, name) for name in ("is_enabled", "get_backoff_factor", "update")):
         raise DiagnosticArgumentError(
             f"scaler must be a torch.amp.GradScaler or None, got {type(scaler).__name__}; pass "
-            "scaler=None to declare that the loop runs no GradScaler.")
+            "scaler=None to declare that the loop runs no GradScaler."
+        )
     return "gradscaler"

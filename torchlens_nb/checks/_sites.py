@@ -64,8 +64,12 @@ class GradSites:
         scale_source: returns the live scale tensor of the scaler, or None.
     """
 
-    def __init__(self, roster: Roster, on_backward: Callable[[PendingBackward], None],
-                 scale_source: Callable[[], torch.Tensor | None]) -> None:
+    def __init__(
+        self,
+        roster: Roster,
+        on_backward: Callable[[PendingBackward], None],
+        scale_source: Callable[[], torch.Tensor | None],
+    ) -> None:
         self._roster = roster
         self._on_backward = on_backward
         self._scale_source = scale_source
@@ -82,7 +86,8 @@ class GradSites:
         """Register one post-accumulate-grad hook per roster parameter; handles go to ``stack``."""
         for info, tensor in zip(self._roster.infos, self._roster.tensors):
             handle = tensor.register_post_accumulate_grad_hook(
-                partial(self._on_grad_arrival, info.index))
+                partial(self._on_grad_arrival, info.index)
+            )
             stack.callback(handle.remove)
         stack.callback(self._forget_open_backward)
 
@@ -112,8 +117,9 @@ class GradSites:
             norms = device_norms([g for _, g in present], [i for i, _ in present])
             self.norm_ns += time.perf_counter_ns() - start
         scale = self._scale_source()
-        pending = PendingBackward(self.backwards, fired, norms,
-                                  None if scale is None else scale.detach().clone())
+        pending = PendingBackward(
+            self.backwards, fired, norms, None if scale is None else scale.detach().clone()
+        )
         self.backwards += 1
         self._on_backward(pending)
 

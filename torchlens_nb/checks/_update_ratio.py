@@ -68,15 +68,17 @@ class UpdateSampler:
     def __init__(self, roster: Roster, every: int) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise DiagnosticArgumentError(
-                f"every must be >= 1 accepted steps, got {every!r}; every=1 samples each step.")
+                f"every must be >= 1 accepted steps, got {every!r}; every=1 samples each step."
+            )
         self._roster = roster
         self.every = every
         self._snapshot: list[torch.Tensor] | None = None
         self._lrs: tuple[float, ...] = ()
         self._attempt = -1
 
-    def before_write(self, attempt: Attempt, accepted: int,
-                     optimizer: torch.optim.Optimizer) -> None:
+    def before_write(
+        self, attempt: Attempt, accepted: int, optimizer: torch.optim.Optimizer
+    ) -> None:
         """S-B: copy the parameters when this step is due (``accepted % every == 0``)."""
         self._snapshot = None
         if accepted % self.every:
@@ -126,17 +128,29 @@ class UpdateRatioCheck(Check):
     name = "update_ratio"
     site = "S-C"
 
-    def __init__(self, roster: Roster, *, every: int, band: tuple[float, float] | None,
-                 window: int, min_hits: int, action: Action) -> None:
+    def __init__(
+        self,
+        roster: Roster,
+        *,
+        every: int,
+        band: tuple[float, float] | None,
+        window: int,
+        min_hits: int,
+        action: Action,
+    ) -> None:
         validate_window(window, min_hits)
         if band is not None and not (
-                isinstance(band, (tuple, list)) and len(band) == 2
-                and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in band)
-                and 0 <= band[0] < band[1]):
+            isinstance(band, (tuple, list))
+            and len(band) == 2
+            and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in band)
+            and 0 <= band[0] < band[1]
+        ):
             raise DiagnosticArgumentError(
-                f"band must be (low, high) with 0 <= low < high, got {band!r}; e.g. (1e-5, 1e-2).")
-        super().__init__(roster, action, {"every": every, "band": band, "window": window,
-                                          "min_hits": min_hits})
+                f"band must be (low, high) with 0 <= low < high, got {band!r}; e.g. (1e-5, 1e-2)."
+            )
+        super().__init__(
+            roster, action, {"every": every, "band": band, "window": window, "min_hits": min_hits}
+        )
         self.band = band
         self.last: dict[int, tuple[float | None, float | None, int]] = {}
         self.unknown = 0
@@ -170,19 +184,29 @@ class UpdateRatioCheck(Check):
         if not self._flagged or self.band is None:
             return []
         names = [self.roster.infos[i].name for i in self._flagged]
-        rows = [{"param": self.roster.infos[i].name, "first_attempt": first,
-                 "update_ratio": self.last[i][0], "update_ratio_lr_normalized": self.last[i][1],
-                 "stage": "post_clip_applied", "scale_provenance": "unscaled"}
-                for i, first in self._flagged.items()]
+        rows = [
+            {
+                "param": self.roster.infos[i].name,
+                "first_attempt": first,
+                "update_ratio": self.last[i][0],
+                "update_ratio_lr_normalized": self.last[i][1],
+                "stage": "post_clip_applied",
+                "scale_provenance": "unscaled",
+            }
+            for i, first in self._flagged.items()
+        ]
         low, high = self.band
-        return [Finding(
-            "update_ratio_out_of_band", "warning",
-            f"{len(names)} parameter(s) had an update ratio outside [{low:g}, {high:g}] on "
-            f">= {self.options['min_hits']} of {self.options['window']} sampled steps: "
-            + ", ".join(names[:5]) + (" ..." if len(names) > 5 else ""),
-            where=Where(module=self.roster.infos[next(iter(self._flagged))].module),
-            remedy="Compare the lr-normalised column across param groups; a ratio far above "
-                   "the band usually means the learning rate is too high for that group.",
-            fields={"code": "update_ratio_out_of_band", "params": rows, "band": [low, high]},
-        )]
-
+        return [
+            Finding(
+                "update_ratio_out_of_band",
+                "warning",
+                f"{len(names)} parameter(s) had an update ratio outside [{low:g}, {high:g}] on "
+                f">= {self.options['min_hits']} of {self.options['window']} sampled steps: "
+                + ", ".join(names[:5])
+                + (" ..." if len(names) > 5 else ""),
+                where=Where(module=self.roster.infos[next(iter(self._flagged))].module),
+                remedy="Compare the lr-normalised column across param groups; a ratio far above "
+                "the band usually means the learning rate is too high for that group.",
+                fields={"code": "update_ratio_out_of_band", "params": rows, "band": [low, high]},
+            )
+        ]

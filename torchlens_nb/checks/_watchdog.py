@@ -31,11 +31,15 @@ class NoAcceptedStepsCheck(Check):
     site = "S-D"
 
     def __init__(self, roster: Roster, *, threshold_attempts: int, action: Action) -> None:
-        if (isinstance(threshold_attempts, bool) or not isinstance(threshold_attempts, int)
-                or threshold_attempts < 1):
+        if (
+            isinstance(threshold_attempts, bool)
+            or not isinstance(threshold_attempts, int)
+            or threshold_attempts < 1
+        ):
             raise DiagnosticArgumentError(
                 f"threshold_attempts must be >= 1, got {threshold_attempts!r}; pass an int "
-                "(the default is 20).")
+                "(the default is 20)."
+            )
         super().__init__(roster, action, {"threshold_attempts": threshold_attempts})
         self._is_armed = True
         self.events: list[dict[str, Any]] = []
@@ -47,10 +51,15 @@ class NoAcceptedStepsCheck(Check):
         if not self._is_armed or ledger.backwards_since_accepted <= limit:
             return None
         self._is_armed = False
-        self.events.append({"code": "no_accepted_steps",
-                            "backwards_since_accepted": ledger.backwards_since_accepted,
-                            "limit": limit, "accumulation_factor": factor,
-                            "accepted_total": ledger.accepted})
+        self.events.append(
+            {
+                "code": "no_accepted_steps",
+                "backwards_since_accepted": ledger.backwards_since_accepted,
+                "limit": limit,
+                "accumulation_factor": factor,
+                "accepted_total": ledger.accepted,
+            }
+        )
         return self.act(self.findings()[-1])
 
     def on_written(self, attempt: Attempt, sample: UpdateSample | None) -> Finding | None:
@@ -59,14 +68,18 @@ class NoAcceptedStepsCheck(Check):
         return None
 
     def findings(self) -> list[Finding]:
-        return [Finding(
-            "no_accepted_steps", "warning",
-            f"{event['backwards_since_accepted']} backwards passed without an accepted "
-            f"optimizer step (limit {event['limit']} = K {event['accumulation_factor']} x "
-            f"{self.options['threshold_attempts']} attempts); a GradScaler whose scale keeps "
-            "backing off skips every attempt.",
-            remedy="Read report.ledgers['scale'] for the scale history; a scale collapsing "
-                   "toward 0 means the forward produces non-finite values at any scale: find "
-                   "them with tl.debug.nonfinite_origin(model, batch).",
-            fields=event) for event in self.events]
-
+        return [
+            Finding(
+                "no_accepted_steps",
+                "warning",
+                f"{event['backwards_since_accepted']} backwards passed without an accepted "
+                f"optimizer step (limit {event['limit']} = K {event['accumulation_factor']} x "
+                f"{self.options['threshold_attempts']} attempts); a GradScaler whose scale keeps "
+                "backing off skips every attempt.",
+                remedy="Read report.ledgers['scale'] for the scale history; a scale collapsing "
+                "toward 0 means the forward produces non-finite values at any scale: find "
+                "them with tl.debug.nonfinite_origin(model, batch).",
+                fields=event,
+            )
+            for event in self.events
+        ]

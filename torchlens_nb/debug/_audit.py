@@ -11,6 +11,7 @@ several samples).
 from __future__ import annotations
 
 import dataclasses
+
 from ..capture import Trace, register_analysis
 from ..errors import DiagnosticArgumentError
 from ..report import Exit, Report, Unavailable
@@ -22,13 +23,20 @@ from ._nan_backward import bisect_nan_backward
 
 _NEEDS_MORE = (
     ("compare", "needs a second trace: tl.debug.compare(trace, other)."),
-    ("check_determinism",
-     "needs fresh executions of the model: tl.debug.check_determinism(model, inputs)."),
-    ("bisect_precision",
-     "needs a fresh execution at reference precision: tl.debug.bisect_precision(model, inputs)."),
+    (
+        "check_determinism",
+        "needs fresh executions of the model: tl.debug.check_determinism(model, inputs).",
+    ),
+    (
+        "bisect_precision",
+        "needs a fresh execution at reference precision: tl.debug.bisect_precision(model, inputs).",
+    ),
     ("lineage", "needs a start op: tl.debug.lineage(trace, label)."),
-    ("dead_neurons", "one trace is one sample and a dead-unit verdict needs several: "
-                     "tl.debug.dead_neurons(trace) shows this sample, tl.dead([...]) decides."),
+    (
+        "dead_neurons",
+        "one trace is one sample and a dead-unit verdict needs several: "
+        "tl.debug.dead_neurons(trace) shows this sample, tl.dead([...]) decides.",
+    ),
 )
 """Diagnostics the audit never runs, and what each needs beyond the trace."""
 
@@ -56,14 +64,20 @@ def audit(trace: Trace) -> HealthReport:
     if not isinstance(trace, Trace):
         raise DiagnosticArgumentError(
             f"audit needs a Trace or PartialTrace (tl.trace(model, inputs)), got "
-            f"{type(trace).__name__}.")
+            f"{type(trace).__name__}."
+        )
     ran: list[tuple[str, Report]] = [("find_nan", find_nan_in_trace(trace))]
     skipped: list[Unavailable] = []
     if trace.save_all:
         ran.append(("bisect_nan", bisect_nan(trace)))
     else:
-        skipped.append(_skip("bisect_nan", "needs a full-coverage trace (save=True); this one "
-                                           "saved a selection, find_nan scoped its answer."))
+        skipped.append(
+            _skip(
+                "bisect_nan",
+                "needs a full-coverage trace (save=True); this one "
+                "saved a selection, find_nan scoped its answer.",
+            )
+        )
     ran.append(("dtype_range", dtype_range(trace)))
     grad_reason = _grad_health_gap(trace)
     if grad_reason is None:
@@ -74,18 +88,24 @@ def audit(trace: Trace) -> HealthReport:
         skipped.append(_skip("bisect_nan_backward", grad_reason))
     skipped.extend(_skip(name, reason) for name, reason in _NEEDS_MORE)
     reports = dict(ran)
-    findings = [dataclasses.replace(f, fields={**f.fields, "check": name})
-                for name, report in ran for f in report.findings]
-    outcomes = tuple(CheckOutcome(name, r.report_type, r.status, r.lead, len(r.findings))
-                     for name, r in ran)
+    findings = [
+        dataclasses.replace(f, fields={**f.fields, "check": name})
+        for name, report in ran
+        for f in report.findings
+    ]
+    outcomes = tuple(
+        CheckOutcome(name, r.report_type, r.status, r.lead, len(r.findings)) for name, r in ran
+    )
     found = [o.check for o in outcomes if o.status == "found"]
     if found:
         status = "found"
         lead = f"{', '.join(found)} found problems; {len(ran)} checks ran, {len(skipped)} skipped."
     elif trace.is_partial and all(o.status == "clean" for o in outcomes):
         status = "partial"
-        lead = (f"{len(ran)} checks found nothing in the {len(trace)} ops recorded before the "
-                "forward raised; the rest never ran.")
+        lead = (
+            f"{len(ran)} checks found nothing in the {len(trace)} ops recorded before the "
+            "forward raised; the rest never ran."
+        )
     elif all(o.status == "clean" for o in outcomes):
         status, lead = "clean", f"{len(ran)} checks ran clean; {len(skipped)} skipped."
     else:
@@ -94,23 +114,39 @@ def audit(trace: Trace) -> HealthReport:
         lead = f"nothing found, but not every check could decide: {unsure}."
     disclosures = []
     if trace.is_partial:
-        disclosures.append(f"partial trace: the forward stopped ({type(trace.exception).__name__})"
-                           f" after {len(trace)} ops; only those were audited.")
+        disclosures.append(
+            f"partial trace: the forward stopped ({type(trace.exception).__name__})"
+            f" after {len(trace)} ops; only those were audited."
+        )
 
     def open_check(check: str) -> Report:
         if check not in reports:
             raise DiagnosticArgumentError(
-                f"no check {check!r} ran in this audit; ran: {sorted(reports)}.")
+                f"no check {check!r} ran in this audit; ran: {sorted(reports)}."
+            )
         return reports[check]
 
     return HealthReport(
         subject=f"{trace.model_type} ({len(trace)} ops{', partial' if trace.is_partial else ''})",
-        status=status, lead=lead, findings=tuple(findings), disclosures=tuple(disclosures),
+        status=status,
+        lead=lead,
+        findings=tuple(findings),
+        disclosures=tuple(disclosures),
         unavailable=tuple(skipped),
-        exits=tuple(Exit(f"Open {o.check}", f"tl.debug.{o.check}(trace)", action="open",
-                         args={"check": o.check}) for o in outcomes if o.num_findings),
-        actions={"open": open_check}, checks_run=tuple(name for name, _ in ran),
-        outcomes=outcomes)
+        exits=tuple(
+            Exit(
+                f"Open {o.check}",
+                f"tl.debug.{o.check}(trace)",
+                action="open",
+                args={"check": o.check},
+            )
+            for o in outcomes
+            if o.num_findings
+        ),
+        actions={"open": open_check},
+        checks_run=tuple(name for name, _ in ran),
+        outcomes=outcomes,
+    )
 
 
 def _skip(check: str, reason: str) -> Unavailable:
@@ -120,14 +156,18 @@ def _skip(check: str, reason: str) -> Unavailable:
 def _grad_health_gap(trace: Trace) -> str | None:
     """Why grad_health cannot run on this trace alone, or None when it can."""
     if not trace.options.save_grads:
-        return ("needs gradients: capture with CaptureOptions(save_grads=True) and call "
-                "trace.backward(loss).")
+        return (
+            "needs gradients: capture with CaptureOptions(save_grads=True) and call "
+            "trace.backward(loss)."
+        )
     passes = len(trace.backward_passes)
     if passes == 0:
         return "needs a backward pass: call trace.backward(loss) first."
     if passes > 1:
-        return (f"this trace has {passes} backward passes and needs a bwd= selection: "
-                f"tl.debug.grad_health(trace, bwd=N), N in 0..{passes - 1}.")
+        return (
+            f"this trace has {passes} backward passes and needs a bwd= selection: "
+            f"tl.debug.grad_health(trace, bwd=N), N in 0..{passes - 1}."
+        )
     return None
 
 

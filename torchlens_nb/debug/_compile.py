@@ -47,12 +47,14 @@ class CompileCounts:
         if importlib.util.find_spec("torch._dynamo") is None:
             raise CompileCountsUnavailableError(
                 "this torch build has no torch._dynamo, so there are no compile counters to "
-                "read; count_compiles needs torch >= 2.0 with Dynamo.")
+                "read; count_compiles needs torch >= 2.0 with Dynamo."
+            )
         utils = sys.modules.get("torch._dynamo.utils")
         if utils is not None and not hasattr(utils, "counters"):
             raise CompileCountsUnavailableError(
                 "torch._dynamo.utils exposes no `counters` in this torch version; "
-                "count_compiles cannot measure compilation events here.")
+                "count_compiles cannot measure compilation events here."
+            )
         self._start: dict[str, dict[str, int]] | None = None
         self._end: dict[str, dict[str, int]] | None = None
 
@@ -60,8 +62,12 @@ class CompileCounts:
         self._start, self._end = _counters(), None
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self._end = _counters()
 
     def _delta(self, group: str, key: str | None) -> int:
@@ -93,8 +99,10 @@ class CompileCounts:
         return self._delta("graph_break", None)
 
     def __repr__(self) -> str:
-        return (f"<CompileCounts frames_compiled={self.frames_compiled} "
-                f"frames_attempted={self.frames_attempted} graph_breaks={self.graph_breaks}>")
+        return (
+            f"<CompileCounts frames_compiled={self.frames_compiled} "
+            f"frames_attempted={self.frames_attempted} graph_breaks={self.graph_breaks}>"
+        )
 
 
 def count_compiles() -> CompileCounts:
@@ -130,14 +138,18 @@ def graph_breaks(model: nn.Module, inputs: Any) -> GraphBreaksReport:
     validate_model(model)
     args, kwargs = call_arguments(inputs)
     if importlib.util.find_spec("torch._dynamo") is None:
-        raise UnavailableError("this torch has no torch._dynamo, so graph breaks cannot be "
-                               "explained.", code="graph_breaks_unavailable")
+        raise UnavailableError(
+            "this torch has no torch._dynamo, so graph breaks cannot be explained.",
+            code="graph_breaks_unavailable",
+        )
     import torch._dynamo  # heavy (about 1 s): loaded only when graph breaks are asked for
 
     explain = getattr(torch._dynamo, "explain", None)
     if explain is None:
-        raise UnavailableError("torch._dynamo.explain is missing in this torch version.",
-                               code="graph_breaks_unavailable")
+        raise UnavailableError(
+            "torch._dynamo.explain is missing in this torch version.",
+            code="graph_breaks_unavailable",
+        )
     original = getattr(model, "_orig_mod", model)
     with preserved_rng_state():
         seed_all(0)
@@ -154,24 +166,46 @@ def graph_breaks(model: nn.Module, inputs: Any) -> GraphBreaksReport:
                 f"the model's forward raised {type(exc).__name__} under torch._dynamo.explain: "
                 f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''} (the model was "
                 "not touched: explain ran on a copy); run model(inputs) eagerly to see it.",
-                None) from exc
+                None,
+            ) from exc
         finally:
             frames.clear()
             frames.update(frames_before)
     rows = []
     for index, reason in enumerate(result.break_reasons):
         frame = reason.user_stack[-1] if reason.user_stack else None
-        rows.append({"index": index, "reason": reason.reason.strip().splitlines()[0],
-                     "source_line": None if frame is None else f"{frame.filename}:{frame.lineno}",
-                     "code": None if frame is None else (frame.line or None)})
-    findings = tuple(Finding("graph_break", "info", f"graph break: {row['reason']}",
-                             fields={"source_line": row["source_line"]}) for row in rows)
+        rows.append(
+            {
+                "index": index,
+                "reason": reason.reason.strip().splitlines()[0],
+                "source_line": None if frame is None else f"{frame.filename}:{frame.lineno}",
+                "code": None if frame is None else (frame.line or None),
+            }
+        )
+    findings = tuple(
+        Finding(
+            "graph_break",
+            "info",
+            f"graph break: {row['reason']}",
+            fields={"source_line": row["source_line"]},
+        )
+        for row in rows
+    )
     return GraphBreaksReport(
-        subject=type(original).__name__, status="breaks" if rows else "single_graph",
-        lead=(f"{result.graph_count} graphs, {result.graph_break_count} graph break(s)"
-              if rows else f"one graph of {result.op_count} ops, no graph break"),
-        findings=findings, tables=(Table.from_dicts("breaks", rows, BREAK_COLUMNS),),
-        disclosures=("torch._dynamo.explain reset Dynamo's caches: compiled functions in this "
-                     "process recompile on their next call",),
-        graph_count=result.graph_count, graph_break_count=result.graph_break_count,
-        op_count=result.op_count)
+        subject=type(original).__name__,
+        status="breaks" if rows else "single_graph",
+        lead=(
+            f"{result.graph_count} graphs, {result.graph_break_count} graph break(s)"
+            if rows
+            else f"one graph of {result.op_count} ops, no graph break"
+        ),
+        findings=findings,
+        tables=(Table.from_dicts("breaks", rows, BREAK_COLUMNS),),
+        disclosures=(
+            "torch._dynamo.explain reset Dynamo's caches: compiled functions in this "
+            "process recompile on their next call",
+        ),
+        graph_count=result.graph_count,
+        graph_break_count=result.graph_break_count,
+        op_count=result.op_count,
+    )

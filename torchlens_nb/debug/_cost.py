@@ -23,8 +23,14 @@ import torch
 from ..capture import Op, Trace
 from ..errors import DiagnosticArgumentError, UnavailableError
 from ..report import Finding, Table, Unavailable
-from ..report.cost import (HOT_PATH_COLUMNS, METRIC_UNITS, RECOMPUTE_COLUMNS, HotPathReport,
-                           Metric, RecomputeReport)
+from ..report.cost import (
+    HOT_PATH_COLUMNS,
+    METRIC_UNITS,
+    RECOMPUTE_COLUMNS,
+    HotPathReport,
+    Metric,
+    RecomputeReport,
+)
 from ._compare import source_line, tensors_of
 from ._flops import op_flops
 
@@ -47,7 +53,8 @@ def activation_bytes(op: Op) -> int:
 def _check_trace(trace: Any) -> Trace:
     if not isinstance(trace, Trace):
         raise DiagnosticArgumentError(
-            f"trace must be a tl.trace(...) result, got {type(trace).__name__}.")
+            f"trace must be a tl.trace(...) result, got {type(trace).__name__}."
+        )
     return trace
 
 
@@ -60,8 +67,9 @@ def _metric_value(op: Op, by: str) -> tuple[float | None, str | None]:
     return op.duration_ns, None
 
 
-def hot_path_rows(trace: Trace,
-                  by: Metric = "flops") -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def hot_path_rows(
+    trace: Trace, by: Metric = "flops"
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The pandas-free core of :func:`hot_path`: ``(rows, attrs)``.
 
     Rows (keys ``HOT_PATH_COLUMNS``) aggregate the ops recorded on the same source line (the
@@ -80,10 +88,13 @@ def hot_path_rows(trace: Trace,
         raise UnavailableError(
             "by='device_time' needs Kineto device times joined to the trace, and this trace has "
             "no joined profiler session (torchlens_nb does not join one yet); rank by "
-            "'duration' (host wall time) or 'flops' instead.", code="device_time_unavailable")
+            "'duration' (host wall time) or 'flops' instead.",
+            code="device_time_unavailable",
+        )
     if by not in ("flops", "memory", "duration"):
         raise DiagnosticArgumentError(
-            f"by must be 'flops', 'memory', 'duration' or 'device_time', got {by!r}.")
+            f"by must be 'flops', 'memory', 'duration' or 'device_time', got {by!r}."
+        )
     lines: dict[str, dict[str, Any]] = {}
     excluded: dict[str, int] = {}
     ranked = 0
@@ -98,8 +109,17 @@ def hot_path_rows(trace: Trace,
             excluded[reason] = excluded.get(reason, 0) + 1
             continue
         ranked += 1
-        line = lines.setdefault(where, {"source_line": where, "code": op.code, "value": 0,
-                                        "funcs": {}, "modules": [], "ops": []})
+        line = lines.setdefault(
+            where,
+            {
+                "source_line": where,
+                "code": op.code,
+                "value": 0,
+                "funcs": {},
+                "modules": [],
+                "ops": [],
+            },
+        )
         line["value"] += value
         line["funcs"][op.func] = line["funcs"].get(op.func, 0) + 1
         if op.module not in line["modules"]:
@@ -107,17 +127,31 @@ def hot_path_rows(trace: Trace,
         line["ops"].append(op.label)
     total = sum(line["value"] for line in lines.values())
     ordered = sorted(lines.values(), key=lambda line: -line["value"])  # stable: ties keep order
-    rows = [{"rank": rank, "source_line": line["source_line"], "code": line["code"],
-             "value": line["value"], "share": line["value"] / total if total else None,
-             "num_ops": len(line["ops"]),
-             "funcs": ", ".join(f"{f} x{n}" if n > 1 else f for f, n in line["funcs"].items()),
-             "modules": tuple(line["modules"]), "ops": tuple(line["ops"])}
-            for rank, line in enumerate(ordered, start=1)]
-    attrs = {"metric": by, "unit": METRIC_UNITS[by], "total": total, "num_ops": ranked,
-             "excluded": sum(excluded.values()), "excluded_by_reason": excluded,
-             "is_partial": trace.is_partial,
-             "has_source_lines": bool(getattr(trace.options, "source_lines", True)),
-             "basis": _BASIS[by]}
+    rows = [
+        {
+            "rank": rank,
+            "source_line": line["source_line"],
+            "code": line["code"],
+            "value": line["value"],
+            "share": line["value"] / total if total else None,
+            "num_ops": len(line["ops"]),
+            "funcs": ", ".join(f"{f} x{n}" if n > 1 else f for f, n in line["funcs"].items()),
+            "modules": tuple(line["modules"]),
+            "ops": tuple(line["ops"]),
+        }
+        for rank, line in enumerate(ordered, start=1)
+    ]
+    attrs = {
+        "metric": by,
+        "unit": METRIC_UNITS[by],
+        "total": total,
+        "num_ops": ranked,
+        "excluded": sum(excluded.values()),
+        "excluded_by_reason": excluded,
+        "is_partial": trace.is_partial,
+        "has_source_lines": bool(getattr(trace.options, "source_lines", True)),
+        "basis": _BASIS[by],
+    }
     return rows, attrs
 
 
@@ -147,40 +181,71 @@ def hot_path(trace: Trace, by: Metric = "flops") -> HotPathReport:
     """
     rows, attrs = hot_path_rows(trace, by)
     unit = attrs["unit"]
-    unavailable = () if attrs["has_source_lines"] else (Unavailable(
-        "source lines", "the trace was captured with CaptureOptions(source_lines=False); every "
-        "op is excluded", "no_source_line"),)
+    unavailable = (
+        ()
+        if attrs["has_source_lines"]
+        else (
+            Unavailable(
+                "source lines",
+                "the trace was captured with CaptureOptions(source_lines=False); every "
+                "op is excluded",
+                "no_source_line",
+            ),
+        )
+    )
     top = rows[0] if rows else None
     where = "/".join(top["source_line"].replace("\\", "/").split("/")[-2:]) if top else ""
-    lead = (f"{where} carries {top['share']:.0%} of {attrs['total']:,} {_UNIT_WORDS[unit]}"
-            if top is not None and top["share"] is not None else f"no op could be ranked by {by}")
+    lead = (
+        f"{where} carries {top['share']:.0%} of {attrs['total']:,} {_UNIT_WORDS[unit]}"
+        if top is not None and top["share"] is not None
+        else f"no op could be ranked by {by}"
+    )
     findings = []
     if attrs["excluded"]:
-        reasons = ", ".join(f"{n} {r.replace('_', ' ')}" for r, n in
-                            attrs["excluded_by_reason"].items())
-        findings.append(Finding("hot_path_excluded", "info",
-                                f"{attrs['excluded']} op(s) are not ranked ({reasons}).",
-                                fields=dict(attrs["excluded_by_reason"])))
+        reasons = ", ".join(
+            f"{n} {r.replace('_', ' ')}" for r, n in attrs["excluded_by_reason"].items()
+        )
+        findings.append(
+            Finding(
+                "hot_path_excluded",
+                "info",
+                f"{attrs['excluded']} op(s) are not ranked ({reasons}).",
+                fields=dict(attrs["excluded_by_reason"]),
+            )
+        )
     return HotPathReport(
-        subject=f"{trace.model_type} ({len(trace)} ops) by {by}", status="ranked" if rows
-        else "empty", lead=lead, findings=tuple(findings),
+        subject=f"{trace.model_type} ({len(trace)} ops) by {by}",
+        status="ranked" if rows else "empty",
+        lead=lead,
+        findings=tuple(findings),
         tables=(Table.from_dicts("hot_path", rows, HOT_PATH_COLUMNS, attrs),),
-        disclosures=(attrs["basis"],), unavailable=unavailable,
-        metric=by, unit=unit, total=float(attrs["total"]), excluded=attrs["excluded"])
+        disclosures=(attrs["basis"],),
+        unavailable=unavailable,
+        metric=by,
+        unit=unit,
+        total=float(attrs["total"]),
+        excluded=attrs["excluded"],
+    )
 
 
 def _check_budget(budget_gb: Any) -> int | None:
     if budget_gb is None:
         return None
-    if isinstance(budget_gb, bool) or not isinstance(budget_gb, (int, float)) \
-            or not math.isfinite(budget_gb) or budget_gb < 0:
+    if (
+        isinstance(budget_gb, bool)
+        or not isinstance(budget_gb, (int, float))
+        or not math.isfinite(budget_gb)
+        or budget_gb < 0
+    ):
         raise DiagnosticArgumentError(
-            f"budget_gb must be None or a finite number of gigabytes >= 0, got {budget_gb!r}.")
+            f"budget_gb must be None or a finite number of gigabytes >= 0, got {budget_gb!r}."
+        )
     return int(budget_gb * BYTES_PER_GB)
 
 
-def recompute_rows(trace: Trace, budget_bytes: int | None) -> tuple[list[dict[str, Any]],
-                                                                      dict[str, Any]]:
+def recompute_rows(
+    trace: Trace, budget_bytes: int | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Candidates ranked by bytes per FLOP with the greedy budget set; see ``RECOMPUTE_COLUMNS``.
 
     Model outputs (needed after the forward anyway), ops allocating nothing and ops without a
@@ -194,9 +259,17 @@ def recompute_rows(trace: Trace, budget_bytes: int | None) -> tuple[list[dict[st
         size = activation_bytes(op)
         total_bytes += size
         flops = op_flops(op).flops
-        reason = ("input" if op.is_input else "model_output" if op.is_output
-                  else "no_new_memory" if size == 0 else "no_flop_formula" if flops is None
-                  else None)
+        reason = (
+            "input"
+            if op.is_input
+            else "model_output"
+            if op.is_output
+            else "no_new_memory"
+            if size == 0
+            else "no_flop_formula"
+            if flops is None
+            else None
+        )
         if reason is not None:
             if reason != "input":
                 excluded[reason] = excluded.get(reason, 0) + 1
@@ -208,18 +281,33 @@ def recompute_rows(trace: Trace, budget_bytes: int | None) -> tuple[list[dict[st
     for rank, (op, size, flops, ratio) in enumerate(candidates, start=1):
         selected = budget_bytes is not None and remaining > budget_bytes
         remaining -= size
-        rows.append({"rank": rank, "op": op.label, "func": op.func, "module": op.module,
-                     "bytes": size, "flops": flops, "bytes_per_flop": ratio,
-                     "is_selected": selected, "remaining_bytes": remaining,
-                     "source_line": source_line(op)})
+        rows.append(
+            {
+                "rank": rank,
+                "op": op.label,
+                "func": op.func,
+                "module": op.module,
+                "bytes": size,
+                "flops": flops,
+                "bytes_per_flop": ratio,
+                "is_selected": selected,
+                "remaining_bytes": remaining,
+                "source_line": source_line(op),
+            }
+        )
     chosen = [r for r in rows if r["is_selected"]]
     selected_bytes = sum(r["bytes"] for r in chosen)
-    attrs = {"total_bytes": total_bytes, "budget_bytes": budget_bytes,
-             "selected_bytes": selected_bytes,
-             "selected_flops": sum(r["flops"] for r in chosen),
-             "is_budget_reached": None if budget_bytes is None
-             else total_bytes - selected_bytes <= budget_bytes,
-             "excluded": sum(excluded.values()), "excluded_by_reason": excluded}
+    attrs = {
+        "total_bytes": total_bytes,
+        "budget_bytes": budget_bytes,
+        "selected_bytes": selected_bytes,
+        "selected_flops": sum(r["flops"] for r in chosen),
+        "is_budget_reached": None
+        if budget_bytes is None
+        else total_bytes - selected_bytes <= budget_bytes,
+        "excluded": sum(excluded.values()),
+        "excluded_by_reason": excluded,
+    }
     return rows, attrs
 
 
@@ -243,24 +331,43 @@ def recompute_candidates(trace: Trace, *, budget_gb: float | None = None) -> Rec
     rows, attrs = recompute_rows(trace, budget_bytes)
     reached = attrs["is_budget_reached"]
     if budget_bytes is None:
-        lead = (f"{len(rows)} candidates; {rows[0]['op']} frees the most bytes per FLOP"
-                if rows else "no op can be recomputed to save activation memory")
+        lead = (
+            f"{len(rows)} candidates; {rows[0]['op']} frees the most bytes per FLOP"
+            if rows
+            else "no op can be recomputed to save activation memory"
+        )
     else:
-        lead = (f"recomputing {sum(r['is_selected'] for r in rows)} ops frees "
-                f"{attrs['selected_bytes']:,} bytes for {attrs['selected_flops']:,} FLOPs"
-                + ("" if reached else f"; the budget of {budget_bytes:,} bytes is NOT reached"))
-    findings = () if reached is not False else (Finding(
-        "recompute_budget_not_reached", "warning",
-        f"even recomputing every candidate leaves {attrs['total_bytes'] - attrs['selected_bytes']:,}"
-        f" bytes, above the budget of {budget_bytes:,}.",
-        remedy="raise budget_gb, lower the batch size, or shard activations."),)
+        lead = (
+            f"recomputing {sum(r['is_selected'] for r in rows)} ops frees "
+            f"{attrs['selected_bytes']:,} bytes for {attrs['selected_flops']:,} FLOPs"
+            + ("" if reached else f"; the budget of {budget_bytes:,} bytes is NOT reached")
+        )
+    findings = (
+        ()
+        if reached is not False
+        else (
+            Finding(
+                "recompute_budget_not_reached",
+                "warning",
+                f"even recomputing every candidate leaves {attrs['total_bytes'] - attrs['selected_bytes']:,}"
+                f" bytes, above the budget of {budget_bytes:,}.",
+                remedy="raise budget_gb, lower the batch size, or shard activations.",
+            ),
+        )
+    )
     return RecomputeReport(
         subject=f"{trace.model_type} ({len(trace)} ops)",
-        status="ranked" if rows else "empty", lead=lead, findings=findings,
+        status="ranked" if rows else "empty",
+        lead=lead,
+        findings=findings,
         tables=(Table.from_dicts("recompute", rows, RECOMPUTE_COLUMNS, attrs),),
-        disclosures=("bytes are each op's newly allocated outputs; autograd may save fewer "
-                     "tensors, so the budget is an upper bound",),
-        total_bytes=attrs["total_bytes"], budget_bytes=budget_bytes,
-        selected_bytes=attrs["selected_bytes"], selected_flops=attrs["selected_flops"],
-        is_budget_reached=reached)
-
+        disclosures=(
+            "bytes are each op's newly allocated outputs; autograd may save fewer "
+            "tensors, so the budget is an upper bound",
+        ),
+        total_bytes=attrs["total_bytes"],
+        budget_bytes=budget_bytes,
+        selected_bytes=attrs["selected_bytes"],
+        selected_flops=attrs["selected_flops"],
+        is_budget_reached=reached,
+    )

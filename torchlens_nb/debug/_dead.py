@@ -23,8 +23,15 @@ from ..capture import Op, Selector, Trace
 from ..errors import DiagnosticArgumentError
 from ..report import Finding, Table, Unavailable, Where
 from ..report.probes import (
-    DEAD_COLUMNS, MAX_LISTED_INDICES, THRESHOLD_COLUMNS, DeadReport, DeadUnits, RangeViolation,
-    ThresholdReport, dead_rows, threshold_rows,
+    DEAD_COLUMNS,
+    MAX_LISTED_INDICES,
+    THRESHOLD_COLUMNS,
+    DeadReport,
+    DeadUnits,
+    RangeViolation,
+    ThresholdReport,
+    dead_rows,
+    threshold_rows,
 )
 from ._probes import check_bounds, check_selector, default_unit_dim
 
@@ -68,8 +75,13 @@ def _check_traces(traces: Any) -> list[Trace]:
     return list(traces)
 
 
-def dead(traces: Sequence[Trace], *, selector: Selector | None = None,
-         unit_dim: int | None = None, atol: float = 0.0) -> DeadReport:
+def dead(
+    traces: Sequence[Trace],
+    *,
+    selector: Selector | None = None,
+    unit_dim: int | None = None,
+    atol: float = 0.0,
+) -> DeadReport:
     """Units that were zero in every sample seen: the multi-sample dead-unit verdict.
 
     A unit (an index along ``unit_dim``) is counted dead when ``|value| <= atol`` for every
@@ -106,21 +118,25 @@ def dead(traces: Sequence[Trace], *, selector: Selector | None = None,
     if selector is not None:
         check_selector(selector, "tl.dead")
     if unit_dim is not None and (not isinstance(unit_dim, int) or unit_dim < 0):
-        raise DiagnosticArgumentError(f"unit_dim must be a non-negative int or None, got {unit_dim!r}.")
+        raise DiagnosticArgumentError(
+            f"unit_dim must be a non-negative int or None, got {unit_dim!r}."
+        )
     if not isinstance(atol, (int, float)) or not atol >= 0:
         raise DiagnosticArgumentError(f"atol must be a number >= 0, got {atol!r}.")
     scanned: list[DeadUnits] = []
     not_common = 0
     with torch.no_grad():
         for op in runs[0]:
-            if op.func in _SKIP_FUNCS or (selector and not selector.matches_op(op.func,
-                                                                                op.module_stack)):
+            if op.func in _SKIP_FUNCS or (
+                selector and not selector.matches_op(op.func, op.module_stack)
+            ):
                 continue
             values = [_saved_tensor(run[op.label]) if op.label in run else None for run in runs]
-            dim = default_unit_dim(len(op.shape or ())) if unit_dim is None \
-                else unit_dim
-            if any(v is None or not 0 <= dim < v.dim() or v.shape[dim] != values[0].shape[dim]
-                   for v in values):
+            dim = default_unit_dim(len(op.shape or ())) if unit_dim is None else unit_dim
+            if any(
+                v is None or not 0 <= dim < v.dim() or v.shape[dim] != values[0].shape[dim]
+                for v in values
+            ):
                 not_common += int(op.has_saved)
                 continue
             alive = torch.zeros(values[0].shape[dim], dtype=torch.bool)
@@ -129,8 +145,19 @@ def dead(traces: Sequence[Trace], *, selector: Selector | None = None,
                 hit = value.abs() > atol
                 alive |= hit.any(dim=others) if others else hit
             indices = torch.nonzero(~alive).flatten().tolist()
-            scanned.append(DeadUnits(op.label, op.module, op.func, dim, len(alive), len(indices),
-                                     tuple(indices[:MAX_LISTED_INDICES]), op.file, op.line))
+            scanned.append(
+                DeadUnits(
+                    op.label,
+                    op.module,
+                    op.func,
+                    dim,
+                    len(alive),
+                    len(indices),
+                    tuple(indices[:MAX_LISTED_INDICES]),
+                    op.file,
+                    op.line,
+                )
+            )
     return _dead_report(runs, scanned, not_common)
 
 
@@ -145,43 +172,80 @@ def _dead_report(runs: list[Trace], scanned: list[DeadUnits], not_common: int) -
     rows, attrs = dead_rows(scanned, samples)
     bound = "one batch can never prove a unit dead, so read this as an upper bound"
     found = [u for u in scanned if u.dead]
-    findings = tuple(Finding(
-        code="dead_units", severity="warning",
-        message=(f"{u.label}: {u.dead} of {u.units} units (dim {u.unit_dim}) dead in every "
-                 f"sample seen: {seen}; {bound}."),
-        where=Where(op=u.label, module=u.module or None, file=u.file, line=u.line),
-        remedy="check the bias and init of the layer feeding it, or its learning rate; confirm "
-               "with more batches.",
-        fields={"units": u.units, "dead": u.dead, "dead_indices": list(u.dead_indices),
-                "unit_dim": u.unit_dim, "samples": samples, "batch_rows": rows_seen},
-    ) for u in found)
+    findings = tuple(
+        Finding(
+            code="dead_units",
+            severity="warning",
+            message=(
+                f"{u.label}: {u.dead} of {u.units} units (dim {u.unit_dim}) dead in every "
+                f"sample seen: {seen}; {bound}."
+            ),
+            where=Where(op=u.label, module=u.module or None, file=u.file, line=u.line),
+            remedy="check the bias and init of the layer feeding it, or its learning rate; confirm "
+            "with more batches.",
+            fields={
+                "units": u.units,
+                "dead": u.dead,
+                "dead_indices": list(u.dead_indices),
+                "unit_dim": u.unit_dim,
+                "samples": samples,
+                "batch_rows": rows_seen,
+            },
+        )
+        for u in found
+    )
     if not scanned:
-        status, lead = "unavailable", (f"no op was saved with a floating-point output in all "
-                                       f"{samples} traces.")
-        unavailable = (Unavailable("dead", "no op was saved in every trace; capture each with "
-                                   "save=tl.func('relu') (or True) and the same model.",
-                                   "no_common_saved_ops"),)
+        status, lead = (
+            "unavailable",
+            (f"no op was saved with a floating-point output in all {samples} traces."),
+        )
+        unavailable = (
+            Unavailable(
+                "dead",
+                "no op was saved in every trace; capture each with "
+                "save=tl.func('relu') (or True) and the same model.",
+                "no_common_saved_ops",
+            ),
+        )
     else:
         unavailable = ()
         total = sum(u.dead for u in found)
         status = "found" if found else "none_found"
-        lead = (f"{total} units in {len(found)} of {len(scanned)} ops dead in every sample seen: "
-                f"{seen}; {bound}.") if found else \
-            f"no unit zero in every sample seen ({len(scanned)} ops, {seen})."
-    disclosures = [f"a unit is dead here when every element along its index was 0 in all "
-                   f"{samples} samples; {bound}."]
+        lead = (
+            (
+                f"{total} units in {len(found)} of {len(scanned)} ops dead in every sample seen: "
+                f"{seen}; {bound}."
+            )
+            if found
+            else f"no unit zero in every sample seen ({len(scanned)} ops, {seen})."
+        )
+    disclosures = [
+        f"a unit is dead here when every element along its index was 0 in all "
+        f"{samples} samples; {bound}."
+    ]
     if not_common:
-        disclosures.append(f"{not_common} saved ops skipped: not saved (or not floating-point) in "
-                           "every trace, or their unit axis differs.")
-    return DeadReport(subject=f"{runs[0].model_type} ({samples} samples)", status=status,
-                      lead=lead, findings=findings, samples=samples, batch_rows=rows_seen,
-                      units=tuple(scanned), ops_not_common=not_common, unavailable=unavailable,
-                      tables=(Table.from_dicts("ops", rows, DEAD_COLUMNS, attrs),),
-                      disclosures=tuple(disclosures))
+        disclosures.append(
+            f"{not_common} saved ops skipped: not saved (or not floating-point) in "
+            "every trace, or their unit axis differs."
+        )
+    return DeadReport(
+        subject=f"{runs[0].model_type} ({samples} samples)",
+        status=status,
+        lead=lead,
+        findings=findings,
+        samples=samples,
+        batch_rows=rows_seen,
+        units=tuple(scanned),
+        ops_not_common=not_common,
+        unavailable=unavailable,
+        tables=(Table.from_dicts("ops", rows, DEAD_COLUMNS, attrs),),
+        disclosures=tuple(disclosures),
+    )
 
 
-def threshold(trace: Trace, *, within: tuple[float, float],
-              selector: Selector | None = None) -> ThresholdReport:
+def threshold(
+    trace: Trace, *, within: tuple[float, float], selector: Selector | None = None
+) -> ThresholdReport:
     """Which saved ops hold values outside ``within``, where, and which op starts it.
 
     Scans every saved floating-point op output (matching ``selector`` if given) in execution
@@ -238,61 +302,111 @@ def threshold(trace: Trace, *, within: tuple[float, float],
     return _threshold_report(trace, low, high, violations, scanned, unsaved)
 
 
-def _violation(op: Op, value: torch.Tensor, low: float, high: float,
-               outside: set[str]) -> RangeViolation | None:
+def _violation(
+    op: Op, value: torch.Tensor, low: float, high: float, outside: set[str]
+) -> RangeViolation | None:
     if value.numel() == 0:
         return None
     below, above, nan = value < low, value > high, torch.isnan(value)
     bad = below | above | nan
-    counts = torch.stack([below.sum(), above.sum(), (~torch.isfinite(value)).sum(),
-                          bad.sum()]).tolist()
+    counts = torch.stack(
+        [below.sum(), above.sum(), (~torch.isfinite(value)).sum(), bad.sum()]
+    ).tolist()
     if counts[3] == 0:
         return None
     flat = int(torch.argmax(bad.flatten().to(torch.uint8)))
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), value.shape))
     finite = value[torch.isfinite(value)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.numel() else (math.nan, math.nan)
-    return RangeViolation(op.label, op.module, op.func, tuple(value.shape), int(counts[0]),
-                          int(counts[1]), int(counts[2]), lo, hi, index,
-                          float(value.flatten()[flat]),
-                          not any(parent in outside for parent in op.parents), op.file, op.line)
+    return RangeViolation(
+        op.label,
+        op.module,
+        op.func,
+        tuple(value.shape),
+        int(counts[0]),
+        int(counts[1]),
+        int(counts[2]),
+        lo,
+        hi,
+        index,
+        float(value.flatten()[flat]),
+        not any(parent in outside for parent in op.parents),
+        op.file,
+        op.line,
+    )
 
 
-def _threshold_report(trace: Trace, low: float, high: float, violations: list[RangeViolation],
-                      scanned: int, unsaved: int) -> ThresholdReport:
+def _threshold_report(
+    trace: Trace,
+    low: float,
+    high: float,
+    violations: list[RangeViolation],
+    scanned: int,
+    unsaved: int,
+) -> ThresholdReport:
     rows, attrs = threshold_rows(violations, low, high)
-    findings = tuple(Finding(
-        code="range_origin", severity="warning",
-        message=(f"{v.label} ({v.func}) is the first op on its path outside [{low:g}, {high:g}]: "
-                 f"{v.below} below, {v.above} above, {v.nonfinite} non-finite; first at index "
-                 f"{list(v.first_index)} = {v.first_value:.4g}."),
-        where=_where(trace[v.label]),
-        remedy=f"inspect trace[{v.label!r}].out and the inputs it read "
-               f"({', '.join(trace[v.label].parents) or 'none recorded'}).",
-        fields={"below": v.below, "above": v.above, "nonfinite": v.nonfinite,
-                "first_index": list(v.first_index), "first_value": v.first_value},
-    ) for v in violations if v.is_origin)
+    findings = tuple(
+        Finding(
+            code="range_origin",
+            severity="warning",
+            message=(
+                f"{v.label} ({v.func}) is the first op on its path outside [{low:g}, {high:g}]: "
+                f"{v.below} below, {v.above} above, {v.nonfinite} non-finite; first at index "
+                f"{list(v.first_index)} = {v.first_value:.4g}."
+            ),
+            where=_where(trace[v.label]),
+            remedy=f"inspect trace[{v.label!r}].out and the inputs it read "
+            f"({', '.join(trace[v.label].parents) or 'none recorded'}).",
+            fields={
+                "below": v.below,
+                "above": v.above,
+                "nonfinite": v.nonfinite,
+                "first_index": list(v.first_index),
+                "first_value": v.first_value,
+            },
+        )
+        for v in violations
+        if v.is_origin
+    )
     unavailable: tuple[Unavailable, ...] = ()
     if scanned == 0:
         status, lead = "unavailable", "no saved floating-point op output to scan."
-        unavailable = (Unavailable("threshold", "no op output was saved; capture with save=True "
-                                   "or a selector covering the ops to scan.", "nothing_saved"),)
+        unavailable = (
+            Unavailable(
+                "threshold",
+                "no op output was saved; capture with save=True "
+                "or a selector covering the ops to scan.",
+                "nothing_saved",
+            ),
+        )
     elif violations:
         status = "found"
-        lead = (f"{len(violations)} of {scanned} saved ops hold values outside [{low:g}, "
-                f"{high:g}]; it starts at {', '.join(v.label for v in violations if v.is_origin)}.")
+        lead = (
+            f"{len(violations)} of {scanned} saved ops hold values outside [{low:g}, "
+            f"{high:g}]; it starts at {', '.join(v.label for v in violations if v.is_origin)}."
+        )
     else:
         status, lead = "clean", f"all {scanned} saved ops stay inside [{low:g}, {high:g}]."
-    disclosures = ("an origin is out of range while none of its saved parents is; an unsaved "
-                   "parent is not known to be out of range.",)
+    disclosures = (
+        "an origin is out of range while none of its saved parents is; an unsaved "
+        "parent is not known to be out of range.",
+    )
     if unsaved:
         disclosures += (f"{unsaved} ops were not saved and not scanned.",)
-    return ThresholdReport(subject=f"{trace.model_type} ({len(trace)} ops)", status=status,
-                           lead=lead, findings=findings, low=low, high=high,
-                           ops_scanned=scanned, ops_unsaved=unsaved, violations=tuple(violations),
-                           unavailable=unavailable, disclosures=disclosures,
-                           tables=(Table.from_dicts("violations", rows, THRESHOLD_COLUMNS,
-                                                    attrs),))
+    return ThresholdReport(
+        subject=f"{trace.model_type} ({len(trace)} ops)",
+        status=status,
+        lead=lead,
+        findings=findings,
+        low=low,
+        high=high,
+        ops_scanned=scanned,
+        ops_unsaved=unsaved,
+        violations=tuple(violations),
+        unavailable=unavailable,
+        disclosures=disclosures,
+        tables=(Table.from_dicts("violations", rows, THRESHOLD_COLUMNS, attrs),),
+    )
 
 
 __all__ = ["dead", "threshold"]

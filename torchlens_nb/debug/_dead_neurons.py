@@ -37,12 +37,14 @@ MAX_SAMPLE_IDX = 8
 """``sample_dead_idx`` lists at most this many unit indices (``dead_count`` is exact)."""
 _SPATIAL = re.compile(
     r"^(?:conv|conv_transpose|max_pool|avg_pool|lp_pool|fractional_max_pool|adaptive_avg_pool|"
-    r"adaptive_max_pool)([123])d$")
+    r"adaptive_max_pool)([123])d$"
+)
 _PER_CHANNEL_NORMS = frozenset({"batch_norm", "instance_norm", "group_norm"})
 
 
-def dead_neurons_rows(trace: Trace, *, dim: int | None = None,
-                      max_activation: float = 0.0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def dead_neurons_rows(
+    trace: Trace, *, dim: int | None = None, max_activation: float = 0.0
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The pandas-free core of :func:`dead_neurons`: ``(rows, attrs)``.
 
     ``rows`` are dicts with the ``DEAD_NEURONS_COLUMNS`` keys; ``attrs`` hold ``dim``,
@@ -51,22 +53,35 @@ def dead_neurons_rows(trace: Trace, *, dim: int | None = None,
     """
     if not isinstance(trace, Trace):
         raise DiagnosticArgumentError(
-            f"dead_neurons reads a tl.trace(...) result, got {type(trace).__name__}.")
+            f"dead_neurons reads a tl.trace(...) result, got {type(trace).__name__}."
+        )
     if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
         raise DiagnosticArgumentError(f"dim must be an int axis or None, got {dim!r}.")
-    if isinstance(max_activation, bool) or not isinstance(max_activation, numbers.Real) \
-            or not math.isfinite(max_activation) or max_activation < 0:
+    if (
+        isinstance(max_activation, bool)
+        or not isinstance(max_activation, numbers.Real)
+        or not math.isfinite(max_activation)
+        or max_activation < 0
+    ):
         raise DiagnosticArgumentError(
             f"max_activation must be a finite number >= 0 (0.0 means exactly zero), "
-            f"got {max_activation!r}.")
+            f"got {max_activation!r}."
+        )
     channel_axes = _channel_axes(trace)
     rows: list[dict[str, Any]] = []
     probes: list[torch.Tensor] = []
     counted: list[tuple[dict[str, Any], int]] = []
     for op in _returned_ops(trace):
-        row = {"op": op.label, "module": op.module, "total_units": None, "dead_count": None,
-               "dead_frac": None, "sample_dead_idx": (), "reason": "",
-               "source_line": f"{op.file}:{op.line}" if op.file else None}
+        row = {
+            "op": op.label,
+            "module": op.module,
+            "total_units": None,
+            "dead_count": None,
+            "dead_frac": None,
+            "sample_dead_idx": (),
+            "reason": "",
+            "source_line": f"{op.file}:{op.line}" if op.file else None,
+        }
         rows.append(row)
         axis, row["reason"] = _unit_axis(op, dim, channel_axes)
         tensors = saved_tensors(op.out) if op.has_saved else []
@@ -85,15 +100,20 @@ def dead_neurons_rows(trace: Trace, *, dim: int | None = None,
         dead = int(values[0])
         row["dead_count"] = dead
         row["dead_frac"] = dead / units
-        row["sample_dead_idx"] = tuple(int(i) for i in values[1:1 + min(dead, MAX_SAMPLE_IDX)])
-    attrs = {"dim": dim, "max_activation": float(max_activation), "num_rows": len(rows),
-             "num_counted": len(counted),
-             "total_dead": sum(row["dead_count"] for row, _ in counted)}
+        row["sample_dead_idx"] = tuple(int(i) for i in values[1 : 1 + min(dead, MAX_SAMPLE_IDX)])
+    attrs = {
+        "dim": dim,
+        "max_activation": float(max_activation),
+        "num_rows": len(rows),
+        "num_counted": len(counted),
+        "total_dead": sum(row["dead_count"] for row, _ in counted),
+    }
     return rows, attrs
 
 
-def dead_neurons(trace: Trace, *, dim: int | None = None,
-                 max_activation: float = 0.0) -> DeadNeuronsReport:
+def dead_neurons(
+    trace: Trace, *, dim: int | None = None, max_activation: float = 0.0
+) -> DeadNeuronsReport:
     """Report, for every layer output, the units that are zero at every position.
 
     Args:
@@ -125,20 +145,34 @@ def dead_neurons(trace: Trace, *, dim: int | None = None,
     """
     rows, attrs = dead_neurons_rows(trace, dim=dim, max_activation=max_activation)
     findings = [
-        Finding(code="dead_units", severity="warning",
-                message=(f"{row['dead_count']} of {row['total_units']} units of {row['op']} "
-                         f"({row['reason']}) are {_zero_text(attrs)} at every position of "
-                         "this trace."),
-                where=where_of(trace[row["op"]]),
-                remedy=("check what drives these units negative (ReLU) or to zero; confirm on "
-                        "more batches with tl.dead([trace_1, trace_2, ...])."),
-                fields={"dead_count": row["dead_count"], "total_units": row["total_units"],
-                        "sample_dead_idx": row["sample_dead_idx"]})
-        for row in rows if row["dead_count"]]
+        Finding(
+            code="dead_units",
+            severity="warning",
+            message=(
+                f"{row['dead_count']} of {row['total_units']} units of {row['op']} "
+                f"({row['reason']}) are {_zero_text(attrs)} at every position of "
+                "this trace."
+            ),
+            where=where_of(trace[row["op"]]),
+            remedy=(
+                "check what drives these units negative (ReLU) or to zero; confirm on "
+                "more batches with tl.dead([trace_1, trace_2, ...])."
+            ),
+            fields={
+                "dead_count": row["dead_count"],
+                "total_units": row["total_units"],
+                "sample_dead_idx": row["sample_dead_idx"],
+            },
+        )
+        for row in rows
+        if row["dead_count"]
+    ]
     if findings:
         status = "found"
-        lead = (f"{attrs['total_dead']} dead units in {len(findings)} of "
-                f"{attrs['num_counted']} counted layer outputs.")
+        lead = (
+            f"{attrs['total_dead']} dead units in {len(findings)} of "
+            f"{attrs['num_counted']} counted layer outputs."
+        )
     elif attrs["num_counted"]:
         status, lead = "clean", f"no dead unit in the {attrs['num_counted']} counted layer outputs."
     else:
@@ -146,17 +180,28 @@ def dead_neurons(trace: Trace, *, dim: int | None = None,
     disclosures = ["one trace is one sample: a unit zero on this batch may fire on another."]
     uncounted = attrs["num_rows"] - attrs["num_counted"]
     if uncounted:
-        disclosures.append(f"{uncounted} of {attrs['num_rows']} layer outputs were not counted "
-                           "(see the reason column).")
+        disclosures.append(
+            f"{uncounted} of {attrs['num_rows']} layer outputs were not counted "
+            "(see the reason column)."
+        )
     return DeadNeuronsReport(
-        subject=f"{trace.model_type} ({attrs['num_rows']} layer outputs)", status=status,
-        lead=lead, findings=tuple(findings),
-        tables=(Table.from_dicts("dead_neurons", rows, DEAD_NEURONS_COLUMNS,
-                                {**attrs, **ROW_ACTION_ATTRS}),),
+        subject=f"{trace.model_type} ({attrs['num_rows']} layer outputs)",
+        status=status,
+        lead=lead,
+        findings=tuple(findings),
+        tables=(
+            Table.from_dicts(
+                "dead_neurons", rows, DEAD_NEURONS_COLUMNS, {**attrs, **ROW_ACTION_ATTRS}
+            ),
+        ),
         disclosures=tuple(disclosures),
         actions=row_actions(trace),
-        dim=dim, max_activation=attrs["max_activation"], num_rows=attrs["num_rows"],
-        num_counted=attrs["num_counted"], total_dead=attrs["total_dead"])
+        dim=dim,
+        max_activation=attrs["max_activation"],
+        num_rows=attrs["num_rows"],
+        num_counted=attrs["num_counted"],
+        total_dead=attrs["total_dead"],
+    )
 
 
 def _zero_text(attrs: dict[str, Any]) -> str:
@@ -187,8 +232,9 @@ def _channel_axes(trace: Trace) -> dict[str, int]:
     for op in trace.ops:
         axis = _spatial_channel_axis(op)
         if axis is None:
-            axis = next((axes[p] for p in op.parents
-                         if p in axes and trace[p].shape == op.shape), None)
+            axis = next(
+                (axes[p] for p in op.parents if p in axes and trace[p].shape == op.shape), None
+            )
         if axis is not None:
             axes[op.label] = axis
     return axes

@@ -38,9 +38,12 @@ def is_float_dtype(name: str | None) -> bool:
 
 def checkable(tensor: Any) -> bool:
     """A dense, materialised floating/complex tensor whose values can be read."""
-    return (isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided
-            and tensor.device.type != "meta"
-            and (tensor.is_floating_point() or tensor.is_complex()))
+    return (
+        isinstance(tensor, torch.Tensor)
+        and tensor.layout == torch.strided
+        and tensor.device.type != "meta"
+        and (tensor.is_floating_point() or tensor.is_complex())
+    )
 
 
 def saved_tensors(value: Any) -> list[torch.Tensor]:
@@ -81,7 +84,8 @@ def finite_flags(values: Sequence[Sequence[torch.Tensor]]) -> list[bool]:
             for tensor in tensors:
                 if tensor.numel():
                     pending.setdefault(tensor.device, []).append(
-                        (index, _extremes(tensor).to(torch.float64)))
+                        (index, _extremes(tensor).to(torch.float64))
+                    )
         result = [True] * len(values)
         for items in pending.values():
             rows = torch.stack([extremes for _, extremes in items]).tolist()
@@ -98,8 +102,14 @@ def nonfinite_kinds(values: Sequence[Sequence[torch.Tensor]]) -> list[NonfiniteK
         for index, tensors in enumerate(values):
             for tensor in tensors:
                 t = torch.view_as_real(tensor) if tensor.is_complex() else tensor
-                pending.setdefault(t.device, []).append((index, torch.stack(
-                    [torch.isnan(t).any(), torch.isposinf(t).any(), torch.isneginf(t).any()])))
+                pending.setdefault(t.device, []).append(
+                    (
+                        index,
+                        torch.stack(
+                            [torch.isnan(t).any(), torch.isposinf(t).any(), torch.isneginf(t).any()]
+                        ),
+                    )
+                )
         present = [[False, False, False] for _ in values]
         for items in pending.values():
             rows = torch.stack([flags for _, flags in items]).tolist()
@@ -109,7 +119,9 @@ def nonfinite_kinds(values: Sequence[Sequence[torch.Tensor]]) -> list[NonfiniteK
 
 
 _KIND_OF_FLAGS: dict[tuple[bool, ...], NonfiniteKind | None] = {
-    (False, False, False): None, (True, False, False): "nan", (False, True, False): "inf",
+    (False, False, False): None,
+    (True, False, False): "nan",
+    (False, True, False): "inf",
     (False, False, True): "-inf",
 }
 
@@ -124,9 +136,13 @@ def _stat_vector(tensor: torch.Tensor) -> torch.Tensor:
     inf = torch.tensor(math.inf, dtype=t.dtype, device=t.device)
     parts = (
         torch.tensor(float(t.numel()), device=t.device),
-        torch.isnan(t).sum(), (t == inf).sum(), (t == -inf).sum(),
-        torch.where(finite, t, inf).min(), torch.where(finite, t, -inf).max(),
-        torch.where(finite, t, 0).sum(dtype=torch.float64), finite.sum(),
+        torch.isnan(t).sum(),
+        (t == inf).sum(),
+        (t == -inf).sum(),
+        torch.where(finite, t, inf).min(),
+        torch.where(finite, t, -inf).max(),
+        torch.where(finite, t, 0).sum(dtype=torch.float64),
+        finite.sum(),
     )
     return torch.stack([p.to(torch.float64) for p in parts])
 
@@ -157,9 +173,12 @@ def value_stats(values: Sequence[Sequence[torch.Tensor]]) -> list[ValueStats]:
 def _to_stats(acc: list[float]) -> ValueStats:
     count = int(acc[7])
     return ValueStats(
-        numel=int(acc[0]), nan_count=int(acc[1]), posinf_count=int(acc[2]),
+        numel=int(acc[0]),
+        nan_count=int(acc[1]),
+        posinf_count=int(acc[2]),
         neginf_count=int(acc[3]),
-        finite_min=acc[4] if count else None, finite_max=acc[5] if count else None,
+        finite_min=acc[4] if count else None,
+        finite_max=acc[5] if count else None,
         finite_mean=acc[6] / count if count else None,
     )
 
@@ -169,15 +188,33 @@ def where_of(op: Op) -> Where:
     return Where(op=op.label, module=op.module, file=op.file, line=op.line, code=op.code)
 
 
-def first_bad_thing(op: Op, stats: ValueStats, *, is_proven: bool, phase: Phase = "forward",
-                    node: str | None = None, fire_order: int | None = None,
-                    kind: NonfiniteKind | None = None) -> FirstBadThing:
+def first_bad_thing(
+    op: Op,
+    stats: ValueStats,
+    *,
+    is_proven: bool,
+    phase: Phase = "forward",
+    node: str | None = None,
+    fire_order: int | None = None,
+    kind: NonfiniteKind | None = None,
+) -> FirstBadThing:
     """Describe ``op``'s non-finite value in the shared vocabulary (kind from ``stats``)."""
     resolved = kind or stats.kind
     assert resolved is not None, f"{op.label} holds no non-finite value"
-    return FirstBadThing(phase=phase, kind=resolved, op=op.label, func=op.func, module=op.module,
-                         file=op.file, line=op.line, code=op.code, is_proven=is_proven,
-                         node=node, fire_order=fire_order, stats=stats)
+    return FirstBadThing(
+        phase=phase,
+        kind=resolved,
+        op=op.label,
+        func=op.func,
+        module=op.module,
+        file=op.file,
+        line=op.line,
+        code=op.code,
+        is_proven=is_proven,
+        node=node,
+        fire_order=fire_order,
+        stats=stats,
+    )
 
 
 def kind_of(stats: Iterable[ValueStats]) -> NonfiniteKind | None:

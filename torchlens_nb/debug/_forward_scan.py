@@ -30,7 +30,12 @@ from ..options import CaptureOptions
 from ..report.lineage import CheckedBy, Finiteness
 from ..report.nonfinite import Coverage, ValueStats
 from ._first_bad import (
-    checkable, finite_flags, is_all_finite, is_float_dtype, saved_tensors, value_stats,
+    checkable,
+    finite_flags,
+    is_all_finite,
+    is_float_dtype,
+    saved_tensors,
+    value_stats,
 )
 from ._isolation import preserved_model_state
 
@@ -133,8 +138,11 @@ class ForwardFacts:
             following: list[str] = []
             for current in frontier:
                 for parent in self.trace[current].parents:
-                    if parent not in seen and not self._is_known_finite(parent) \
-                            and self.state.get(parent) != "nonfinite":
+                    if (
+                        parent not in seen
+                        and not self._is_known_finite(parent)
+                        and self.state.get(parent) != "nonfinite"
+                    ):
                         seen[parent] = None
                         following.append(parent)
             frontier = following
@@ -143,8 +151,11 @@ class ForwardFacts:
 
     def ensure_stats(self, labels: Sequence[str]) -> None:
         """Compute statistics of the saved values of ``labels`` that lack them (one batch)."""
-        missing = [label for label in labels if label not in self.stats
-                   and saved_tensors(self.trace[label].out)]
+        missing = [
+            label
+            for label in labels
+            if label not in self.stats and saved_tensors(self.trace[label].out)
+        ]
         if missing:
             results = value_stats([saved_tensors(self.trace[label].out) for label in missing])
             self.stats.update(zip(missing, results))
@@ -187,8 +198,9 @@ class _LiveCheck:
         return all(self.state.get(p) == "finite" and p not in self.partial for p in labels)
 
     def __call__(self, op: Op, value: Any) -> bool:
-        if isinstance(value, torch.Tensor) and not (value.is_floating_point()
-                                                    or value.is_complex()):
+        if isinstance(value, torch.Tensor) and not (
+            value.is_floating_point() or value.is_complex()
+        ):
             self.state[op.label] = "finite"
             self.checked_by[op.label] = "dtype"
             return False
@@ -205,16 +217,21 @@ class _LiveCheck:
             return False
         if not any(self.state.get(p) == "nonfinite" for p in op.parents):
             self.stats[op.label] = value_stats([[value]])[0]
-            bad = [name for name in op.param_names if name in self._params
-                   and not bool(torch.isfinite(self._params[name].detach()).all())]
+            bad = [
+                name
+                for name in op.param_names
+                if name in self._params
+                and not bool(torch.isfinite(self._params[name].detach()).all())
+            ]
             if bad:
                 self.nonfinite_params[op.label] = tuple(bad)
         self.is_stopped_early = self._stop_at_first
         return self._stop_at_first
 
 
-def run_live(model: Any, inputs: Any, *, stop_at_first: bool,
-             trace_kwargs: dict[str, Any]) -> ForwardFacts:
+def run_live(
+    model: Any, inputs: Any, *, stop_at_first: bool, trace_kwargs: dict[str, Any]
+) -> ForwardFacts:
     """Run ``model`` once with every floating-point op output checked; keep no activation.
 
     ``trace_kwargs`` may hold ``capture=CaptureOptions(...)`` (hook plans, source lines) and
@@ -230,17 +247,21 @@ def run_live(model: Any, inputs: Any, *, stop_at_first: bool,
     if unknown:
         raise DiagnosticArgumentError(
             f"unexpected keyword(s) {unknown}; a live NaN check accepts capture=CaptureOptions(...)"
-            " and save=False.")
+            " and save=False."
+        )
     if trace_kwargs.get("save", False) is not False:
         raise DiagnosticArgumentError(
             f"save={trace_kwargs['save']!r}: the live check keeps no activation (save=False); to "
-            "scan saved values, run tl.trace(model, inputs, save=...).find_nan().")
+            "scan saved values, run tl.trace(model, inputs, save=...).find_nan()."
+        )
     options = trace_kwargs.get("capture") or CaptureOptions()
     if not isinstance(options, CaptureOptions):
         raise DiagnosticArgumentError(
-            f"capture must be tl.options.CaptureOptions(...), got {type(options).__name__}.")
-    options = dataclasses.replace(options, keep_output=False, backward_ready=False,
-                                  save_grads=False)
+            f"capture must be tl.options.CaptureOptions(...), got {type(options).__name__}."
+        )
+    options = dataclasses.replace(
+        options, keep_output=False, backward_ready=False, save_grads=False
+    )
     check = _LiveCheck(model, stop_at_first)
     error: BaseException | None = None
     try:
@@ -252,7 +273,14 @@ def run_live(model: Any, inputs: Any, *, stop_at_first: bool,
         trace, error = err.partial_trace, err.__cause__ or err
         # the traceback's frames would pin the model's locals (activations) in the report
         error.__traceback__ = None
-    return ForwardFacts(trace=trace, mode="live", state=check.state, checked_by=check.checked_by,
-                        stats=check.stats, partial=check.partial,
-                        nonfinite_params=check.nonfinite_params, forward_error=error,
-                        is_stopped_early=check.is_stopped_early)
+    return ForwardFacts(
+        trace=trace,
+        mode="live",
+        state=check.state,
+        checked_by=check.checked_by,
+        stats=check.stats,
+        partial=check.partial,
+        nonfinite_params=check.nonfinite_params,
+        forward_error=error,
+        is_stopped_early=check.is_stopped_early,
+    )

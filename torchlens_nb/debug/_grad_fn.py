@@ -49,9 +49,13 @@ graphs nobody can read anyway (and keeps the payload of the panel under a few MB
 _RAW_PREFIX = "_raw_saved_"
 
 
-def walk_grad_fn(outputs: Any, *, params: Mapping[str, torch.Tensor] | None = None,
-                 model: nn.Module | None = None,
-                 max_nodes: int = MAX_NODES_DEFAULT) -> GradFnSketch:
+def walk_grad_fn(
+    outputs: Any,
+    *,
+    params: Mapping[str, torch.Tensor] | None = None,
+    model: nn.Module | None = None,
+    max_nodes: int = MAX_NODES_DEFAULT,
+) -> GradFnSketch:
     """Walk the autograd graph above ``outputs`` into a frozen, structure-only sketch.
 
     Args:
@@ -87,73 +91,115 @@ def walk_grad_fn(outputs: Any, *, params: Mapping[str, torch.Tensor] | None = No
     roots = _roots(outputs)
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
         raise DiagnosticArgumentError(
-            f"max_nodes must be an int >= 1, got {max_nodes!r}; the default is "
-            f"{MAX_NODES_DEFAULT}.")
+            f"max_nodes must be an int >= 1, got {max_nodes!r}; the default is {MAX_NODES_DEFAULT}."
+        )
     num_roots = len({id(t.grad_fn) for _, t in roots})
     if max_nodes < num_roots:
         raise DiagnosticArgumentError(
             f"max_nodes={max_nodes} cannot hold the {num_roots} distinct grad_fns of the outputs; "
-            f"pass max_nodes >= {num_roots}.")
+            f"pass max_nodes >= {num_roots}."
+        )
     names, types = _leaf_names(params, model)
     walked, producers, edges, truncated = _walk(roots, max_nodes)
     group_inputs = [_group_input(fn, inputs, names) for fn, inputs in zip(walked, producers)]
     groups, node_groups = infer_groups(group_inputs, types)
-    nodes = tuple(_node(index, fn, node_groups[index], group_inputs[index].names,
-                        truncated and len(producers[index]) < _num_inputs(fn))
-                  for index, fn in enumerate(walked))
+    nodes = tuple(
+        _node(
+            index,
+            fn,
+            node_groups[index],
+            group_inputs[index].names,
+            truncated and len(producers[index]) < _num_inputs(fn),
+        )
+        for index, fn in enumerate(walked)
+    )
     ids = {fn: index for index, fn in enumerate(walked)}
-    outs = tuple(GradFnOutput(i, ids[t.grad_fn], tuple(t.shape), _dtype(t.dtype))
-                 for i, t in roots)
+    outs = tuple(GradFnOutput(i, ids[t.grad_fn], tuple(t.shape), _dtype(t.dtype)) for i, t in roots)
     unreached = () if model is None or truncated else _unreached(model, walked)
-    return _sketch(nodes, tuple(edges), groups, outs, truncated=truncated, max_nodes=max_nodes,
-                   unreached=unreached)
+    return _sketch(
+        nodes,
+        tuple(edges),
+        groups,
+        outs,
+        truncated=truncated,
+        max_nodes=max_nodes,
+        unreached=unreached,
+    )
 
 
 def _unreached(model: nn.Module, walked: list[Any]) -> tuple[str, ...]:
     """Names of trainable parameters that are no leaf of the walked graph (frozen ones are
     expected to be absent). Only meaningful for a complete walk."""
     leaves = {id(fn.variable) for fn in walked if hasattr(fn, "variable")}
-    return tuple(name for name, p in model.named_parameters()
-                 if p.requires_grad and id(p) not in leaves)
+    return tuple(
+        name for name, p in model.named_parameters() if p.requires_grad and id(p) not in leaves
+    )
 
 
-def _sketch(nodes: tuple[GradFnNode, ...], edges: tuple[GradFnEdge, ...],
-            groups: tuple[GradFnGroup, ...], outs: tuple[GradFnOutput, ...], *,
-            truncated: bool, max_nodes: int, unreached: tuple[str, ...]) -> GradFnSketch:
+def _sketch(
+    nodes: tuple[GradFnNode, ...],
+    edges: tuple[GradFnEdge, ...],
+    groups: tuple[GradFnGroup, ...],
+    outs: tuple[GradFnOutput, ...],
+    *,
+    truncated: bool,
+    max_nodes: int,
+    unreached: tuple[str, ...],
+) -> GradFnSketch:
     shapes = ", ".join(_shape_text(o.shape) for o in outs[:3]) + (", ..." if len(outs) > 3 else "")
-    subject = (f"1 output, shape {shapes}" if len(outs) == 1 else
-               f"{len(outs)} outputs, shapes {shapes}")
+    subject = (
+        f"1 output, shape {shapes}" if len(outs) == 1 else f"{len(outs)} outputs, shapes {shapes}"
+    )
     num_leaves = sum(n.kind == "leaf" for n in nodes)
-    lead = (f"{len(nodes)} autograd nodes ({num_leaves} leaves), {len(edges)} edges, "
-            f"{len(groups)} module groups" + (f"; TRUNCATED at max_nodes={max_nodes}"
-                                              if truncated else ""))
+    lead = (
+        f"{len(nodes)} autograd nodes ({num_leaves} leaves), {len(edges)} edges, "
+        f"{len(groups)} module groups"
+        + (f"; TRUNCATED at max_nodes={max_nodes}" if truncated else "")
+    )
     disclosures = [STRUCTURE_ONLY_LEGEND]
     if groups:
-        disclosures.append("module groups are inferred from parameter use and forward order; "
-                           "ops of parameter-free submodules (Dropout, activations) sit in "
-                           "their parent.")
+        disclosures.append(
+            "module groups are inferred from parameter use and forward order; "
+            "ops of parameter-free submodules (Dropout, activations) sit in "
+            "their parent."
+        )
     return GradFnSketch(
-        subject=subject, status="truncated" if truncated else "complete", lead=lead,
-        findings=sketch_findings(nodes, truncated=truncated, max_nodes=max_nodes,
-                                 unreached=unreached),
+        subject=subject,
+        status="truncated" if truncated else "complete",
+        lead=lead,
+        findings=sketch_findings(
+            nodes, truncated=truncated, max_nodes=max_nodes, unreached=unreached
+        ),
         disclosures=tuple(disclosures),
-        exits=(Exit("Render a static picture", "tl.debug.sketch_grad_fn(outputs, 'grad_fn', "
-                    "file_format='svg', model=model)"),),
-        nodes=nodes, edges=edges, groups=groups, outputs=outs, truncated=truncated,
-        max_nodes=max_nodes)
+        exits=(
+            Exit(
+                "Render a static picture",
+                "tl.debug.sketch_grad_fn(outputs, 'grad_fn', file_format='svg', model=model)",
+            ),
+        ),
+        nodes=nodes,
+        edges=edges,
+        groups=groups,
+        outputs=outs,
+        truncated=truncated,
+        max_nodes=max_nodes,
+    )
 
 
 def _roots(outputs: Any) -> list[tuple[int, torch.Tensor]]:
     if isinstance(outputs, torch.Tensor):
         items = [outputs]
     elif isinstance(outputs, Mapping):
-        keys = [k for k, v in outputs.items()
-                if isinstance(v, torch.Tensor) and v.grad_fn is not None]
+        keys = [
+            k for k, v in outputs.items() if isinstance(v, torch.Tensor) and v.grad_fn is not None
+        ]
         raise GradFnWalkError(
             f"outputs is a {type(outputs).__name__} mapping; pass its tensors instead, e.g. "
-            f"outputs[{keys[0]!r}]" if keys else
-            f"outputs is a {type(outputs).__name__} mapping with no tensor that has a grad_fn; "
-            "pass a tensor computed with requires_grad inputs.")
+            f"outputs[{keys[0]!r}]"
+            if keys
+            else f"outputs is a {type(outputs).__name__} mapping with no tensor that has a grad_fn; "
+            "pass a tensor computed with requires_grad inputs."
+        )
     elif isinstance(outputs, Sequence) and not isinstance(outputs, (str, bytes)):
         items = list(outputs)
         if not items:
@@ -161,12 +207,15 @@ def _roots(outputs: Any) -> list[tuple[int, torch.Tensor]]:
     else:
         raise GradFnWalkError(
             f"outputs must be a tensor or a sequence of tensors, got {type(outputs).__name__}; "
-            "pass the loss or another tensor computed from the model.")
+            "pass the loss or another tensor computed from the model."
+        )
     for index, item in enumerate(items):
         where = "outputs" if isinstance(outputs, torch.Tensor) else f"outputs[{index}]"
         if not isinstance(item, torch.Tensor):
-            raise GradFnWalkError(f"{where} is a {type(item).__name__}, not a tensor; pass "
-                                  "tensors computed from the model.")
+            raise GradFnWalkError(
+                f"{where} is a {type(item).__name__}, not a tensor; pass "
+                "tensors computed from the model."
+            )
         if item.grad_fn is None:
             raise GradFnWalkError(f"{where} has no autograd graph: {_why_no_graph(item)}")
     return list(enumerate(items))
@@ -174,17 +223,24 @@ def _roots(outputs: Any) -> list[tuple[int, torch.Tensor]]:
 
 def _why_no_graph(tensor: torch.Tensor) -> str:
     if tensor.requires_grad:
-        return ("it is a leaf tensor (requires_grad=True, no grad_fn), so nothing is above it; "
-                "pass a tensor computed from it, e.g. the loss.")
+        return (
+            "it is a leaf tensor (requires_grad=True, no grad_fn), so nothing is above it; "
+            "pass a tensor computed from it, e.g. the loss."
+        )
     if tensor.is_inference():
-        return ("it was computed under torch.inference_mode(); recompute it outside "
-                "inference_mode with requires_grad inputs.")
-    return ("requires_grad is False: compute it with requires_grad inputs or parameters, "
-            "outside torch.no_grad() (and not from a .detach()ed tensor).")
+        return (
+            "it was computed under torch.inference_mode(); recompute it outside "
+            "inference_mode with requires_grad inputs."
+        )
+    return (
+        "requires_grad is False: compute it with requires_grad inputs or parameters, "
+        "outside torch.no_grad() (and not from a .detach()ed tensor)."
+    )
 
 
-def _leaf_names(params: Mapping[str, Any] | None,
-                model: nn.Module | None) -> tuple[dict[int, tuple[str, ...]], dict[str, str]]:
+def _leaf_names(
+    params: Mapping[str, Any] | None, model: nn.Module | None
+) -> tuple[dict[int, tuple[str, ...]], dict[str, str]]:
     """id(tensor) -> names (``params`` first), and module address -> class name."""
     names: dict[int, list[str]] = {}
     types: dict[str, str] = {}
@@ -192,11 +248,13 @@ def _leaf_names(params: Mapping[str, Any] | None,
         if not isinstance(params, Mapping):
             raise DiagnosticArgumentError(
                 f"params must map names to tensors (e.g. dict(model.named_parameters())), got "
-                f"{type(params).__name__}.")
+                f"{type(params).__name__}."
+            )
         for name, tensor in params.items():
             if not isinstance(tensor, torch.Tensor):
                 raise DiagnosticArgumentError(
-                    f"params[{name!r}] is a {type(tensor).__name__}, not a tensor.")
+                    f"params[{name!r}] is a {type(tensor).__name__}, not a tensor."
+                )
             names.setdefault(id(tensor), []).append(str(name))
     if model is not None:
         validate_model(model)
@@ -208,8 +266,9 @@ def _leaf_names(params: Mapping[str, Any] | None,
     return {key: tuple(value) for key, value in names.items()}, types
 
 
-def _walk(roots: list[tuple[int, torch.Tensor]],
-          max_nodes: int) -> tuple[list[Any], list[list[int]], list[GradFnEdge], bool]:
+def _walk(
+    roots: list[tuple[int, torch.Tensor]], max_nodes: int
+) -> tuple[list[Any], list[list[int]], list[GradFnEdge], bool]:
     """Breadth-first over ``next_functions``; returns nodes, producer ids, edges, truncated."""
     ids: dict[Any, int] = {}
     walked: list[Any] = []
@@ -257,13 +316,28 @@ def _num_inputs(fn: Any) -> int:
 def _node(index: int, fn: Any, group: str, names: tuple[str, ...], is_cut: bool) -> GradFnNode:
     variable = getattr(fn, "variable", None)
     if variable is not None:
-        return GradFnNode(id=index, name=type(fn).__name__, kind="leaf", group=group,
-                          param_name=names[0] if names else None, aliases=names[1:],
-                          shapes=(tuple(variable.shape),), dtype=_dtype(variable.dtype),
-                          is_cut=is_cut)
+        return GradFnNode(
+            id=index,
+            name=type(fn).__name__,
+            kind="leaf",
+            group=group,
+            param_name=names[0] if names else None,
+            aliases=names[1:],
+            shapes=(tuple(variable.shape),),
+            dtype=_dtype(variable.dtype),
+            is_cut=is_cut,
+        )
     shapes, dtype = _output_meta(fn)
-    return GradFnNode(id=index, name=type(fn).__name__, kind="op", group=group, shapes=shapes,
-                      dtype=dtype, saved=_saved_shapes(fn), is_cut=is_cut)
+    return GradFnNode(
+        id=index,
+        name=type(fn).__name__,
+        kind="op",
+        group=group,
+        shapes=shapes,
+        dtype=dtype,
+        saved=_saved_shapes(fn),
+        is_cut=is_cut,
+    )
 
 
 def _output_meta(fn: Any) -> tuple[tuple[tuple[int, ...], ...], str | None]:
@@ -287,8 +361,10 @@ def _saved_slots(fn: Any) -> tuple[tuple[str, bool], ...]:
     if kind not in _SAVED_SLOTS:
         attrs = set(dir(fn))
         _SAVED_SLOTS[kind] = tuple(
-            (attr[len(_RAW_PREFIX):], f"_saved_{attr[len(_RAW_PREFIX):]}_sym_sizes" in attrs)
-            for attr in sorted(attrs) if attr.startswith(_RAW_PREFIX))
+            (attr[len(_RAW_PREFIX) :], f"_saved_{attr[len(_RAW_PREFIX) :]}_sym_sizes" in attrs)
+            for attr in sorted(attrs)
+            if attr.startswith(_RAW_PREFIX)
+        )
     return _SAVED_SLOTS[kind]
 
 

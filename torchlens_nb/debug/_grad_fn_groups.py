@@ -56,8 +56,9 @@ class GroupInput:
     """Element count of the (first) forward output, or of the leaf; None when unknown."""
 
 
-def infer_groups(items: Sequence[GroupInput],
-                 module_types: Mapping[str, str]) -> tuple[tuple[GradFnGroup, ...], list[str]]:
+def infer_groups(
+    items: Sequence[GroupInput], module_types: Mapping[str, str]
+) -> tuple[tuple[GradFnGroup, ...], list[str]]:
     """Return every group (parents first) and the group address of each node (``""`` = none)."""
     if not any(item.names for item in items):
         return (), [""] * len(items)
@@ -111,8 +112,12 @@ def _parameter_modules(items: Sequence[GroupInput]) -> list[frozenset[str]]:
         elif not item.is_leaf:
             sources = [p for p in item.producers if carries[p] is not None]
             owners[index] = frozenset().union(*(owners[p] for p in sources))
-            if (item.num_slots == 1 and len(sources) == 1 and item.numel is not None
-                    and item.numel == carries[sources[0]]):
+            if (
+                item.num_slots == 1
+                and len(sources) == 1
+                and item.numel is not None
+                and item.numel == carries[sources[0]]
+            ):
                 carries[index] = item.numel
         for consumer in consumers[index]:
             waiting[consumer] -= 1
@@ -136,8 +141,9 @@ def common_module(addresses: Sequence[str] | frozenset[str]) -> str:
     return ".".join(prefix)
 
 
-def _group_records(node_groups: list[str],
-                   module_types: Mapping[str, str]) -> tuple[GradFnGroup, ...]:
+def _group_records(
+    node_groups: list[str], module_types: Mapping[str, str]
+) -> tuple[GradFnGroup, ...]:
     counts: dict[str, int] = {}
     for address in node_groups:
         while address:
@@ -145,10 +151,12 @@ def _group_records(node_groups: list[str],
             address = address.rpartition(".")[0]
     return tuple(
         GradFnGroup(address, address.rpartition(".")[0], module_types.get(address), count)
-        for address, count in sorted(counts.items(), key=lambda item: _address_key(item[0])))
+        for address, count in sorted(counts.items(), key=lambda item: _address_key(item[0]))
+    )
 
 
 def _address_key(address: str) -> tuple[tuple[int, int, str], ...]:
     """Natural order: ``h.2`` before ``h.10``, and a parent before its children."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
-                 for part in address.split("."))
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in address.split(".")
+    )

@@ -38,15 +38,17 @@ def _scale_value(value: Any, name: str) -> tuple[float, ScaleProvenance]:
     else:
         raise DiagnosticArgumentError(
             f"{name} must be a number or a GradScaler, got {type(value).__name__}; pass "
-            "scaler.get_scale() (read before scaler.update()).")
+            "scaler.get_scale() (read before scaler.update())."
+        )
     scale = float(scale)
     if not (math.isfinite(scale) and scale > 0):
         raise DiagnosticArgumentError(f"{name} must be finite and > 0, got {scale!r}.")
     return scale, provenance
 
 
-def declared_scale(grad_scale: Any, grad_scales: Any, bwd: int,
-                   num_passes: int) -> tuple[float, ScaleProvenance] | None:
+def declared_scale(
+    grad_scale: Any, grad_scales: Any, bwd: int, num_passes: int
+) -> tuple[float, ScaleProvenance] | None:
     """The caller's scale for pass ``bwd`` and its provenance, or None when none was declared.
 
     Raises:
@@ -55,18 +57,21 @@ def declared_scale(grad_scale: Any, grad_scales: Any, bwd: int,
     """
     if grad_scale is not None and grad_scales is not None:
         raise DiagnosticArgumentError(
-            "pass grad_scale= (one factor for every pass) or grad_scales={bwd: scale}, not both.")
+            "pass grad_scale= (one factor for every pass) or grad_scales={bwd: scale}, not both."
+        )
     if grad_scale is not None:
         return _scale_value(grad_scale, "grad_scale")
     if grad_scales is None:
         return None
     if not isinstance(grad_scales, Mapping):
         raise DiagnosticArgumentError(
-            f"grad_scales must be a mapping {{bwd: scale}}, got {type(grad_scales).__name__}.")
+            f"grad_scales must be a mapping {{bwd: scale}}, got {type(grad_scales).__name__}."
+        )
     for key in grad_scales:
         if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < num_passes:
             raise DiagnosticArgumentError(
-                f"grad_scales keys are backward indices 0..{num_passes - 1}, got {key!r}.")
+                f"grad_scales keys are backward indices 0..{num_passes - 1}, got {key!r}."
+            )
     if bwd not in grad_scales:
         return None
     return _scale_value(grad_scales[bwd], f"grad_scales[{bwd}]")
@@ -76,8 +81,7 @@ def seed_probe(root: GradFnFire | None) -> list[torch.Tensor]:
     """Device tensors for the one batched host read: ``[any seed element != 1]``, plus the
     factor ``sum(grad sent to the loss) / sum(seed)`` when the root (a node outside the trace)
     multiplies or divides the loss by a constant. Empty when the root saved no gradient."""
-    if root is None or not root.grad_outputs or not isinstance(root.grad_outputs[0],
-                                                               torch.Tensor):
+    if root is None or not root.grad_outputs or not isinstance(root.grad_outputs[0], torch.Tensor):
         return []
     seed = root.grad_outputs[0]
     probe = [(seed != 1).any()]
@@ -93,6 +97,8 @@ def scaling_evidence(record: BackwardPass, probe: list[float]) -> str | None:
     if probe and probe[0]:
         notes.append("trace.backward was seeded with gradient= values other than 1")
     if len(probe) == 2:
-        notes.append(f"the loss was multiplied by {probe[1]:.6g} ({record.fires[0].node}) "
-                     "right before backward")
+        notes.append(
+            f"the loss was multiplied by {probe[1]:.6g} ({record.fires[0].node}) "
+            "right before backward"
+        )
     return "; ".join(notes) or None

@@ -13,6 +13,7 @@ process is killed with its child and the call returns at the 1 s limit plus well
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -36,18 +37,27 @@ _FORMAT = re.compile(r"^[a-z0-9_]+(:[a-z0-9_]+)*$")
 _STDERR_TAIL_CHARS = 2000
 
 
-def run_bounded(argv: list[str], *, input_text: str | None, timeout_s: float,
-                what: str) -> subprocess.CompletedProcess[str]:
+def run_bounded(
+    argv: list[str], *, input_text: str | None, timeout_s: float, what: str
+) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` in its own process group; kill the group at ``timeout_s``.
 
     Returns the completed process (any exit code). Raises ``GraphvizRunError(reason="timeout")``
     when the limit passed; the group is dead and reaped by then.
     """
-    popen_kwargs: dict = {"start_new_session": True} if os.name == "posix" else {
-        "creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input_text is not None else
-                            subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, **popen_kwargs)
+    popen_kwargs: dict = (
+        {"start_new_session": True}
+        if os.name == "posix"
+        else {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+    )
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen_kwargs,
+    )
     try:
         _, stderr = proc.communicate(input_text, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -55,7 +65,9 @@ def run_bounded(argv: list[str], *, input_text: str | None, timeout_s: float,
         raise GraphvizRunError(
             f"{what} did not finish within timeout_s={timeout_s:g} and was killed; the graph "
             "may be too large to lay out (pass a smaller max_nodes or a larger timeout_s), or "
-            f"{argv[0]} is wedged.", "timeout") from None
+            f"{argv[0]} is wedged.",
+            "timeout",
+        ) from None
     except BaseException:
         _kill(proc)
         raise
@@ -74,10 +86,8 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     for stream in (proc.stdin, proc.stderr):
         if stream is not None:
             stream.close()  # a survivor holding the pipe must not block the reap below
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=_REAP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def check_render_args(file_format: str, timeout_s: float) -> None:
@@ -86,15 +96,18 @@ def check_render_args(file_format: str, timeout_s: float) -> None:
     if not isinstance(file_format, str) or not _FORMAT.match(file_format):
         raise DiagnosticArgumentError(
             f"file_format must be a graphviz output format such as 'png', 'svg' or 'pdf', got "
-            f"{file_format!r}.")
+            f"{file_format!r}."
+        )
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
         raise DiagnosticArgumentError(
             f"timeout_s must be > 0 seconds, got {timeout_s!r}; pass a number such as the "
-            f"default {DOT_TIMEOUT_S:g}.")
+            f"default {DOT_TIMEOUT_S:g}."
+        )
 
 
-def render_dot(source: str, path: str | os.PathLike[str], file_format: str, *,
-               timeout_s: float = DOT_TIMEOUT_S) -> Path:
+def render_dot(
+    source: str, path: str | os.PathLike[str], file_format: str, *, timeout_s: float = DOT_TIMEOUT_S
+) -> Path:
     """Render DOT ``source`` to ``path.<file_format>`` atomically; return the written path.
 
     Raises:
@@ -109,21 +122,29 @@ def render_dot(source: str, path: str | os.PathLike[str], file_format: str, *,
         raise GraphvizRunError(
             "graphviz 'dot' is not on PATH, so nothing was rendered; install graphviz "
             "(apt-get install graphviz, brew install graphviz or conda install graphviz), or "
-            "pass path=None to get the DOT source only.", "missing")
+            "pass path=None to get the DOT source only.",
+            "missing",
+        )
     target = Path(f"{os.fspath(path)}.{file_format.split(':')[0]}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
-                                       suffix=".part")
+    handle, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     os.close(handle)
     try:
-        done = run_bounded([exe, f"-T{file_format}", "-o", partial], input_text=source,
-                           timeout_s=timeout_s, what="graphviz dot")
+        done = run_bounded(
+            [exe, f"-T{file_format}", "-o", partial],
+            input_text=source,
+            timeout_s=timeout_s,
+            what="graphviz dot",
+        )
         if done.returncode != 0:
             tail = (done.stderr or "")[-_STDERR_TAIL_CHARS:]
             said = tail.strip() or "no message"
             raise GraphvizRunError(
                 f"graphviz dot exited with status {done.returncode}: {said}; check the format "
-                "name, or render the returned DOT source yourself.", "failed", tail)
+                "name, or render the returned DOT source yourself.",
+                "failed",
+                tail,
+            )
         os.replace(partial, target)
     finally:
         if os.path.exists(partial):
@@ -142,17 +163,24 @@ def open_viewer(path: Path, *, timeout_s: float = VIEWER_TIMEOUT_S) -> bool:
         return True
     opener = shutil.which("open" if sys.platform == "darwin" else "xdg-open")
     if opener is None:
-        warnings.warn(f"no viewer found (xdg-open is not on PATH); the render is at {path}.",
-                      TorchlensNbWarning, stacklevel=3)
+        warnings.warn(
+            f"no viewer found (xdg-open is not on PATH); the render is at {path}.",
+            TorchlensNbWarning,
+            stacklevel=3,
+        )
         return False
     try:
-        done = run_bounded([opener, str(path)], input_text=None, timeout_s=timeout_s,
-                           what="the viewer")
+        done = run_bounded(
+            [opener, str(path)], input_text=None, timeout_s=timeout_s, what="the viewer"
+        )
     except GraphvizRunError as error:
         warnings.warn(f"{error} The render is at {path}.", TorchlensNbWarning, stacklevel=3)
         return False
     if done.returncode != 0:
-        warnings.warn(f"{opener} exited with status {done.returncode}; the render is at {path}.",
-                      TorchlensNbWarning, stacklevel=3)
+        warnings.warn(
+            f"{opener} exited with status {done.returncode}; the render is at {path}.",
+            TorchlensNbWarning,
+            stacklevel=3,
+        )
         return False
     return True

@@ -36,6 +36,6 @@ def fetch_floats(values: Sequence[torch.Tensor]) -> list[list[float]]:
             flat = torch.cat(parts).tolist()
             start = 0
             for position, part in zip(positions, parts):
-                fetched[position] = flat[start:start + part.numel()]
+                fetched[position] = flat[start : start + part.numel()]
                 start += part.numel()
     return fetched

@@ -149,7 +149,8 @@ def check_isolation_args(model: Any, inputs: Any, model_factory: ModelFactory | 
         if not callable(model_factory):
             raise DiagnosticArgumentError(
                 f"model_factory must be a zero-argument callable returning an nn.Module, got "
-                f"{type(model_factory).__name__}.")
+                f"{type(model_factory).__name__}."
+            )
     else:
         validate_model(model)
     call_arguments(inputs)
@@ -163,9 +164,15 @@ def fresh_model(model: nn.Module | None, model_factory: ModelFactory | None) -> 
     return copy_model(model)
 
 
-def isolated_capture(model: nn.Module | None, inputs: Any, *, seed: int,
-                     prepare: Callable[[nn.Module], nn.Module | None] | None = None,
-                     model_factory: ModelFactory | None = None, **trace_kwargs: Any) -> Trace:
+def isolated_capture(
+    model: nn.Module | None,
+    inputs: Any,
+    *,
+    seed: int,
+    prepare: Callable[[nn.Module], nn.Module | None] | None = None,
+    model_factory: ModelFactory | None = None,
+    **trace_kwargs: Any,
+) -> Trace:
     """One seeded ``tl.trace`` of a fresh copy of ``model`` on cloned ``inputs``.
 
     Inside :func:`preserved_rng_state`, every global RNG is seeded with ``seed``, the model is
@@ -191,10 +198,12 @@ def isolated_capture(model: nn.Module | None, inputs: Any, *, seed: int,
     unknown = set(trace_kwargs) - _TRACE_KWARGS
     if unknown:
         raise DiagnosticArgumentError(
-            f"isolated_capture passes only save= and capture= to tl.trace; got {sorted(unknown)}.")
+            f"isolated_capture passes only save= and capture= to tl.trace; got {sorted(unknown)}."
+        )
     if prepare is not None and not callable(prepare):
         raise DiagnosticArgumentError(
-            f"prepare must be a callable taking the model copy, got {type(prepare).__name__}.")
+            f"prepare must be a callable taking the model copy, got {type(prepare).__name__}."
+        )
     check_isolation_args(model, inputs, model_factory)
     with preserved_rng_state():
         seed_all(seed)

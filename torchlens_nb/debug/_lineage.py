@@ -21,8 +21,13 @@ from ._first_bad import finite_flags, is_float_dtype, saved_tensors, value_stats
 from ._forward_scan import ForwardFacts
 
 
-def lineage(trace: Trace, op_or_label: Any, *, direction: Direction = "ancestors",
-            max_depth: int | None = None) -> LineageReport:
+def lineage(
+    trace: Trace,
+    op_or_label: Any,
+    *,
+    direction: Direction = "ancestors",
+    max_depth: int | None = None,
+) -> LineageReport:
     """The ancestors, descendants or both of an op, with depth, source, shape, dtype, finiteness.
 
     Args:
@@ -51,22 +56,40 @@ def lineage(trace: Trace, op_or_label: Any, *, direction: Direction = "ancestors
     """
     if not isinstance(trace, Trace):
         raise DiagnosticArgumentError(
-            f"lineage needs a Trace (tl.trace(model, inputs)), got {type(trace).__name__}.")
-    return lineage_of_facts(trace, op_or_label, direction=direction, max_depth=max_depth,
-                            facts=None, highlight=None, highlight_role=None)
+            f"lineage needs a Trace (tl.trace(model, inputs)), got {type(trace).__name__}."
+        )
+    return lineage_of_facts(
+        trace,
+        op_or_label,
+        direction=direction,
+        max_depth=max_depth,
+        facts=None,
+        highlight=None,
+        highlight_role=None,
+    )
 
 
-def lineage_of_facts(trace: Trace, op_or_label: Any, *, direction: str, max_depth: int | None,
-                     facts: ForwardFacts | None, highlight: str | None,
-                     highlight_role: str | None) -> LineageReport:
+def lineage_of_facts(
+    trace: Trace,
+    op_or_label: Any,
+    *,
+    direction: str,
+    max_depth: int | None,
+    facts: ForwardFacts | None,
+    highlight: str | None,
+    highlight_role: str | None,
+) -> LineageReport:
     """``lineage`` with finiteness from a live NaN run (``facts``) instead of saved values."""
     if direction not in get_args(Direction):
         raise DiagnosticArgumentError(
-            f"direction must be one of {list(get_args(Direction))}, got {direction!r}.")
-    if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int)
-                                  or max_depth < 0):
+            f"direction must be one of {list(get_args(Direction))}, got {direction!r}."
+        )
+    if max_depth is not None and (
+        isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0
+    ):
         raise DiagnosticArgumentError(
-            f"max_depth must be a non-negative int or None (walk to the ends), got {max_depth!r}.")
+            f"max_depth must be a non-negative int or None (walk to the ends), got {max_depth!r}."
+        )
     root = trace[op_or_label]
     walked = _walk(trace, root, direction, max_depth)
     nodes = _nodes(trace, walked, direction, facts)
@@ -76,17 +99,32 @@ def lineage_of_facts(trace: Trace, op_or_label: Any, *, direction: str, max_dept
         count[node.finiteness] = count.get(node.finiteness, 0) + 1
     status = "found" if count["nonfinite"] else ("partial" if count["unknown"] else "clean")
     return LineageReport(
-        subject=f"{trace.model_type} ({len(trace)} ops)", status=status, lead=message,
-        root=root.label, direction=direction, max_depth=max_depth,  # type: ignore[arg-type]
-        nodes=nodes, message=message, highlight=highlight, highlight_role=highlight_role,
+        subject=f"{trace.model_type} ({len(trace)} ops)",
+        status=status,
+        lead=message,
+        root=root.label,
+        direction=direction,
+        max_depth=max_depth,  # type: ignore[arg-type]
+        nodes=nodes,
+        message=message,
+        highlight=highlight,
+        highlight_role=highlight_role,
         disclosures=_disclosures(nodes, count),
-        exits=(Exit("Expand a node", f"report.run_action('expand', label={root.label!r}, "
-                    "direction='ancestors')", action="expand", args={"label": root.label}),),
-        actions={"expand": lineage_action(trace, facts, highlight, highlight_role)})
+        exits=(
+            Exit(
+                "Expand a node",
+                f"report.run_action('expand', label={root.label!r}, direction='ancestors')",
+                action="expand",
+                args={"label": root.label},
+            ),
+        ),
+        actions={"expand": lineage_action(trace, facts, highlight, highlight_role)},
+    )
 
 
-def _walk(trace: Trace, root: Op, direction: str, max_depth: int | None
-          ) -> list[tuple[str, Relation, int]]:
+def _walk(
+    trace: Trace, root: Op, direction: str, max_depth: int | None
+) -> list[tuple[str, Relation, int]]:
     walked: list[tuple[str, Relation, int]] = [(root.label, "root", 0)]
     sides: list[tuple[Relation, Callable[[Op], tuple[str, ...]]]] = []
     if direction in ("ancestors", "both"):
@@ -99,16 +137,22 @@ def _walk(trace: Trace, root: Op, direction: str, max_depth: int | None
         depth = 0
         while ring and (max_depth is None or depth < max_depth):
             depth += 1
-            following = sorted({n for label in ring for n in neighbours(trace[label])
-                                if n not in seen}, key=lambda lab: trace[lab].index)
+            following = sorted(
+                {n for label in ring for n in neighbours(trace[label]) if n not in seen},
+                key=lambda lab: trace[lab].index,
+            )
             seen.update(following)
             walked.extend((label, relation, depth) for label in following)
             ring = following
     return walked
 
 
-def _nodes(trace: Trace, walked: list[tuple[str, Relation, int]], direction: str,
-           facts: ForwardFacts | None) -> tuple[LineageNode, ...]:
+def _nodes(
+    trace: Trace,
+    walked: list[tuple[str, Relation, int]],
+    direction: str,
+    facts: ForwardFacts | None,
+) -> tuple[LineageNode, ...]:
     included = {label for label, _, _ in walked}
     finiteness: dict[str, str] = {}
     checked_by: dict[str, Any] = {}
@@ -132,20 +176,40 @@ def _nodes(trace: Trace, walked: list[tuple[str, Relation, int]], direction: str
     result = []
     for label, relation, depth in walked:
         op = trace[label]
-        outward = {"ancestor": op.parents, "descendant": op.children,
-                   "root": op.parents + op.children if direction == "both" else
-                   (op.parents if direction == "ancestors" else op.children)}[relation]
-        result.append(LineageNode(
-            label=label, index=op.index, func=op.func, module=op.module, relation=relation, depth=depth,
-            file=op.file, line=op.line, code=op.code, shape=op.shape, dtype=op.dtype,
-            finiteness=finiteness.get(label, "unknown"),  # type: ignore[arg-type]
-            checked_by=checked_by.get(label), parents=op.parents, children=op.children,
-            is_frontier=any(n not in included for n in outward), stats=stats.get(label)))
+        outward = {
+            "ancestor": op.parents,
+            "descendant": op.children,
+            "root": op.parents + op.children
+            if direction == "both"
+            else (op.parents if direction == "ancestors" else op.children),
+        }[relation]
+        result.append(
+            LineageNode(
+                label=label,
+                index=op.index,
+                func=op.func,
+                module=op.module,
+                relation=relation,
+                depth=depth,
+                file=op.file,
+                line=op.line,
+                code=op.code,
+                shape=op.shape,
+                dtype=op.dtype,
+                finiteness=finiteness.get(label, "unknown"),  # type: ignore[arg-type]
+                checked_by=checked_by.get(label),
+                parents=op.parents,
+                children=op.children,
+                is_frontier=any(n not in included for n in outward),
+                stats=stats.get(label),
+            )
+        )
     return tuple(result)
 
 
-def _message(root: str, nodes: tuple[LineageNode, ...], direction: str,
-             max_depth: int | None) -> str:
+def _message(
+    root: str, nodes: tuple[LineageNode, ...], direction: str, max_depth: int | None
+) -> str:
     parts = []
     for relation in ("ancestor", "descendant"):
         if direction in (relation + "s", "both"):
@@ -156,18 +220,28 @@ def _message(root: str, nodes: tuple[LineageNode, ...], direction: str,
 
 
 def _disclosures(nodes: tuple[LineageNode, ...], count: dict[str, int]) -> tuple[str, ...]:
-    notes = [f"{count['nonfinite']} of {len(nodes)} nodes hold a non-finite value; "
-             f"{count['unknown']} unknown (value not saved)."]
+    notes = [
+        f"{count['nonfinite']} of {len(nodes)} nodes hold a non-finite value; "
+        f"{count['unknown']} unknown (value not saved)."
+    ]
     frontier = sum(1 for n in nodes if n.is_frontier)
     if frontier:
-        notes.append(f"{frontier} node{'s have' if frontier != 1 else ' has'} further "
-                     "neighbours: expand to walk on.")
+        notes.append(
+            f"{frontier} node{'s have' if frontier != 1 else ' has'} further "
+            "neighbours: expand to walk on."
+        )
     return tuple(notes)
 
 
-def lineage_action(trace: Trace, facts: ForwardFacts | None, highlight: str | None,
-                   highlight_role: str | None, *, label: str | None = None,
-                   direction: str = "ancestors") -> Callable[..., LineageReport]:
+def lineage_action(
+    trace: Trace,
+    facts: ForwardFacts | None,
+    highlight: str | None,
+    highlight_role: str | None,
+    *,
+    label: str | None = None,
+    direction: str = "ancestors",
+) -> Callable[..., LineageReport]:
     """A follow-up returning one ring (``max_depth=1``) around ``label``.
 
     A saved trace is held by weak reference. A live run's trace holds no tensor value
@@ -176,17 +250,30 @@ def lineage_action(trace: Trace, facts: ForwardFacts | None, highlight: str | No
     held: Callable[[], Trace | None] = weakref.ref(trace) if facts is None else _Held(trace)
     default_label, default_direction = label, direction
 
-    def run(label: str | None = default_label, direction: str = default_direction,
-            max_depth: int | None = 1) -> LineageReport:
+    def run(
+        label: str | None = default_label,
+        direction: str = default_direction,
+        max_depth: int | None = 1,
+    ) -> LineageReport:
         target = held()
         if target is None:
             raise UnavailableError(
                 "the trace behind this lineage was released; keep a reference to it "
-                "(trace = tl.trace(...)) while you explore.", code="trace_released")
+                "(trace = tl.trace(...)) while you explore.",
+                code="trace_released",
+            )
         if label is None:
             raise DiagnosticArgumentError("name the node to expand: label='linear_1'.")
-        return lineage_of_facts(target, label, direction=direction, max_depth=max_depth,
-                                facts=facts, highlight=highlight, highlight_role=highlight_role)
+        return lineage_of_facts(
+            target,
+            label,
+            direction=direction,
+            max_depth=max_depth,
+            facts=facts,
+            highlight=highlight,
+            highlight_role=highlight_role,
+        )
+
     return run
 
 

@@ -58,11 +58,13 @@ def find_nan(model: Any, inputs: Any = None, **trace_kwargs: Any) -> FindNanRepo
         if inputs is not None or trace_kwargs:
             raise DiagnosticArgumentError(
                 "find_nan(trace) scans the saved values and takes no inputs or options; "
-                "for a live run pass the model: find_nan(model, inputs).")
+                "for a live run pass the model: find_nan(model, inputs)."
+            )
         return find_nan_in_trace(model)
     if inputs is None:
         raise DiagnosticArgumentError(
-            f"find_nan needs inputs for {type(model).__name__}: find_nan(model, inputs).")
+            f"find_nan needs inputs for {type(model).__name__}: find_nan(model, inputs)."
+        )
     facts = run_live(model, inputs, stop_at_first=True, trace_kwargs=trace_kwargs)
     return _report(FindNanReport, facts, is_stopped_early=facts.is_stopped_early)
 
@@ -107,7 +109,8 @@ def _scan(trace: Any, name: str) -> ForwardFacts:
     if not isinstance(trace, Trace):
         raise DiagnosticArgumentError(
             f"{name} needs a Trace (tl.trace(model, inputs)), got {type(trace).__name__}; for a "
-            "model, run tl.debug.find_nan(model, inputs).")
+            "model, run tl.debug.find_nan(model, inputs)."
+        )
     return scan_saved(trace)
 
 
@@ -116,20 +119,34 @@ def _report(cls: type[Any], facts: ForwardFacts, **extra: Any) -> Any:
     fields = scan_report_fields(facts, label)
     thing = fields["first_bad_thing"]
     if thing is not None:
-        fields["findings"].insert(0, Finding(
-            "first_nonfinite", "critical",
-            f"{thing.op} ({thing.func}) outputs {thing.kind}: {thing.stats.text()}.",
-            where=thing.where(), remedy="show its lineage, or run tl.debug.nonfinite_origin "
-            "to count what it poisoned."))
+        fields["findings"].insert(
+            0,
+            Finding(
+                "first_nonfinite",
+                "critical",
+                f"{thing.op} ({thing.func}) outputs {thing.kind}: {thing.stats.text()}.",
+                where=thing.where(),
+                remedy="show its lineage, or run tl.debug.nonfinite_origin "
+                "to count what it poisoned.",
+            ),
+        )
     lead = lead_text(thing, facts, "first appears")
     disclosures = list(fields.pop("disclosures"))
     if extra.get("is_stopped_early"):
         lead = lead[:-1] + f"; the run stopped there, after {len(facts.trace)} ops."
-        disclosures.append("the live run stopped at the first non-finite output: later ops "
-                           "never ran; tl.debug.nonfinite_origin(model, inputs) runs to the end "
-                           "and counts what the value poisoned.")
-    return cls(subject=subject_of(facts), status=status_of(facts, thing is not None), lead=lead,
-               disclosures=tuple(disclosures), **fields, **extra)
+        disclosures.append(
+            "the live run stopped at the first non-finite output: later ops "
+            "never ran; tl.debug.nonfinite_origin(model, inputs) runs to the end "
+            "and counts what the value poisoned."
+        )
+    return cls(
+        subject=subject_of(facts),
+        status=status_of(facts, thing is not None),
+        lead=lead,
+        disclosures=tuple(disclosures),
+        **fields,
+        **extra,
+    )
 
 
 register_analysis("find_nan", find_nan_in_trace)

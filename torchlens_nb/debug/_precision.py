@@ -21,23 +21,60 @@ from torch import nn
 from ..capture import Op, Trace
 from ..errors import DiagnosticArgumentError
 from ..report import Finding, Table, Where
-from ..report.compare import (VALUE_STATS_COLUMNS, BisectPrecisionReport, PrecisionRow,
-                              SkippedOp)
+from ..report.compare import VALUE_STATS_COLUMNS, BisectPrecisionReport, PrecisionRow, SkippedOp
 from ._compare import aligned_ops, compare_ops, source_line
 from ._isolation import check_isolation_args, isolated_capture, map_tensors
 
-STOCHASTIC_FUNCS = frozenset({
-    "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
-    "rrelu", "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
-    "bernoulli", "multinomial", "normal", "poisson", "uniform_", "normal_", "bernoulli_",
-    "exponential_", "geometric_", "log_normal_", "cauchy_", "random_", "gumbel_softmax",
-    "fused_dropout", "native_dropout",
-})
+STOCHASTIC_FUNCS = frozenset(
+    {
+        "dropout",
+        "dropout1d",
+        "dropout2d",
+        "dropout3d",
+        "alpha_dropout",
+        "feature_alpha_dropout",
+        "rrelu",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "bernoulli",
+        "multinomial",
+        "normal",
+        "poisson",
+        "uniform_",
+        "normal_",
+        "bernoulli_",
+        "exponential_",
+        "geometric_",
+        "log_normal_",
+        "cauchy_",
+        "random_",
+        "gumbel_softmax",
+        "fused_dropout",
+        "native_dropout",
+    }
+)
 """Functions that draw from the global RNG (in-place samplers keep their trailing ``_``)."""
 
-PRECISION_COLUMNS = ("op", "func", "module", "dtype", "rtol", "atol", "max_abs_err",
-                     "max_rel_err", "mismatched", "numel", "is_diverged", "is_stochastic",
-                     "source_line")
+PRECISION_COLUMNS = (
+    "op",
+    "func",
+    "module",
+    "dtype",
+    "rtol",
+    "atol",
+    "max_abs_err",
+    "max_rel_err",
+    "mismatched",
+    "numel",
+    "is_diverged",
+    "is_stochastic",
+    "source_line",
+)
 
 
 def is_stochastic(func: str) -> bool:
@@ -57,14 +94,20 @@ def dtype_tolerance(dtype_name: str | None) -> tuple[float, float]:
 def _reference_dtype(value: Any) -> torch.dtype:
     if not isinstance(value, torch.dtype) or not value.is_floating_point:
         raise DiagnosticArgumentError(
-            f"reference_dtype must be a floating torch.dtype such as torch.float64, got {value!r}.")
+            f"reference_dtype must be a floating torch.dtype such as torch.float64, got {value!r}."
+        )
     return value
 
 
-def bisect_precision(model: nn.Module, inputs: Any,
-                     reference_dtype: torch.dtype = torch.float64, *, seed: int = 0,
-                     rtol: float | None = None,
-                     atol: float | None = None) -> BisectPrecisionReport:
+def bisect_precision(
+    model: nn.Module,
+    inputs: Any,
+    reference_dtype: torch.dtype = torch.float64,
+    *,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> BisectPrecisionReport:
     """Name the first op whose native-precision output separates from a ``reference_dtype`` run.
 
     Both runs are isolated captures (deep copies, cloned inputs, seeded with ``seed`` inside a
@@ -99,26 +142,39 @@ def bisect_precision(model: nn.Module, inputs: Any,
     reference = _reference_dtype(reference_dtype)
     check_isolation_args(model, inputs, None)
     for name, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value < 0):
-            raise DiagnosticArgumentError(f"{name} must be None or a finite number >= 0, "
-                                          f"got {value!r}.")
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise DiagnosticArgumentError(
+                f"{name} must be None or a finite number >= 0, got {value!r}."
+            )
     native = isolated_capture(model, inputs, seed=seed)
     cast_inputs = map_tensors(inputs, lambda t: t.to(reference) if t.is_floating_point() else t)
     high = isolated_capture(model, cast_inputs, seed=seed, prepare=lambda m: m.to(reference))
     return _bisect(native, high, reference, seed, rtol, atol)
 
 
-def _tolerance_for(native_dtype: dict[str, str | None], rtol: float | None,
-                   atol: float | None) -> Any:
+def _tolerance_for(
+    native_dtype: dict[str, str | None], rtol: float | None, atol: float | None
+) -> Any:
     def tolerance(op_b: Op) -> tuple[float, float]:
         derived_rtol, derived_atol = dtype_tolerance(native_dtype.get(op_b.label))
         return (derived_rtol if rtol is None else rtol, derived_atol if atol is None else atol)
+
     return tolerance
 
 
-def _bisect(native: Trace, high: Trace, reference: torch.dtype, seed: int, rtol: float | None,
-            atol: float | None) -> BisectPrecisionReport:
+def _bisect(
+    native: Trace,
+    high: Trace,
+    reference: torch.dtype,
+    seed: int,
+    rtol: float | None,
+    atol: float | None,
+) -> BisectPrecisionReport:
     native_dtype = {op.label: op.dtype for op in native}
     tolerance = _tolerance_for(native_dtype, rtol, atol)
     rows: list[PrecisionRow] = []
@@ -127,67 +183,110 @@ def _bisect(native: Trace, high: Trace, reference: torch.dtype, seed: int, rtol:
     for op_native, op_high in aligned_ops(native, high):
         if op_native is None or op_high is None or op_native.is_input:
             if op_native is None or op_high is None:
-                skipped.append(SkippedOp((op_native or op_high).label,  # type: ignore[union-attr]
-                                         "ran in only one of the two runs"))
+                skipped.append(
+                    SkippedOp(
+                        (op_native or op_high).label,  # type: ignore[union-attr]
+                        "ran in only one of the two runs",
+                    )
+                )
             continue
         row = compare_ops(op_native, op_high, tolerance, stats)
         if row["allclose"] is None:
             skipped.append(SkippedOp(row["op"], row["reason"]))
             continue
         op_rtol, op_atol = tolerance(op_high)
-        rows.append(PrecisionRow(
-            op=row["op"], func=op_native.func, module=op_native.module,
-            dtype=op_native.dtype or "", rtol=op_rtol, atol=op_atol,
-            max_abs_err=row["max_abs_diff"], max_rel_err=row["max_rel_diff"],
-            mismatched=row["mismatched"], numel=row["numel"], is_diverged=not row["allclose"],
-            is_stochastic=is_stochastic(op_native.func), source_line=source_line(op_native)))
+        rows.append(
+            PrecisionRow(
+                op=row["op"],
+                func=op_native.func,
+                module=op_native.module,
+                dtype=op_native.dtype or "",
+                rtol=op_rtol,
+                atol=op_atol,
+                max_abs_err=row["max_abs_diff"],
+                max_rel_err=row["max_rel_diff"],
+                mismatched=row["mismatched"],
+                numel=row["numel"],
+                is_diverged=not row["allclose"],
+                is_stochastic=is_stochastic(op_native.func),
+                source_line=source_line(op_native),
+            )
+        )
     first = next((r for r in rows if r.is_diverged), None)
     narrow = sum(1 for op in high if op.dtype and _is_narrower(op.dtype, reference))
-    disclosures = [f"tolerances derive from each op's native dtype (rtol = eps ** 0.5, "
-                   f"atol = eps * 10)" if rtol is None and atol is None else
-                   f"tolerances fixed by the caller: rtol={rtol}, atol={atol}"]
+    disclosures = [
+        "tolerances derive from each op's native dtype (rtol = eps ** 0.5, atol = eps * 10)"
+        if rtol is None and atol is None
+        else f"tolerances fixed by the caller: rtol={rtol}, atol={atol}"
+    ]
     if narrow:
-        disclosures.append(f"{narrow} op(s) of the reference run produced a floating dtype "
-                           f"narrower than {_name(reference)} (explicit casts in the model): "
-                           "their reference is not high-precision")
+        disclosures.append(
+            f"{narrow} op(s) of the reference run produced a floating dtype "
+            f"narrower than {_name(reference)} (explicit casts in the model): "
+            "their reference is not high-precision"
+        )
     if skipped:
         disclosures.append(f"{len(skipped)} op(s) not compared (see skipped)")
     findings = []
     if first is not None:
         native_op = native[first.op]
-        findings.append(Finding(
-            "precision_divergence", "warning",
-            f"{first.op} ({first.func}) loses precision: max abs error {first.max_abs_err:.3g}, "
-            f"max rel error {first.max_rel_err:.3g} against {_name(reference)}, beyond "
-            f"rtol={first.rtol:.2g}, atol={first.atol:.2g} of {first.dtype}.",
-            where=Where(op=first.op, module=first.module or None, file=native_op.file,
-                        line=native_op.line, code=native_op.code),
-            remedy="compute this op in a wider dtype, or reorder it to avoid cancellation "
-                   "(e.g. subtract before adding a large constant).",
-            fields={"max_abs_err": first.max_abs_err, "max_rel_err": first.max_rel_err}))
+        findings.append(
+            Finding(
+                "precision_divergence",
+                "warning",
+                f"{first.op} ({first.func}) loses precision: max abs error {first.max_abs_err:.3g}, "
+                f"max rel error {first.max_rel_err:.3g} against {_name(reference)}, beyond "
+                f"rtol={first.rtol:.2g}, atol={first.atol:.2g} of {first.dtype}.",
+                where=Where(
+                    op=first.op,
+                    module=first.module or None,
+                    file=native_op.file,
+                    line=native_op.line,
+                    code=native_op.code,
+                ),
+                remedy="compute this op in a wider dtype, or reorder it to avoid cancellation "
+                "(e.g. subtract before adding a large constant).",
+                fields={"max_abs_err": first.max_abs_err, "max_rel_err": first.max_rel_err},
+            )
+        )
         if first.is_stochastic:
-            findings.append(Finding(
-                "precision_divergence_at_stochastic_op", "warning",
-                f"the first divergence is the random op {first.op}: random kernels may draw "
-                "differently across dtypes, so this is likely a mask mismatch, not precision "
-                "loss.", remedy="bisect in eval mode (model.eval())."))
-    table = Table.from_dicts("precision", [vars(r) for r in rows], PRECISION_COLUMNS,
-                             {"reference_dtype": _name(reference), "seed": seed,
-                              "skipped": len(skipped)})
+            findings.append(
+                Finding(
+                    "precision_divergence_at_stochastic_op",
+                    "warning",
+                    f"the first divergence is the random op {first.op}: random kernels may draw "
+                    "differently across dtypes, so this is likely a mask mismatch, not precision "
+                    "loss.",
+                    remedy="bisect in eval mode (model.eval()).",
+                )
+            )
+    table = Table.from_dicts(
+        "precision",
+        [vars(r) for r in rows],
+        PRECISION_COLUMNS,
+        {"reference_dtype": _name(reference), "seed": seed, "skipped": len(skipped)},
+    )
     return BisectPrecisionReport(
         subject=f"{native.model_type} ({len(native)} ops) vs {_name(reference)} reference",
         status="found" if first is not None else "clean",
-        lead=(f"{first.op} ({first.func}) is the first op to lose precision"
-              if first is not None else
-              f"all {len(rows)} compared ops stay within their dtype's tolerance"),
+        lead=(
+            f"{first.op} ({first.func}) is the first op to lose precision"
+            if first is not None
+            else f"all {len(rows)} compared ops stay within their dtype's tolerance"
+        ),
         findings=tuple(findings),
         tables=(table, Table.from_dicts("value_stats", stats, VALUE_STATS_COLUMNS)),
         disclosures=tuple(disclosures),
-        found=first is not None, op=None if first is None else first.op,
+        found=first is not None,
+        op=None if first is None else first.op,
         func_name=None if first is None else first.func,
         module=None if first is None else first.module,
-        is_stochastic=bool(first and first.is_stochastic), reference_dtype=_name(reference),
-        seed=seed, rows=tuple(rows), skipped=tuple(skipped))
+        is_stochastic=bool(first and first.is_stochastic),
+        reference_dtype=_name(reference),
+        seed=seed,
+        rows=tuple(rows),
+        skipped=tuple(skipped),
+    )
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -196,5 +295,8 @@ def _name(dtype: torch.dtype) -> str:
 
 def _is_narrower(dtype_name: str, reference: torch.dtype) -> bool:
     dtype = getattr(torch, dtype_name, None)
-    return isinstance(dtype, torch.dtype) and dtype.is_floating_point \
+    return (
+        isinstance(dtype, torch.dtype)
+        and dtype.is_floating_point
         and dtype.itemsize < reference.itemsize
+    )

@@ -24,8 +24,14 @@ from ..errors import DiagnosticArgumentError
 from ..options import HookPlan, Site
 from ..report import Exit, Finding, Table, Where
 from ..report.probes import (
-    LIVENESS_COLUMNS, RANGE_COLUMNS, LivenessReport, LivenessStat, RangeReport, RangeStat,
-    liveness_rows, range_rows,
+    LIVENESS_COLUMNS,
+    RANGE_COLUMNS,
+    LivenessReport,
+    LivenessStat,
+    RangeReport,
+    RangeStat,
+    liveness_rows,
+    range_rows,
 )
 
 
@@ -59,7 +65,8 @@ def check_selectors(items: Any, where: str) -> tuple[Selector, ...]:
     if isinstance(items, str):
         raise DiagnosticArgumentError(
             f"{where} takes selectors such as tl.func('relu') or tl.module('encoder.*'), got the "
-            f"string {items!r}; write [tl.func({items!r})] or [tl.module({items!r})].")
+            f"string {items!r}; write [tl.func({items!r})] or [tl.module({items!r})]."
+        )
     return tuple(check_selector(s, where) for s in items)
 
 
@@ -83,12 +90,15 @@ class _RangeSite:
     def observe(self, value: torch.Tensor) -> None:
         finite = torch.isfinite(value)
         inf = torch.tensor(math.inf, dtype=value.dtype)
-        counts = torch.stack([
-            (value < self.low).sum().double(), (value > self.high).sum().double(),
-            (~finite).sum().double(),
-            torch.where(finite, value, inf).amin().double(),
-            torch.where(finite, value, -inf).amax().double(),
-        ]).tolist()
+        counts = torch.stack(
+            [
+                (value < self.low).sum().double(),
+                (value > self.high).sum().double(),
+                (~finite).sum().double(),
+                torch.where(finite, value, inf).amin().double(),
+                torch.where(finite, value, -inf).amax().double(),
+            ]
+        ).tolist()
         self.calls += 1
         self.numel += value.numel()
         self.below += int(counts[0])
@@ -98,9 +108,19 @@ class _RangeSite:
 
     def stat(self) -> RangeStat:
         seen = self.min <= self.max
-        return RangeStat(self.label, self.module, self.low, self.high, self.calls, self.numel,
-                         self.below, self.above, self.nonfinite,
-                         self.min if seen else math.nan, self.max if seen else math.nan)
+        return RangeStat(
+            self.label,
+            self.module,
+            self.low,
+            self.high,
+            self.calls,
+            self.numel,
+            self.below,
+            self.above,
+            self.nonfinite,
+            self.min if seen else math.nan,
+            self.max if seen else math.nan,
+        )
 
 
 class RangeProbe:
@@ -141,8 +161,9 @@ class RangeProbe:
 
     def hook_plan(self) -> HookPlan:
         """The plan to pass as ``CaptureOptions(hooks=...)``; one entry per declared selector."""
-        return HookPlan(tuple((sel, _RangeHook(self, index))
-                              for index, (sel, _, _) in enumerate(self._bounds)))
+        return HookPlan(
+            tuple((sel, _RangeHook(self, index)) for index, (sel, _, _) in enumerate(self._bounds))
+        )
 
     def _observe(self, index: int, site: Site, value: Any) -> None:
         tensor = _as_numeric(value)
@@ -174,25 +195,42 @@ class RangeProbe:
         stats = self.stats
         bad = [s for s in stats if s.is_violated]
         if not stats:
-            status, lead = "no_sites", ("no selected site produced a value yet (pass "
-                                        "probe.hook_plan() to tl.trace as CaptureOptions(hooks=...)).")
+            status, lead = (
+                "no_sites",
+                (
+                    "no selected site produced a value yet (pass "
+                    "probe.hook_plan() to tl.trace as CaptureOptions(hooks=...))."
+                ),
+            )
         elif bad:
             status = "found"
-            lead = (f"{len(bad)} of {len(stats)} sites left their declared range (first: "
-                    f"{bad[0].label}, observed [{bad[0].observed_min:.4g}, "
-                    f"{bad[0].observed_max:.4g}] vs [{bad[0].low:g}, {bad[0].high:g}]).")
+            lead = (
+                f"{len(bad)} of {len(stats)} sites left their declared range (first: "
+                f"{bad[0].label}, observed [{bad[0].observed_min:.4g}, "
+                f"{bad[0].observed_max:.4g}] vs [{bad[0].low:g}, {bad[0].high:g}])."
+            )
         else:
             status, lead = "clean", f"all {len(stats)} sites stayed inside their declared range."
         rows, attrs = range_rows(stats)
         return RangeReport(
-            subject=f"RangeProbe ({len(stats)} sites)", status=status, lead=lead,
-            findings=self.findings, stats=stats,
+            subject=f"RangeProbe ({len(stats)} sites)",
+            status=status,
+            lead=lead,
+            findings=self.findings,
+            stats=stats,
             tables=(Table.from_dicts("sites", rows, RANGE_COLUMNS, attrs),),
-            disclosures=("bounds are the caller's declaration; values were observed live and "
-                         "not saved.",),
-            exits=(Exit("Find where values leave the range",
-                        "tl.threshold(tl.trace(model, inputs), within=(low, high))"),) if bad
-            else ())
+            disclosures=(
+                "bounds are the caller's declaration; values were observed live and not saved.",
+            ),
+            exits=(
+                Exit(
+                    "Find where values leave the range",
+                    "tl.threshold(tl.trace(model, inputs), within=(low, high))",
+                ),
+            )
+            if bad
+            else (),
+        )
 
 
 class _RangeHook:
@@ -206,9 +244,14 @@ class _RangeHook:
 
 
 def check_bounds(pair: Any, what: str) -> tuple[float, float]:
-    if not (isinstance(pair, (tuple, list)) and len(pair) == 2
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair)):
-        raise DiagnosticArgumentError(f"{what} must be a (low, high) pair of numbers, got {pair!r}.")
+    if not (
+        isinstance(pair, (tuple, list))
+        and len(pair) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair)
+    ):
+        raise DiagnosticArgumentError(
+            f"{what} must be a (low, high) pair of numbers, got {pair!r}."
+        )
     low, high = float(pair[0]), float(pair[1])
     if math.isnan(low) or math.isnan(high) or low > high:
         raise DiagnosticArgumentError(
@@ -220,17 +263,30 @@ def check_bounds(pair: Any, what: str) -> tuple[float, float]:
 def _range_finding(stat: RangeStat) -> Finding:
     nan = f", {stat.nonfinite} non-finite" if stat.nonfinite else ""
     return Finding(
-        code="activation_range_violated", severity="warning",
-        message=(f"{stat.label}: {stat.below} values < {stat.low:g} and {stat.above} > "
-                 f"{stat.high:g}{nan} over {stat.calls} call(s) (observed "
-                 f"[{stat.observed_min:.4g}, {stat.observed_max:.4g}])."),
+        code="activation_range_violated",
+        severity="warning",
+        message=(
+            f"{stat.label}: {stat.below} values < {stat.low:g} and {stat.above} > "
+            f"{stat.high:g}{nan} over {stat.calls} call(s) (observed "
+            f"[{stat.observed_min:.4g}, {stat.observed_max:.4g}])."
+        ),
         where=Where(op=stat.label, module=stat.module or None),
-        remedy=(f"for forensics capture with save=True and run tl.threshold(trace, within="
-                f"({stat.low:g}, {stat.high:g})): it lists the ops outside the range and the "
-                "op where that starts."),
-        fields={"low": stat.low, "high": stat.high, "below": stat.below, "above": stat.above,
-                "nonfinite": stat.nonfinite, "numel": stat.numel, "calls": stat.calls,
-                "observed_min": stat.observed_min, "observed_max": stat.observed_max},
+        remedy=(
+            f"for forensics capture with save=True and run tl.threshold(trace, within="
+            f"({stat.low:g}, {stat.high:g})): it lists the ops outside the range and the "
+            "op where that starts."
+        ),
+        fields={
+            "low": stat.low,
+            "high": stat.high,
+            "below": stat.below,
+            "above": stat.above,
+            "nonfinite": stat.nonfinite,
+            "numel": stat.numel,
+            "calls": stat.calls,
+            "observed_min": stat.observed_min,
+            "observed_max": stat.observed_max,
+        },
     )
 
 
@@ -248,10 +304,13 @@ class _LivenessSite:
         dim = default_unit_dim(value.dim()) if self.unit_dim is None else self.unit_dim
         nonzero = value != 0
         finite = torch.isfinite(value)
-        zeros, vmax, vabs = torch.stack([
-            (~nonzero).sum().double(), torch.where(finite, value, -math.inf).amax().double(),
-            torch.where(finite, value.abs(), 0.0).amax().double(),
-        ]).tolist()
+        zeros, vmax, vabs = torch.stack(
+            [
+                (~nonzero).sum().double(),
+                torch.where(finite, value, -math.inf).amax().double(),
+                torch.where(finite, value.abs(), 0.0).amax().double(),
+            ]
+        ).tolist()
         self.calls += 1
         self.numel += value.numel()
         self.zeros += int(zeros)
@@ -274,10 +333,18 @@ class _LivenessSite:
         units = 0 if self.unit_nonzero is None else len(self.unit_nonzero)
         quiet = 0 if self.unit_nonzero is None else int((~self.unit_nonzero).sum())
         seen = self.max > -math.inf
-        return LivenessStat(self.label, self.module, self.calls, self.numel,
-                            self.zeros / self.numel if self.numel else math.nan,
-                            self.max if seen else math.nan,
-                            self.max_abs if seen else math.nan, self.seen_dim, units, quiet)
+        return LivenessStat(
+            self.label,
+            self.module,
+            self.calls,
+            self.numel,
+            self.zeros / self.numel if self.numel else math.nan,
+            self.max if seen else math.nan,
+            self.max_abs if seen else math.nan,
+            self.seen_dim,
+            units,
+            quiet,
+        )
 
 
 class LivenessProbe:
@@ -351,29 +418,46 @@ class LivenessProbe:
             status, lead = "no_sites", "no selected site produced a value yet."
         else:
             status = "measured"
-            lead = (f"{len(stats)} sites measured; {len(quiet)} have units that were 0 in every "
-                    f"value seen (highest zero fraction {max(s.zero_fraction for s in stats):.0%}"
-                    ").")
+            lead = (
+                f"{len(stats)} sites measured; {len(quiet)} have units that were 0 in every "
+                f"value seen (highest zero fraction {max(s.zero_fraction for s in stats):.0%}"
+                ")."
+            )
         return LivenessReport(
-            subject=f"LivenessProbe ({len(stats)} sites)", status=status, lead=lead,
-            findings=self.findings, stats=stats,
+            subject=f"LivenessProbe ({len(stats)} sites)",
+            status=status,
+            lead=lead,
+            findings=self.findings,
+            stats=stats,
             tables=(Table.from_dicts("sites", rows, LIVENESS_COLUMNS, attrs),),
-            disclosures=("statistics over the values seen so far: one batch can never prove a "
-                         "unit's state for other inputs.",),
-            exits=(Exit("Multi-sample verdict", "tl.dead([trace_1, trace_2, trace_3])"),))
+            disclosures=(
+                "statistics over the values seen so far: one batch can never prove a "
+                "unit's state for other inputs.",
+            ),
+            exits=(Exit("Multi-sample verdict", "tl.dead([trace_1, trace_2, trace_3])"),),
+        )
 
 
 def _liveness_finding(stat: LivenessStat) -> Finding:
     return Finding(
-        code="units_zero_so_far", severity="info",
-        message=(f"{stat.label}: {stat.units_all_zero} of {stat.units} units (dim "
-                 f"{stat.unit_dim}) were 0 in every value seen over {stat.calls} call(s); "
-                 f"zero fraction {stat.zero_fraction:.1%}."),
+        code="units_zero_so_far",
+        severity="info",
+        message=(
+            f"{stat.label}: {stat.units_all_zero} of {stat.units} units (dim "
+            f"{stat.unit_dim}) were 0 in every value seen over {stat.calls} call(s); "
+            f"zero fraction {stat.zero_fraction:.1%}."
+        ),
         where=Where(op=stat.label, module=stat.module or None),
-        remedy=("a statistic, not a verdict: capture two or more batches with save=<this "
-                "selector> and pass the traces to the multi-sample unit verdict."),
-        fields={"units": stat.units, "units_all_zero": stat.units_all_zero,
-                "zero_fraction": stat.zero_fraction, "calls": stat.calls},
+        remedy=(
+            "a statistic, not a verdict: capture two or more batches with save=<this "
+            "selector> and pass the traces to the multi-sample unit verdict."
+        ),
+        fields={
+            "units": stat.units,
+            "units_all_zero": stat.units_all_zero,
+            "zero_fraction": stat.zero_fraction,
+            "calls": stat.calls,
+        },
     )
 
 

@@ -37,7 +37,9 @@ def row_actions(trace: Trace) -> dict[str, Callable[..., Report]]:
         if target is None:
             raise UnavailableError(
                 "the trace behind this report was released; keep a reference to it "
-                "(trace = tl.trace(...)) while you explore.", code="trace_released")
+                "(trace = tl.trace(...)) while you explore.",
+                code="trace_released",
+            )
         return lineage(target, op, direction="both", max_depth=1)
 
     return {"lineage": lineage_of}

@@ -36,8 +36,15 @@ Candidate = tuple[tuple[int, ...], torch.dtype, int | None]
 
 
 def _first_layer(model: nn.Module) -> tuple[nn.Module, str] | None:
-    kinds = (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding, nn.EmbeddingBag, nn.RNNBase,
-             nn.modules.batchnorm._BatchNorm, nn.LayerNorm)
+    kinds = (
+        nn.Linear,
+        nn.modules.conv._ConvNd,
+        nn.Embedding,
+        nn.EmbeddingBag,
+        nn.RNNBase,
+        nn.modules.batchnorm._BatchNorm,
+        nn.LayerNorm,
+    )
     for address, module in model.named_modules():
         if isinstance(module, kinds) and not isinstance(module, nn.modules.lazy.LazyModuleMixin):
             return module, address
@@ -73,17 +80,32 @@ def _spatial(sizes: Sequence[int], rank: int, square: bool) -> Iterator[tuple[in
                     yield (first,) + (second,) * (rank - 1)
 
 
-def _candidates(layer: tuple[nn.Module, str] | None, *, batch: int, dtype: torch.dtype,
-                channels: int | None, rank: int | str, seq_lens: Sequence[int],
-                sizes: Sequence[int], square: bool) -> Iterator[Candidate]:
+def _candidates(
+    layer: tuple[nn.Module, str] | None,
+    *,
+    batch: int,
+    dtype: torch.dtype,
+    channels: int | None,
+    rank: int | str,
+    seq_lens: Sequence[int],
+    sizes: Sequence[int],
+    square: bool,
+) -> Iterator[Candidate]:
     module = None if layer is None else layer[0]
     if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
         for length in seq_lens:
             yield (batch, length), torch.long, module.num_embeddings
     elif isinstance(module, nn.RNNBase):
         for length in seq_lens:
-            yield ((batch, length, module.input_size) if module.batch_first
-                   else (length, batch, module.input_size)), dtype, None
+            yield (
+                (
+                    (batch, length, module.input_size)
+                    if module.batch_first
+                    else (length, batch, module.input_size)
+                ),
+                dtype,
+                None,
+            )
     elif isinstance(module, nn.LayerNorm):
         tail = tuple(module.normalized_shape)
         yield (batch, *tail), dtype, None
@@ -94,12 +116,15 @@ def _candidates(layer: tuple[nn.Module, str] | None, *, batch: int, dtype: torch
         for length in seq_lens:
             yield (batch, length, module.in_features), dtype, None
     if isinstance(module, (nn.modules.conv._ConvNd, nn.modules.batchnorm._BatchNorm)):
-        conv_rank = len(module.kernel_size) if isinstance(module, nn.modules.conv._ConvNd) \
+        conv_rank = (
+            len(module.kernel_size)
+            if isinstance(module, nn.modules.conv._ConvNd)
             else {nn.BatchNorm1d: 1, nn.BatchNorm2d: 2, nn.BatchNorm3d: 3}.get(type(module), 2)
+        )
         depth = channels or getattr(module, "in_channels", None) or module.num_features
         for spatial in _spatial(sizes, conv_rank if rank == "auto" else int(rank), square):
             yield (batch, depth, *spatial), dtype, None
-    for fallback_rank in ((2, 1, 0, 3) if rank == "auto" else (int(rank),)):
+    for fallback_rank in (2, 1, 0, 3) if rank == "auto" else (int(rank),):
         depth = channels or 3
         for spatial in _spatial(sizes, fallback_rank, square):
             yield ((batch, depth, *spatial) if fallback_rank else (batch, depth)), dtype, None
@@ -108,8 +133,9 @@ def _candidates(layer: tuple[nn.Module, str] | None, *, batch: int, dtype: torch
                 yield (batch, size), dtype, None
 
 
-def _probe(model: nn.Module, candidate: Candidate, device: torch.device,
-           seed: int) -> tuple[ShapeProbe, tuple[int, ...] | None]:
+def _probe(
+    model: nn.Module, candidate: Candidate, device: torch.device, seed: int
+) -> tuple[ShapeProbe, tuple[int, ...] | None]:
     shape, dtype, bound = candidate
     with preserved_rng_state():
         seed_all(seed)
@@ -143,24 +169,35 @@ def _specs(input_specs: Any) -> list[Candidate]:
         return []
     specs = []
     for spec in input_specs:
-        shape, dtype = (spec if len(spec) == 2 and isinstance(spec[1], torch.dtype)
-                        else (spec, torch.float32))
+        shape, dtype = (
+            spec if len(spec) == 2 and isinstance(spec[1], torch.dtype) else (spec, torch.float32)
+        )
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
             raise DiagnosticArgumentError(
-                f"each input_specs entry must be a shape tuple or (shape, dtype), got {spec!r}.")
+                f"each input_specs entry must be a shape tuple or (shape, dtype), got {spec!r}."
+            )
         bound = 2 if not (dtype.is_floating_point or dtype.is_complex) else None
         specs.append((tuple(shape), dtype, bound))
     return specs
 
 
 def guess_input_shape(
-    model: nn.Module, *, batch_size: int = 1, input_dtype: torch.dtype | None = None,
-    channels: int | None = None, spatial_rank: int | Literal["auto"] = "auto",
+    model: nn.Module,
+    *,
+    batch_size: int = 1,
+    input_dtype: torch.dtype | None = None,
+    channels: int | None = None,
+    spatial_rank: int | Literal["auto"] = "auto",
     seq_len: int | None = None,
-    square: bool = True, min_size: int = 1, max_size: int = 512,
+    square: bool = True,
+    min_size: int = 1,
+    max_size: int = 512,
     preferred_sizes: Sequence[int] = (224, 256, 384, 299, 128, 96, 64, 32, 28),
-    max_probes: int = 64, device: str | torch.device | None = None, seed: int = 0,
-    on_failure: Literal["return", "raise"] = "return", input_specs: Sequence[Any] | None = None,
+    max_probes: int = 64,
+    device: str | torch.device | None = None,
+    seed: int = 0,
+    on_failure: Literal["return", "raise"] = "return",
+    input_specs: Sequence[Any] | None = None,
 ) -> GuessInputShapeReport:
     """Find a synthetic input shape ``model`` accepts, verified by running it.
 
@@ -197,9 +234,12 @@ def guess_input_shape(
         raise DiagnosticArgumentError(f"min_size ({low}) must be <= max_size ({high}).")
     if spatial_rank != "auto" and spatial_rank not in (0, 1, 2, 3):
         raise DiagnosticArgumentError(
-            f"spatial_rank must be 'auto' or 0, 1, 2, 3, got {spatial_rank!r}.")
+            f"spatial_rank must be 'auto' or 0, 1, 2, 3, got {spatial_rank!r}."
+        )
     if on_failure not in ("return", "raise"):
-        raise DiagnosticArgumentError(f"on_failure must be 'return' or 'raise', got {on_failure!r}.")
+        raise DiagnosticArgumentError(
+            f"on_failure must be 'return' or 'raise', got {on_failure!r}."
+        )
     if input_dtype is not None and not isinstance(input_dtype, torch.dtype):
         raise DiagnosticArgumentError(f"input_dtype must be a torch.dtype, got {input_dtype!r}.")
     for name, value in (("channels", channels), ("seq_len", seq_len)):
@@ -208,8 +248,11 @@ def guess_input_shape(
     specs = _specs(input_specs)
     params = [p for p in model.parameters() if p.is_floating_point()]
     dtype = input_dtype or (params[0].dtype if params else torch.float32)
-    target = torch.device(device) if device is not None else (
-        params[0].device if params else torch.device("cpu"))
+    target = (
+        torch.device(device)
+        if device is not None
+        else (params[0].device if params else torch.device("cpu"))
+    )
     sizes = [s for s in dict.fromkeys([*preferred_sizes, *EXTRA_SIZES]) if low <= s <= high]
     layer = _first_layer(model)
     found: ShapeProbe | None = None
@@ -220,9 +263,16 @@ def guess_input_shape(
         copy = copy_model(model).to(target).eval()
     except ModelCopyError as exc:
         return _report(model, layer, [], None, None, probes_allowed, on_failure, str(exc))
-    candidates = _candidates(layer, batch=batch, dtype=dtype, channels=channels,
-                             rank=spatial_rank, seq_lens=(seq_len,) if seq_len else SEQ_LENS,
-                             sizes=sizes, square=square)
+    candidates = _candidates(
+        layer,
+        batch=batch,
+        dtype=dtype,
+        channels=channels,
+        rank=spatial_rank,
+        seq_lens=(seq_len,) if seq_len else SEQ_LENS,
+        sizes=sizes,
+        square=square,
+    )
     for candidate in (*specs, *candidates):
         if len(probes) >= probes_allowed:
             break
@@ -237,32 +287,58 @@ def guess_input_shape(
     return _report(model, layer, probes, found, output_shape, probes_allowed, on_failure, None)
 
 
-def _report(model: nn.Module, layer: tuple[nn.Module, str] | None, probes: list[ShapeProbe],
-            found: ShapeProbe | None, output_shape: tuple[int, ...] | None, max_probes: int,
-            on_failure: str, copy_error: str | None) -> GuessInputShapeReport:
+def _report(
+    model: nn.Module,
+    layer: tuple[nn.Module, str] | None,
+    probes: list[ShapeProbe],
+    found: ShapeProbe | None,
+    output_shape: tuple[int, ...] | None,
+    max_probes: int,
+    on_failure: str,
+    copy_error: str | None,
+) -> GuessInputShapeReport:
     first_layer = None if layer is None else _describe(*layer)
     if found is None:
         last = probes[-1].error if probes else copy_error
-        message = (f"no input shape found in {len(probes)} probe(s)"
-                   + (f" starting from {first_layer}" if first_layer else "")
-                   + (f"; last error: {last}" if last else ""))
+        message = (
+            f"no input shape found in {len(probes)} probe(s)"
+            + (f" starting from {first_layer}" if first_layer else "")
+            + (f"; last error: {last}" if last else "")
+        )
         if on_failure == "raise":
-            raise UnavailableError(message + "; pass input_specs= or raise max_probes.",
-                                   code="input_shape_not_found")
-        findings = (Finding("input_shape_not_found", "warning", message,
-                            remedy="pass input_specs=[(shape, dtype), ...], channels= or "
-                                   "seq_len=, or raise max_probes."),)
+            raise UnavailableError(
+                message + "; pass input_specs= or raise max_probes.", code="input_shape_not_found"
+            )
+        findings = (
+            Finding(
+                "input_shape_not_found",
+                "warning",
+                message,
+                remedy="pass input_specs=[(shape, dtype), ...], channels= or "
+                "seq_len=, or raise max_probes.",
+            ),
+        )
     else:
         findings = ()
     return GuessInputShapeReport(
         subject=f"{type(model).__name__}" + (f", first layer {first_layer}" if first_layer else ""),
         status="found" if found else "not_found",
-        lead=(f"{found.shape} {found.dtype} runs (probe {len(probes)} of at most {max_probes})"
-              if found else findings[0].message),
+        lead=(
+            f"{found.shape} {found.dtype} runs (probe {len(probes)} of at most {max_probes})"
+            if found
+            else findings[0].message
+        ),
         findings=findings,
         tables=(Table.from_dicts("probes", [vars(p) for p in probes], PROBE_COLUMNS),),
-        disclosures=("probes ran on a deep copy in eval mode under torch.no_grad(); a shape the "
-                     "forward accepts is not necessarily the shape the model was trained on",),
-        found=found is not None, shape=None if found is None else found.shape,
-        dtype=None if found is None else found.dtype, output_shape=output_shape,
-        first_layer=first_layer, probes=tuple(probes), max_probes=max_probes)
+        disclosures=(
+            "probes ran on a deep copy in eval mode under torch.no_grad(); a shape the "
+            "forward accepts is not necessarily the shape the model was trained on",
+        ),
+        found=found is not None,
+        shape=None if found is None else found.shape,
+        dtype=None if found is None else found.dtype,
+        output_shape=output_shape,
+        first_layer=first_layer,
+        probes=tuple(probes),
+        max_probes=max_probes,
+    )

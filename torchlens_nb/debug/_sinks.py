@@ -120,10 +120,16 @@ class SinkProbe:
         [(0, 0, 0.9999)]
     """
 
-    def __init__(self, attention: Iterable[Any] = (), residual: Iterable[Any] = (), *,
-                 attention_mask: torch.Tensor | None = None, sink_mass: float = SINK_MASS,
-                 sink_uniform_ratio: float = SINK_UNIFORM_RATIO,
-                 outlier_factor: float = OUTLIER_FACTOR) -> None:
+    def __init__(
+        self,
+        attention: Iterable[Any] = (),
+        residual: Iterable[Any] = (),
+        *,
+        attention_mask: torch.Tensor | None = None,
+        sink_mass: float = SINK_MASS,
+        sink_uniform_ratio: float = SINK_UNIFORM_RATIO,
+        outlier_factor: float = OUTLIER_FACTOR,
+    ) -> None:
         self._attention = _selectors(attention, "attention")
         self._residual = _selectors(residual, "residual")
         if not self._attention and not self._residual:
@@ -131,20 +137,25 @@ class SinkProbe:
                 "SinkProbe needs attention=[...] and/or residual=[...] selectors, e.g. "
                 "SinkProbe(attention=[tl.func('softmax')], residual=[tl.module('layer')])."
             )
-        for name, value, low in (("sink_mass", sink_mass, 0.0),
-                                 ("sink_uniform_ratio", sink_uniform_ratio, 1.0),
-                                 ("outlier_factor", outlier_factor, 1.0)):
+        for name, value, low in (
+            ("sink_mass", sink_mass, 0.0),
+            ("sink_uniform_ratio", sink_uniform_ratio, 1.0),
+            ("outlier_factor", outlier_factor, 1.0),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low:
                 raise DiagnosticArgumentError(f"{name} must be a number > {low:g}, got {value!r}.")
-        if attention_mask is not None and (not isinstance(attention_mask, torch.Tensor)
-                                           or attention_mask.dim() != 2):
+        if attention_mask is not None and (
+            not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2
+        ):
             raise DiagnosticArgumentError(
                 "attention_mask must be a (batch, keys) tensor, nonzero for real tokens (the "
                 f"tokenizer's attention_mask), got {_describe(attention_mask)}."
             )
-        self.thresholds = {"sink_mass": float(sink_mass),
-                           "sink_uniform_ratio": float(sink_uniform_ratio),
-                           "outlier_factor": float(outlier_factor)}
+        self.thresholds = {
+            "sink_mass": float(sink_mass),
+            "sink_uniform_ratio": float(sink_uniform_ratio),
+            "outlier_factor": float(outlier_factor),
+        }
         """The thresholds in use (plain floats)."""
         self._mask = None if attention_mask is None else attention_mask.detach().bool()
         self._sites: dict[tuple[str, str, SiteKind], _Site] = {}
@@ -153,8 +164,10 @@ class SinkProbe:
     # ----- the seam ------------------------------------------------------------------------
     def hook_plan(self) -> HookPlan:
         """The plan to pass as ``CaptureOptions(hooks=...)``."""
-        return HookPlan(tuple((sel, self._on_attention) for sel in self._attention)
-                        + tuple((sel, self._on_residual) for sel in self._residual))
+        return HookPlan(
+            tuple((sel, self._on_attention) for sel in self._attention)
+            + tuple((sel, self._on_residual) for sel in self._residual)
+        )
 
     def _site(self, site: Site, kind: SiteKind) -> _Site:
         self._scored.clear()
@@ -193,11 +206,23 @@ class SinkProbe:
             mean = state.sums / float(state.rows)
             masses, positions = mean.max(dim=-1)
             uniform = float(state.uniform) / float(state.rows)
-            floor = max(self.thresholds["sink_mass"],
-                        self.thresholds["sink_uniform_ratio"] * uniform)
-            out.append((state, AttentionLayer(
-                state.label, state.module, tuple(positions.tolist()), tuple(masses.tolist()),
-                tuple(m >= floor for m in masses.tolist()), state.is_causal, uniform)))
+            floor = max(
+                self.thresholds["sink_mass"], self.thresholds["sink_uniform_ratio"] * uniform
+            )
+            out.append(
+                (
+                    state,
+                    AttentionLayer(
+                        state.label,
+                        state.module,
+                        tuple(positions.tolist()),
+                        tuple(masses.tolist()),
+                        tuple(m >= floor for m in masses.tolist()),
+                        state.is_causal,
+                        uniform,
+                    ),
+                )
+            )
         return out
 
     def _scored_residual(self) -> list[tuple[_Site, ResidualLayer]]:
@@ -212,12 +237,22 @@ class SinkProbe:
             if not (median > 0 and bool(torch.isfinite(mean_abs).all())):
                 continue
             factors = (mean_abs / median).tolist()
-            flagged = sorted((d for d, f in enumerate(factors)
-                              if f >= self.thresholds["outlier_factor"]),
-                             key=lambda d: -factors[d])
-            out.append((state, ResidualLayer(
-                state.label, state.module, tuple(mean_abs.tolist()), median,
-                tuple(OutlierDim(state.label, d, factors[d]) for d in flagged))))
+            flagged = sorted(
+                (d for d, f in enumerate(factors) if f >= self.thresholds["outlier_factor"]),
+                key=lambda d: -factors[d],
+            )
+            out.append(
+                (
+                    state,
+                    ResidualLayer(
+                        state.label,
+                        state.module,
+                        tuple(mean_abs.tolist()),
+                        median,
+                        tuple(OutlierDim(state.label, d, factors[d]) for d in flagged),
+                    ),
+                )
+            )
         return out
 
     def attention_layers(self) -> tuple[AttentionLayer, ...]:
@@ -231,10 +266,14 @@ class SinkProbe:
     @property
     def sink_heads(self) -> tuple[SinkHead, ...]:
         """Flagged heads, site by site in execution order, heads ascending."""
-        return tuple(SinkHead(layer.label, head, pos, mass)
-                     for layer in self.attention_layers()
-                     for head, (pos, mass, flag) in enumerate(zip(layer.positions, layer.masses,
-                                                                  layer.is_sink)) if flag)
+        return tuple(
+            SinkHead(layer.label, head, pos, mass)
+            for layer in self.attention_layers()
+            for head, (pos, mass, flag) in enumerate(
+                zip(layer.positions, layer.masses, layer.is_sink)
+            )
+            if flag
+        )
 
     @property
     def outlier_dims(self) -> tuple[OutlierDim, ...]:
@@ -250,26 +289,54 @@ class SinkProbe:
         max_factor, outliers as ``[dim, factor]``); ``skipped`` (label, module, kind, calls
         not scored and the reason of the last one).
         """
-        attention = [{
-            "label": a.label, "module": a.module, "calls": s.calls, "is_causal": a.is_causal,
-            "rows_scored": int(s.rows), "uniform_share": a.uniform_share,
-            "heads": [{"head": h, "position": p, "mass": m, "is_sink": f}
-                      for h, (p, m, f) in enumerate(zip(a.positions, a.masses, a.is_sink))],
-        } for s, a in self._scored_attention()]
-        residual = [{
-            "label": r.label, "module": r.module, "calls": s.calls, "dims": len(r.mean_abs),
-            "tokens_scored": int(s.rows), "median_mean_abs": r.median_mean_abs,
-            "max_factor": max(r.mean_abs) / r.median_mean_abs,
-            "outliers": [[o.dim, o.factor] for o in r.outliers],
-        } for s, r in self._scored_residual()]
-        scored = {(a["label"], a["module"], "attention") for a in attention} | \
-                 {(r["label"], r["module"], "residual") for r in residual}
-        skipped = [{"label": s.label, "module": s.module, "kind": s.kind,
-                    "calls": s.skipped_calls, "reason": s.reason or _empty_reason(s)}
-                   for s in self._sites.values()
-                   if s.reason is not None or (s.label, s.module, s.kind) not in scored]
-        return {"thresholds": dict(self.thresholds), "attention": attention,
-                "residual": residual, "skipped": skipped}
+        attention = [
+            {
+                "label": a.label,
+                "module": a.module,
+                "calls": s.calls,
+                "is_causal": a.is_causal,
+                "rows_scored": int(s.rows),
+                "uniform_share": a.uniform_share,
+                "heads": [
+                    {"head": h, "position": p, "mass": m, "is_sink": f}
+                    for h, (p, m, f) in enumerate(zip(a.positions, a.masses, a.is_sink))
+                ],
+            }
+            for s, a in self._scored_attention()
+        ]
+        residual = [
+            {
+                "label": r.label,
+                "module": r.module,
+                "calls": s.calls,
+                "dims": len(r.mean_abs),
+                "tokens_scored": int(s.rows),
+                "median_mean_abs": r.median_mean_abs,
+                "max_factor": max(r.mean_abs) / r.median_mean_abs,
+                "outliers": [[o.dim, o.factor] for o in r.outliers],
+            }
+            for s, r in self._scored_residual()
+        ]
+        scored = {(a["label"], a["module"], "attention") for a in attention} | {
+            (r["label"], r["module"], "residual") for r in residual
+        }
+        skipped = [
+            {
+                "label": s.label,
+                "module": s.module,
+                "kind": s.kind,
+                "calls": s.skipped_calls,
+                "reason": s.reason or _empty_reason(s),
+            }
+            for s in self._sites.values()
+            if s.reason is not None or (s.label, s.module, s.kind) not in scored
+        ]
+        return {
+            "thresholds": dict(self.thresholds),
+            "attention": attention,
+            "residual": residual,
+            "skipped": skipped,
+        }
 
 
 def _selectors(items: Iterable[Any], what: str) -> tuple[Selector, ...]:
@@ -278,8 +345,11 @@ def _selectors(items: Iterable[Any], what: str) -> tuple[Selector, ...]:
 
 def _describe(value: Any) -> str:
     shape = getattr(value, "shape", None)
-    return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None \
+    return (
+        f"{type(value).__name__} of shape {tuple(shape)}"
+        if shape is not None
         else type(value).__name__
+    )
 
 
 def _empty_reason(state: _Site) -> str:
@@ -290,13 +360,16 @@ def _empty_reason(state: _Site) -> str:
     return "no query or token was left to score (every row padded or one key visible)."
 
 
-def _mask_for(mask: torch.Tensor | None, batch: int, length: int,
-              device: torch.device) -> tuple[torch.Tensor | None, str | None]:
+def _mask_for(
+    mask: torch.Tensor | None, batch: int, length: int, device: torch.device
+) -> tuple[torch.Tensor | None, str | None]:
     if mask is None:
         return None, None
     if tuple(mask.shape) != (batch, length):
-        return None, (f"attention_mask has shape {tuple(mask.shape)} but this value has batch "
-                      f"{batch} and {length} positions.")
+        return None, (
+            f"attention_mask has shape {tuple(mask.shape)} but this value has batch "
+            f"{batch} and {length} positions."
+        )
     return mask.to(device), None
 
 
@@ -305,11 +378,15 @@ def _score_attention(state: _Site, value: Any, mask: torch.Tensor | None) -> str
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return "not a floating-point tensor."
     if value.dim() != 4:
-        return (f"shape {tuple(value.shape)} is not (batch, heads, queries, keys): not an "
-                "attention pattern (a 3-D softmax folds heads into the batch).")
+        return (
+            f"shape {tuple(value.shape)} is not (batch, heads, queries, keys): not an "
+            "attention pattern (a 3-D softmax folds heads into the batch)."
+        )
     batch, heads, queries, keys = value.shape
     if queries > keys or queries == 0:
-        return f"{queries} queries over {keys} keys: not an attention pattern (needs queries <= keys)."
+        return (
+            f"{queries} queries over {keys} keys: not an attention pattern (needs queries <= keys)."
+        )
     if state.sums is not None and state.sums.shape[0] != heads:
         return f"{heads} heads, where earlier calls had {state.sums.shape[0]}."
     key_valid, reason = _mask_for(mask, batch, keys, value.device)
@@ -323,19 +400,23 @@ def _score_attention(state: _Site, value: Any, mask: torch.Tensor | None) -> str
     row_sums = probs.sum(-1)  # a NaN or Inf anywhere in a row makes its sum non-finite
     # Query 0 of a causal pattern sees keys 0..offset only: mass beyond them rules causality out
     # without the full upper-triangle pass (which then runs only for patterns that may be causal).
-    deviation, upper, finite = torch.stack([
-        torch.where(query_valid[:, None, :], (row_sums - 1).abs(), 0.0).amax(),
-        probs[:, :, 0, offset + 1:].amax() if offset + 1 < keys else probs.new_zeros(()),
-        torch.isfinite(row_sums).all().float(),
-    ]).tolist()
+    deviation, upper, finite = torch.stack(
+        [
+            torch.where(query_valid[:, None, :], (row_sums - 1).abs(), 0.0).amax(),
+            probs[:, :, 0, offset + 1 :].amax() if offset + 1 < keys else probs.new_zeros(()),
+            torch.isfinite(row_sums).all().float(),
+        ]
+    ).tolist()
     if not finite:
         return "holds NaN or Inf: not scored."
     if upper == 0.0 and queries > 1:
         upper = float(torch.triu(probs, offset + 1).amax())
     tolerance = ROW_SUM_TOLERANCE.get(value.dtype, 1e-3)
     if not deviation <= tolerance:
-        return (f"rows do not sum to 1 over the last axis (largest |sum - 1| = {deviation:.3g}): "
-                "not attention probabilities (e.g. a softmax over another axis).")
+        return (
+            f"rows do not sum to 1 over the last axis (largest |sum - 1| = {deviation:.3g}): "
+            "not attention probabilities (e.g. a softmax over another axis)."
+        )
     # Masked logits give exact zeros (exp(-inf)); a sharp non-causal head still leaves > 0.
     is_causal = queries > 1 and upper == 0.0
     if is_causal:
@@ -345,8 +426,11 @@ def _score_attention(state: _Site, value: Any, mask: torch.Tensor | None) -> str
     weight = (query_valid & (visible > 1)).float()
     state.is_causal = state.is_causal and is_causal
     # (batch, 1, 1, queries) @ (batch, heads, queries, keys): the weighted sum over queries.
-    state.add((weight[:, None, None, :] @ probs).sum(0).squeeze(-2), weight.sum(),
-              (weight / visible.clamp(min=1)).sum())
+    state.add(
+        (weight[:, None, None, :] @ probs).sum(0).squeeze(-2),
+        weight.sum(),
+        (weight / visible.clamp(min=1)).sum(),
+    )
     return None
 
 
@@ -361,8 +445,10 @@ def _score_residual(state: _Site, value: Any, mask: torch.Tensor | None) -> str 
     flat = value.detach()
     if mask is not None:
         if value.dim() < 3:
-            return (f"shape {tuple(value.shape)} has no token axis to apply the (batch, tokens) "
-                    "attention_mask to.")
+            return (
+                f"shape {tuple(value.shape)} has no token axis to apply the (batch, tokens) "
+                "attention_mask to."
+            )
         valid, reason = _mask_for(mask, value.shape[0], value.shape[1], value.device)
         if reason:
             return reason

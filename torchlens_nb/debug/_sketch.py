@@ -7,19 +7,26 @@ import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._graphviz_runner import DOT_TIMEOUT_S, check_render_args, open_viewer, render_dot
 from ._grad_fn import MAX_NODES_DEFAULT, walk_grad_fn
+from ._graphviz_runner import DOT_TIMEOUT_S, check_render_args, open_viewer, render_dot
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
 
-def sketch_grad_fn(outputs: Any, path: str | os.PathLike[str] | None = None, *,
-                   file_format: str = "png", params: Mapping[str, torch.Tensor] | None = None,
-                   model: nn.Module | None = None, max_nodes: int = MAX_NODES_DEFAULT,
-                   view: bool = False, clusters: bool = True,
-                   timeout_s: float = DOT_TIMEOUT_S) -> str:
+def sketch_grad_fn(
+    outputs: Any,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    file_format: str = "png",
+    params: Mapping[str, torch.Tensor] | None = None,
+    model: nn.Module | None = None,
+    max_nodes: int = MAX_NODES_DEFAULT,
+    view: bool = False,
+    clusters: bool = True,
+    timeout_s: float = DOT_TIMEOUT_S,
+) -> str:
     """Return the DOT source of the autograd graph above ``outputs``; optionally render it.
 
     The graph is :func:`walk_grad_fn`'s sketch: forward-direction edges, leaves named from

@@ -19,7 +19,17 @@ from ._update_ratio import update_ratio
 from ._weights import weight_distribution
 
 __all__ = [
-    "batch_independence", "causal_dependency", "class_balance", "confident_errors", "data_sanity",
-    "gradient_flow", "init_loss", "leakage_poison", "overfit_one_batch", "prime_dims",
-    "random_input_test", "update_ratio", "weight_distribution",
+    "batch_independence",
+    "causal_dependency",
+    "class_balance",
+    "confident_errors",
+    "data_sanity",
+    "gradient_flow",
+    "init_loss",
+    "leakage_poison",
+    "overfit_one_batch",
+    "prime_dims",
+    "random_input_test",
+    "update_ratio",
+    "weight_distribution",
 ]

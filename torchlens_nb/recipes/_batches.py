@@ -33,8 +33,11 @@ def is_single_batch(value: Any) -> bool:
     """A tensor, a dict, or a tuple/list whose items are all tensors is one batch."""
     if isinstance(value, (torch.Tensor, Mapping)):
         return True
-    return isinstance(value, (tuple, list)) and bool(value) and all(
-        isinstance(v, torch.Tensor) for v in value)
+    return (
+        isinstance(value, (tuple, list))
+        and bool(value)
+        and all(isinstance(v, torch.Tensor) for v in value)
+    )
 
 
 def iter_batches(source: Any, *, what: str = "batch_or_loader") -> Iterator[Any]:
@@ -95,8 +98,9 @@ def target_tensor(batch: Any) -> Any:
     """The targets of ``batch``; a bare tensor or list is taken to be the targets themselves."""
     if isinstance(batch, torch.Tensor):
         return batch
-    if isinstance(batch, Mapping) or (isinstance(batch, (tuple, list)) and len(batch) == 2
-                                      and isinstance(batch[1], torch.Tensor)):
+    if isinstance(batch, Mapping) or (
+        isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor)
+    ):
         return split_batch(batch)[1]
     return batch
 
@@ -121,7 +125,8 @@ def to_device(value: Any, device: torch.device | None) -> Any:
         if value.device.type == "meta" and device.type != "meta":
             raise InputFormError(
                 f"the batch holds a meta tensor of shape {tuple(value.shape)}: it has no values "
-                f"to run the {device.type} model on; load the real data first.")
+                f"to run the {device.type} model on; load the real data first."
+            )
         return value.to(device)
     if isinstance(value, Mapping):
         return {k: to_device(v, device) for k, v in value.items()}
@@ -148,7 +153,8 @@ def call_model(model: nn.Module, inputs: Any) -> Any:
         raise ForwardError(
             f"the model's forward raised {type(exc).__name__}: {exc} (the recipe stopped there "
             "and restored the model; check that the batch fits the model's forward).",
-            None) from exc
+            None,
+        ) from exc
 
 
 def primary_output(output: Any) -> torch.Tensor:
@@ -162,8 +168,9 @@ def primary_output(output: Any) -> torch.Tensor:
     """
     if isinstance(output, torch.Tensor):
         return output
-    logits = output.get("logits") if isinstance(output, Mapping) else getattr(
-        output, "logits", None)
+    logits = (
+        output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits", None)
+    )
     if isinstance(logits, torch.Tensor):
         return logits
     for tensor in iter_tensors(output):
@@ -193,8 +200,11 @@ def check_positive_int(value: Any, name: str) -> int:
 
 def check_positive_float(value: Any, name: str) -> float:
     """``value`` as a float when it is a finite number > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            0 < float(value) < float("inf")):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (0 < float(value) < float("inf"))
+    ):
         raise DiagnosticArgumentError(f"{name} must be a finite number > 0, got {value!r}.")
     return float(value)
 

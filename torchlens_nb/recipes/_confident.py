@@ -42,7 +42,8 @@ def _probabilities(logits: torch.Tensor) -> torch.Tensor:
         return torch.stack([1 - p, p], dim=1)
     raise InputFormError(
         f"confident_errors needs (N, C) class logits or (N,) binary logits, got shape "
-        f"{tuple(logits.shape)}; flatten sequence outputs to (N*T, C) first.")
+        f"{tuple(logits.shape)}; flatten sequence outputs to (N*T, C) first."
+    )
 
 
 def _labels(targets: Any, n: int) -> torch.Tensor:
@@ -52,8 +53,9 @@ def _labels(targets: Any, n: int) -> torch.Tensor:
         return targets.argmax(dim=1)  # one-hot
     labels = targets.reshape(-1).round().long()
     if labels.numel() != n:
-        raise InputFormError(f"{labels.numel()} targets for {n} predictions; pass one class "
-                             "index per example.")
+        raise InputFormError(
+            f"{labels.numel()} targets for {n} predictions; pass one class index per example."
+        )
     return labels
 
 
@@ -90,8 +92,9 @@ def confident_errors(model: nn.Module, loader: Any, *, k: int = 10) -> Confident
             confidence, predicted = probs.max(dim=1)
             target_prob = probs.gather(1, labels.clamp(0, probs.shape[1] - 1)[:, None])[:, 0]
             wrong = torch.nonzero(predicted != labels).reshape(-1).tolist()
-            conf, pred, true, tprob = (t.tolist() for t in (confidence, predicted, labels,
-                                                            target_prob))
+            conf, pred, true, tprob = (
+                t.tolist() for t in (confidence, predicted, labels, target_prob)
+            )
             for i in wrong:
                 pairs[(pred[i], true[i])] += 1
                 item = (conf[i], -(seen + i), pred[i], true[i], tprob[i])
@@ -102,48 +105,87 @@ def confident_errors(model: nn.Module, loader: Any, *, k: int = 10) -> Confident
             errors += len(wrong)
             seen += probs.shape[0]
     if seen == 0:
-        raise DiagnosticArgumentError("loader yielded no example; pass a non-empty loader or a "
-                                      "batch.")
+        raise DiagnosticArgumentError(
+            "loader yielded no example; pass a non-empty loader or a batch."
+        )
     top = sorted(heap, reverse=True)
-    rows = tuple(ConfidentError(rank, -neg, pred, true, conf, tprob)
-                 for rank, (conf, neg, pred, true, tprob) in enumerate(top, start=1))
+    rows = tuple(
+        ConfidentError(rank, -neg, pred, true, conf, tprob)
+        for rank, (conf, neg, pred, true, tprob) in enumerate(top, start=1)
+    )
     findings = _findings(rows, seen, errors)
     table = Table.from_dicts(
-        "errors", [{"rank": e.rank, "index": e.index, "predicted": e.predicted,
-                    "target": e.target, "confidence": e.confidence,
-                    "target_prob": e.target_prob} for e in rows],
+        "errors",
+        [
+            {
+                "rank": e.rank,
+                "index": e.index,
+                "predicted": e.predicted,
+                "target": e.target,
+                "confidence": e.confidence,
+                "target_prob": e.target_prob,
+            }
+            for e in rows
+        ],
         ("rank", "index", "predicted", "target", "confidence", "target_prob"),
-        {"num_examples": seen, "num_errors": errors,
-         "top_pairs": [[p, t, n] for (p, t), n in pairs.most_common(5)]})
+        {
+            "num_examples": seen,
+            "num_errors": errors,
+            "top_pairs": [[p, t, n] for (p, t), n in pairs.most_common(5)],
+        },
+    )
     shuffled = type(getattr(loader, "sampler", None)).__name__ == "RandomSampler"
     disclosures = ["index counts examples in iteration order"]
     if shuffled:
-        disclosures.append("this DataLoader shuffles: the indices do not map back to dataset "
-                           "indices; rerun with shuffle=False to look them up")
+        disclosures.append(
+            "this DataLoader shuffles: the indices do not map back to dataset "
+            "indices; rerun with shuffle=False to look them up"
+        )
     return ConfidentErrorsReport(
-        subject=f"{type(model).__name__} on {seen} examples", status=recipe_status(findings),
-        lead=(f"{errors} errors in {seen} examples; most confident: "
-              f"{rows[0].confidence:.3f} on #{rows[0].index}." if rows else
-              f"no errors in {seen} examples."),
-        findings=tuple(findings), tables=(table,), errors=rows, num_examples=seen,
-        num_errors=errors, disclosures=tuple(disclosures))
+        subject=f"{type(model).__name__} on {seen} examples",
+        status=recipe_status(findings),
+        lead=(
+            f"{errors} errors in {seen} examples; most confident: "
+            f"{rows[0].confidence:.3f} on #{rows[0].index}."
+            if rows
+            else f"no errors in {seen} examples."
+        ),
+        findings=tuple(findings),
+        tables=(table,),
+        errors=rows,
+        num_examples=seen,
+        num_errors=errors,
+        disclosures=tuple(disclosures),
+    )
 
 
 def _findings(rows: tuple[ConfidentError, ...], seen: int, errors: int) -> list[Finding]:
-    findings = [Finding("accuracy", "info",
-                        f"accuracy {100 * (1 - errors / seen):.1f}% ({errors} errors in {seen} "
-                        "examples).", fields={"num_errors": errors, "num_examples": seen})]
+    findings = [
+        Finding(
+            "accuracy",
+            "info",
+            f"accuracy {100 * (1 - errors / seen):.1f}% ({errors} errors in {seen} examples).",
+            fields={"num_errors": errors, "num_examples": seen},
+        )
+    ]
     if not rows:
         return findings
     (pred, true), count = Counter((e.predicted, e.target) for e in rows).most_common(1)[0]
     if count >= 3 and count >= SYSTEMATIC_SHARE * len(rows):
-        findings.append(Finding(
-            "systematic_confusion", "warning",
-            f"{count} of the {len(rows)} most confident errors predict {pred} where the label is "
-            f"{true}: a pattern, not noise.",
-            remedy=f"inspect those examples: swapped or wrong label ids for class {true}, or a "
-                   "transform that removes what tells the classes apart.",
-            fields={"predicted": pred, "target": true, "count": count,
-                    "indices": [e.index for e in rows
-                                if (e.predicted, e.target) == (pred, true)]}))
+        findings.append(
+            Finding(
+                "systematic_confusion",
+                "warning",
+                f"{count} of the {len(rows)} most confident errors predict {pred} where the label is "
+                f"{true}: a pattern, not noise.",
+                remedy=f"inspect those examples: swapped or wrong label ids for class {true}, or a "
+                "transform that removes what tells the classes apart.",
+                fields={
+                    "predicted": pred,
+                    "target": true,
+                    "count": count,
+                    "indices": [e.index for e in rows if (e.predicted, e.target) == (pred, true)],
+                },
+            )
+        )
     return findings

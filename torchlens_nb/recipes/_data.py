@@ -45,8 +45,9 @@ def _fields(batch: Any) -> list[tuple[str, FieldRole, Any]]:
     return [("batch", "input", batch)]
 
 
-def data_sanity(batch_or_loader: Any, *, num_batches: int = 1,
-                num_classes: int | None = None) -> DataSanityReport:
+def data_sanity(
+    batch_or_loader: Any, *, num_batches: int = 1, num_classes: int | None = None
+) -> DataSanityReport:
     """Per-field shape, dtype, range, mean, std and NaN/Inf counts of a batch (or loader).
 
     Flags non-finite values (critical), float inputs an order of magnitude from zero-mean /
@@ -88,62 +89,101 @@ def data_sanity(batch_or_loader: Any, *, num_batches: int = 1,
     summaries = []
     for name, role, value in first:
         if not isinstance(value, torch.Tensor):
-            summaries.append(FieldSummary(name, role, type(value).__name__, None, None, None,
-                                          None, None))
+            summaries.append(
+                FieldSummary(name, role, type(value).__name__, None, None, None, None, None)
+            )
             continue
         values = torch.cat(pooled[name])
         integral = not (values.is_floating_point() or values.is_complex())
-        summaries.append(FieldSummary(
-            name, role, "Tensor", tuple(value.shape), str(value.dtype).replace("torch.", ""),
-            tensor_stats(values), int(values.unique().numel()) if integral else None,
-            histogram(values, HISTOGRAM_BINS)))
+        summaries.append(
+            FieldSummary(
+                name,
+                role,
+                "Tensor",
+                tuple(value.shape),
+                str(value.dtype).replace("torch.", ""),
+                tensor_stats(values),
+                int(values.unique().numel()) if integral else None,
+                histogram(values, HISTOGRAM_BINS),
+            )
+        )
     findings = _sanity_findings(summaries, num_classes)
-    rows = [{"field": s.name, "role": s.role, "shape": s.shape, "dtype": s.dtype or s.type_name,
-             "min": s.stats.min if s.stats else None, "max": s.stats.max if s.stats else None,
-             "mean": s.stats.mean if s.stats else None, "std": s.stats.std if s.stats else None,
-             "nan": s.stats.nan_count if s.stats else None,
-             "inf": s.stats.inf_count if s.stats else None, "distinct": s.distinct}
-            for s in summaries]
-    table = Table.from_dicts("fields", rows, ("field", "role", "shape", "dtype", "min", "max",
-                                              "mean", "std", "nan", "inf", "distinct"),
-                             {"mean_abs_max": MEAN_ABS_MAX, "std_range": STD_RANGE,
-                              "num_batches": len(batches)})
+    rows = [
+        {
+            "field": s.name,
+            "role": s.role,
+            "shape": s.shape,
+            "dtype": s.dtype or s.type_name,
+            "min": s.stats.min if s.stats else None,
+            "max": s.stats.max if s.stats else None,
+            "mean": s.stats.mean if s.stats else None,
+            "std": s.stats.std if s.stats else None,
+            "nan": s.stats.nan_count if s.stats else None,
+            "inf": s.stats.inf_count if s.stats else None,
+            "distinct": s.distinct,
+        }
+        for s in summaries
+    ]
+    table = Table.from_dicts(
+        "fields",
+        rows,
+        ("field", "role", "shape", "dtype", "min", "max", "mean", "std", "nan", "inf", "distinct"),
+        {"mean_abs_max": MEAN_ABS_MAX, "std_range": STD_RANGE, "num_batches": len(batches)},
+    )
     status = recipe_status(findings)
     flagged = sorted({str(f.fields.get("field", "")) for f in findings} - {""})
-    lead = ("every field is finite, inputs near zero-mean / unit-std, labels look valid."
-            if status == "pass" else
-            f"{len(findings)} finding(s) in field(s) {', '.join(map(repr, flagged))}." if flagged
-            else f"{len(findings)} finding(s).")
+    lead = (
+        "every field is finite, inputs near zero-mean / unit-std, labels look valid."
+        if status == "pass"
+        else f"{len(findings)} finding(s) in field(s) {', '.join(map(repr, flagged))}."
+        if flagged
+        else f"{len(findings)} finding(s)."
+    )
     return DataSanityReport(
-        subject=f"{len(summaries)} fields over {len(batches)} batch(es)", status=status,
+        subject=f"{len(summaries)} fields over {len(batches)} batch(es)",
+        status=status,
         lead=lead,
-        findings=tuple(findings), tables=(table,), fields=tuple(summaries),
+        findings=tuple(findings),
+        tables=(table,),
+        fields=tuple(summaries),
         num_batches=len(batches),
-        disclosures=("statistics pool every element of a field (not per channel)",
-                     "the model is not run: shapes are not checked against it"))
+        disclosures=(
+            "statistics pool every element of a field (not per channel)",
+            "the model is not run: shapes are not checked against it",
+        ),
+    )
 
 
 def _sanity_findings(fields: list[FieldSummary], num_classes: int | None) -> list[Finding]:
     findings: list[Finding] = []
     sizes = {f.name: f.shape[0] for f in fields if f.shape}
     if len(set(sizes.values())) > 1:
-        findings.append(Finding(
-            "batch_size_mismatch", "critical",
-            f"fields disagree on the batch size (dim 0): {sizes}.",
-            remedy="check the collate function and that inputs and targets come from the same "
-                   "examples.", fields={"sizes": sizes}))
+        findings.append(
+            Finding(
+                "batch_size_mismatch",
+                "critical",
+                f"fields disagree on the batch size (dim 0): {sizes}.",
+                remedy="check the collate function and that inputs and targets come from the same "
+                "examples.",
+                fields={"sizes": sizes},
+            )
+        )
     for f in fields:
         stats = f.stats
         if stats is None:
             continue
         if stats.nan_count or stats.inf_count:
-            findings.append(Finding(
-                "nonfinite_values", "critical",
-                f"field {f.name!r} has {stats.nan_count} NaN and {stats.inf_count} Inf of "
-                f"{stats.numel} values.",
-                remedy="fix the dataset or transform (divisions by zero, log of 0, missing "
-                       "values) before training; NaN inputs make every loss NaN.",
-                fields={"field": f.name, "nan": stats.nan_count, "inf": stats.inf_count}))
+            findings.append(
+                Finding(
+                    "nonfinite_values",
+                    "critical",
+                    f"field {f.name!r} has {stats.nan_count} NaN and {stats.inf_count} Inf of "
+                    f"{stats.numel} values.",
+                    remedy="fix the dataset or transform (divisions by zero, log of 0, missing "
+                    "values) before training; NaN inputs make every loss NaN.",
+                    fields={"field": f.name, "nan": stats.nan_count, "inf": stats.inf_count},
+                )
+            )
         if f.role == "input" and f.distinct is None:
             findings.extend(_scale_findings(f, stats))
         if f.role == "target" and f.distinct is not None:
@@ -153,47 +193,67 @@ def _sanity_findings(fields: list[FieldSummary], num_classes: int | None) -> lis
 
 def _scale_findings(f: FieldSummary, stats: Any) -> list[Finding]:
     if stats.numel > 1 and stats.std == 0:
-        return [Finding(
-            "constant_field", "warning",
-            f"input {f.name!r} is constant ({stats.mean:.4g} everywhere): it carries no signal.",
-            remedy="check the transforms (a multiply by 0, a wrong normalisation, a crop outside "
-                   "the image); tl.recipes.random_input_test confirms it.",
-            fields={"field": f.name, "value": stats.mean})]
+        return [
+            Finding(
+                "constant_field",
+                "warning",
+                f"input {f.name!r} is constant ({stats.mean:.4g} everywhere): it carries no signal.",
+                remedy="check the transforms (a multiply by 0, a wrong normalisation, a crop outside "
+                "the image); tl.recipes.random_input_test confirms it.",
+                fields={"field": f.name, "value": stats.mean},
+            )
+        ]
     low, high = STD_RANGE
     if abs(stats.mean) > MEAN_ABS_MAX or not (low <= stats.std <= high):
-        return [Finding(
-            "input_not_standardized", "warning",
-            f"input {f.name!r} has mean {stats.mean:.4g} and std {stats.std:.4g}; expected about "
-            f"mean 0, std 1 (|mean| <= {MEAN_ABS_MAX}, std in [{low}, {high}]).",
-            remedy="standardise it: (x - mean) / std with statistics of the TRAINING split "
-                   "(e.g. images: ToTensor() then Normalize(mean, std)).",
-            fields={"field": f.name, "mean": stats.mean, "std": stats.std})]
+        return [
+            Finding(
+                "input_not_standardized",
+                "warning",
+                f"input {f.name!r} has mean {stats.mean:.4g} and std {stats.std:.4g}; expected about "
+                f"mean 0, std 1 (|mean| <= {MEAN_ABS_MAX}, std in [{low}, {high}]).",
+                remedy="standardise it: (x - mean) / std with statistics of the TRAINING split "
+                "(e.g. images: ToTensor() then Normalize(mean, std)).",
+                fields={"field": f.name, "mean": stats.mean, "std": stats.std},
+            )
+        ]
     return []
 
 
 def _label_findings(f: FieldSummary, stats: Any, num_classes: int | None) -> list[Finding]:
     findings = []
     if stats.min < 0 and stats.min != IGNORE_INDEX:
-        findings.append(Finding(
-            "negative_labels", "critical",
-            f"target {f.name!r} has labels down to {stats.min:g}; class labels start at 0 "
-            f"(only {IGNORE_INDEX}, the ignore_index, may be negative).",
-            remedy="map labels to 0..C-1 (e.g. labels - labels.min() or a label encoder).",
-            fields={"field": f.name, "min": stats.min}))
+        findings.append(
+            Finding(
+                "negative_labels",
+                "critical",
+                f"target {f.name!r} has labels down to {stats.min:g}; class labels start at 0 "
+                f"(only {IGNORE_INDEX}, the ignore_index, may be negative).",
+                remedy="map labels to 0..C-1 (e.g. labels - labels.min() or a label encoder).",
+                fields={"field": f.name, "min": stats.min},
+            )
+        )
     if num_classes is not None and stats.max >= num_classes:
-        findings.append(Finding(
-            "labels_out_of_range", "critical",
-            f"target {f.name!r} reaches {stats.max:g} but num_classes is {num_classes}; labels "
-            f"must lie in [0, {num_classes - 1}].",
-            remedy="fix the label encoding or the model's number of outputs.",
-            fields={"field": f.name, "max": stats.max, "num_classes": num_classes}))
+        findings.append(
+            Finding(
+                "labels_out_of_range",
+                "critical",
+                f"target {f.name!r} reaches {stats.max:g} but num_classes is {num_classes}; labels "
+                f"must lie in [0, {num_classes - 1}].",
+                remedy="fix the label encoding or the model's number of outputs.",
+                fields={"field": f.name, "max": stats.max, "num_classes": num_classes},
+            )
+        )
     if f.distinct == 1 and stats.numel > 1:
-        findings.append(Finding(
-            "single_target_value", "warning",
-            f"every target in {f.name!r} equals {stats.min:g}: is the loader shuffled?",
-            remedy="pass shuffle=True to the training DataLoader (a dataset sorted by class "
-                   "yields one-class batches).",
-            fields={"field": f.name, "value": stats.min}))
+        findings.append(
+            Finding(
+                "single_target_value",
+                "warning",
+                f"every target in {f.name!r} equals {stats.min:g}: is the loader shuffled?",
+                remedy="pass shuffle=True to the training DataLoader (a dataset sorted by class "
+                "yields one-class batches).",
+                fields={"field": f.name, "value": stats.min},
+            )
+        )
     return findings
 
 
@@ -207,8 +267,11 @@ CRITICAL_RATIO = 100.0
 def _labels(source: Any) -> torch.Tensor:
     if isinstance(source, torch.Tensor):
         return source.detach().cpu()
-    if hasattr(source, "__array__") or (isinstance(source, (list, tuple)) and source and all(
-            isinstance(v, (int, bool)) for v in source)):
+    if hasattr(source, "__array__") or (
+        isinstance(source, (list, tuple))
+        and source
+        and all(isinstance(v, (int, bool)) for v in source)
+    ):
         return torch.as_tensor(source).cpu()
     parts = []
     for batch in iter_batches(source, what="loader_or_labels"):
@@ -221,8 +284,9 @@ def _labels(source: Any) -> torch.Tensor:
         parts.append(labels.detach().cpu())
     if not parts:
         raise DiagnosticArgumentError("loader_or_labels yielded no batch; pass a non-empty one.")
-    return torch.cat([p.reshape(-1) if p.dim() < 2 or not p.is_floating_point() else p
-                      for p in parts])
+    return torch.cat(
+        [p.reshape(-1) if p.dim() < 2 or not p.is_floating_point() else p for p in parts]
+    )
 
 
 def _class_counts(labels: torch.Tensor, num_classes: int | None) -> tuple[torch.Tensor, bool, int]:
@@ -236,7 +300,8 @@ def _class_counts(labels: torch.Tensor, num_classes: int | None) -> tuple[torch.
         counts = labels.to(torch.int64).sum(dim=0)
         if num_classes is not None and counts.numel() != num_classes:
             raise DiagnosticArgumentError(
-                f"the 0/1 targets have {counts.numel()} columns but num_classes is {num_classes}.")
+                f"the 0/1 targets have {counts.numel()} columns but num_classes is {num_classes}."
+            )
         return counts, True, 0
     if labels.is_floating_point():
         if not bool((labels == labels.round()).all()):
@@ -257,7 +322,8 @@ def _class_counts(labels: torch.Tensor, num_classes: int | None) -> tuple[torch.
     if num_classes is not None and counts.numel() > num_classes:
         raise DiagnosticArgumentError(
             f"labels reach {counts.numel() - 1} but num_classes is {num_classes}; fix the labels "
-            "or num_classes.")
+            "or num_classes."
+        )
     return counts, False, ignored
 
 
@@ -289,8 +355,11 @@ def class_balance(loader_or_labels: Any, *, num_classes: int | None = None) -> C
         check_positive_int(num_classes, "num_classes")
     counts, multilabel, ignored = _class_counts(_labels(loader_or_labels), num_classes)
     present = counts if num_classes is not None or multilabel else counts[counts > 0]
-    labels = range(counts.numel()) if num_classes is not None or multilabel else [
-        int(i) for i in torch.nonzero(counts).reshape(-1)]
+    labels = (
+        range(counts.numel())
+        if num_classes is not None or multilabel
+        else [int(i) for i in torch.nonzero(counts).reshape(-1)]
+    )
     total = int(counts.sum())
     if total == 0:
         raise DiagnosticArgumentError("no labels to count (empty, or every label is -100).")
@@ -301,44 +370,77 @@ def class_balance(loader_or_labels: Any, *, num_classes: int | None = None) -> C
     findings = _balance_findings(rows, ratio, total)
     weights = {r.label: (total / (len(rows) * r.count) if r.count else None) for r in rows}
     table = Table.from_dicts(
-        "classes", [{"class": r.label, "count": r.count, "fraction": r.fraction,
-                     "weight": weights[r.label]} for r in rows],
+        "classes",
+        [
+            {"class": r.label, "count": r.count, "fraction": r.fraction, "weight": weights[r.label]}
+            for r in rows
+        ],
         ("class", "count", "fraction", "weight"),
-        {"ratio": ratio, "warn_ratio": WARN_RATIO, "critical_ratio": CRITICAL_RATIO,
-         "ignored": ignored})
+        {
+            "ratio": ratio,
+            "warn_ratio": WARN_RATIO,
+            "critical_ratio": CRITICAL_RATIO,
+            "ignored": ignored,
+        },
+    )
     status = recipe_status(findings)
     return ClassBalanceReport(
-        subject=f"{total} labels, {len(rows)} classes", status=status,
-        lead=(f"majority:minority is {ratio:.3g}:1" + (" (balanced enough)." if status == "pass"
-                                                       else ".")),
-        findings=tuple(findings), tables=(table,), counts=tuple(rows), total=total, ratio=ratio,
-        warn_ratio=WARN_RATIO, critical_ratio=CRITICAL_RATIO, is_multilabel=multilabel,
-        disclosures=(f"{ignored} labels equal to {IGNORE_INDEX} were skipped",) if ignored else ())
+        subject=f"{total} labels, {len(rows)} classes",
+        status=status,
+        lead=(
+            f"majority:minority is {ratio:.3g}:1"
+            + (" (balanced enough)." if status == "pass" else ".")
+        ),
+        findings=tuple(findings),
+        tables=(table,),
+        counts=tuple(rows),
+        total=total,
+        ratio=ratio,
+        warn_ratio=WARN_RATIO,
+        critical_ratio=CRITICAL_RATIO,
+        is_multilabel=multilabel,
+        disclosures=(f"{ignored} labels equal to {IGNORE_INDEX} were skipped",) if ignored else (),
+    )
 
 
 def _balance_findings(rows: list[ClassCount], ratio: float, total: int) -> list[Finding]:
     if len(rows) == 1:
-        return [Finding("single_class", "critical",
-                        f"only class {rows[0].label} occurs in {total} labels.",
-                        remedy="check the label column and the split; pass num_classes= to "
-                               "count classes that never occur.")]
+        return [
+            Finding(
+                "single_class",
+                "critical",
+                f"only class {rows[0].label} occurs in {total} labels.",
+                remedy="check the label column and the split; pass num_classes= to "
+                "count classes that never occur.",
+            )
+        ]
     missing = [r.label for r in rows if r.count == 0]
     if missing:
-        return [Finding("missing_classes", "critical",
-                        f"classes {missing} never occur in {total} labels.",
-                        remedy="check the split (stratify it) or the label mapping.",
-                        fields={"classes": missing})]
+        return [
+            Finding(
+                "missing_classes",
+                "critical",
+                f"classes {missing} never occur in {total} labels.",
+                remedy="check the split (stratify it) or the label mapping.",
+                fields={"classes": missing},
+            )
+        ]
     if ratio <= WARN_RATIO:
         return []
     major = rows[0]
     severity = "critical" if ratio > CRITICAL_RATIO else "warning"
-    weights = ", ".join(f"{total / (len(rows) * r.count):.3g}"
-                        for r in sorted(rows, key=lambda r: r.label))
-    return [Finding(
-        "class_imbalance", severity,
-        f"majority:minority is {ratio:.3g}:1 (warning above {WARN_RATIO:g}:1, critical above "
-        f"{CRITICAL_RATIO:g}:1); always predicting class {major.label} scores "
-        f"{100 * major.fraction:.1f}% accuracy.",
-        remedy=f"use a weighted loss, e.g. nn.CrossEntropyLoss(weight=torch.tensor([{weights}])), "
-               "or a WeightedRandomSampler; report per-class recall, not accuracy.",
-        fields={"ratio": ratio, "majority": major.label, "majority_fraction": major.fraction})]
+    weights = ", ".join(
+        f"{total / (len(rows) * r.count):.3g}" for r in sorted(rows, key=lambda r: r.label)
+    )
+    return [
+        Finding(
+            "class_imbalance",
+            severity,
+            f"majority:minority is {ratio:.3g}:1 (warning above {WARN_RATIO:g}:1, critical above "
+            f"{CRITICAL_RATIO:g}:1); always predicting class {major.label} scores "
+            f"{100 * major.fraction:.1f}% accuracy.",
+            remedy=f"use a weighted loss, e.g. nn.CrossEntropyLoss(weight=torch.tensor([{weights}])), "
+            "or a WeightedRandomSampler; report per-class recall, not accuracy.",
+            fields={"ratio": ratio, "majority": major.label, "majority_fraction": major.fraction},
+        )
+    ]

@@ -38,12 +38,10 @@ MATRIX_MAX = 64
 """The report keeps the full output x input matrix up to 64 indices (4,096 numbers): above that
 the payload would outgrow a panel, and the leaks alone are kept."""
 _REMEDY = {
-    "batch_independence":
-        "look for a view/reshape that moves the batch dimension (use transpose/permute instead), "
-        "a reduction over dim 0, or normalisation over the batch in eval mode.",
-    "causal_dependency":
-        "check the attention mask: position t must see keys 0..t only, i.e. mask "
-        "torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1) (diagonal=1, not 2).",
+    "batch_independence": "look for a view/reshape that moves the batch dimension (use transpose/permute instead), "
+    "a reduction over dim 0, or normalisation over the batch in eval mode.",
+    "causal_dependency": "check the attention mask: position t must see keys 0..t only, i.e. mask "
+    "torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1) (diagonal=1, not 2).",
 }
 
 
@@ -69,25 +67,30 @@ def _embedding_tap(model: nn.Module, ids: torch.Tensor) -> Iterator[list[tuple[s
     taps: list[tuple[str, Any]] = []
 
     def hook(name: str, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if args and isinstance(args[0], torch.Tensor) and args[0].shape == ids.shape and bool(
-                torch.equal(args[0], ids)):
+        if (
+            args
+            and isinstance(args[0], torch.Tensor)
+            and args[0].shape == ids.shape
+            and bool(torch.equal(args[0], ids))
+        ):
             taps.append((name, output))
 
     with contextlib.ExitStack() as stack:
         for name, module in model.named_modules():
             if isinstance(module, nn.Embedding):
                 handle = module.register_forward_hook(
-                    lambda m, a, o, name=name: hook(name, m, a, o))
+                    lambda m, a, o, name=name: hook(name, m, a, o)
+                )
                 stack.callback(handle.remove)
         yield taps
 
 
-def _dependency_matrix(model: nn.Module, x: Any, dim: int,
-                       seed: int) -> tuple[torch.Tensor, str]:
+def _dependency_matrix(model: nn.Module, x: Any, dim: int, seed: int) -> tuple[torch.Tensor, str]:
     tensor, key = _probed_tensor(x)
     if tensor.dim() <= dim:
         raise DiagnosticArgumentError(
-            f"x has shape {tuple(tensor.shape)}; dimension {dim} does not exist.")
+            f"x has shape {tuple(tensor.shape)}; dimension {dim} does not exist."
+        )
     x = to_device(x, model_device(model))
     tensor, _ = _probed_tensor(x)
     with preserved(model, mode="eval"), torch.enable_grad():
@@ -102,26 +105,30 @@ def _dependency_matrix(model: nn.Module, x: Any, dim: int,
             if not taps:
                 raise InputFormError(
                     "x holds integer ids and no nn.Embedding of the model embeds them; pass a "
-                    "float input (e.g. the embeddings) to check dependencies.")
+                    "float input (e.g. the embeddings) to check dependencies."
+                )
             name, target = taps[0]
             probed = f"embedding {name}"
         if output.grad_fn is None:
             raise DiagnosticArgumentError(
                 "the model's output has no grad_fn: its forward runs under no_grad or detaches; "
-                "the dependency check needs gradients from output to input.")
+                "the dependency check needs gradients from output to input."
+            )
         n_in, n_out = target.shape[dim], output.shape[dim] if output.dim() > dim else -1
         if n_out != n_in:
             raise DiagnosticArgumentError(
                 f"the output has {n_out} indices along dim {dim} but the input has {n_in}; the "
                 "check needs one output per input example/position (pass dim= for another "
-                "layout).")
+                "layout)."
+            )
         generator = torch.Generator().manual_seed(seed)
         weights = torch.randn(output.shape, generator=generator).to(output.device, output.dtype)
         rows = []
         for i in range(n_out):
             projection = (output.select(dim, i) * weights.select(dim, i)).sum()
-            (grad,) = torch.autograd.grad(projection, target, retain_graph=i < n_out - 1,
-                                          allow_unused=True)
+            (grad,) = torch.autograd.grad(
+                projection, target, retain_graph=i < n_out - 1, allow_unused=True
+            )
             if grad is None:
                 rows.append(torch.zeros(n_in, dtype=torch.float64))
                 continue
@@ -130,8 +137,9 @@ def _dependency_matrix(model: nn.Module, x: Any, dim: int,
     return torch.stack(rows), probed
 
 
-def _check(check: DependencyCheck, model: nn.Module, x: Any, dim: int, rtol: float,
-           seed: int) -> DependencyReport:
+def _check(
+    check: DependencyCheck, model: nn.Module, x: Any, dim: int, rtol: float, seed: int
+) -> DependencyReport:
     validate_model(model)
     check_seed(seed)
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
@@ -142,63 +150,121 @@ def _check(check: DependencyCheck, model: nn.Module, x: Any, dim: int, rtol: flo
     n = matrix.shape[0]
     threshold = float(rtol) * float(matrix.max())
     index = torch.arange(n)
-    forbidden = (index[None, :] != index[:, None]) if check == "batch_independence" else (
-        index[None, :] > index[:, None])
+    forbidden = (
+        (index[None, :] != index[:, None])
+        if check == "batch_independence"
+        else (index[None, :] > index[:, None])
+    )
     hits = (matrix > threshold) & forbidden
-    leaks = tuple(Leak(i, tuple(int(j) for j in torch.nonzero(hits[i]).reshape(-1)),
-                       float(matrix[i][hits[i]].max()))
-                  for i in range(n) if bool(hits[i].any()))
+    leaks = tuple(
+        Leak(
+            i,
+            tuple(int(j) for j in torch.nonzero(hits[i]).reshape(-1)),
+            float(matrix[i][hits[i]].max()),
+        )
+        for i in range(n)
+        if bool(hits[i].any())
+    )
     blind = tuple(i for i in range(n) if float(matrix[i, i]) <= threshold)
     findings = _findings(check, leaks, blind, n, bool((matrix > threshold).any()))
     noun = "output" if check == "batch_independence" else "position"
     table = Table.from_dicts(
-        "leaks", [{noun: leak.output_index, "depends_on": leak.input_indices,
-                   "max_grad": leak.max_grad, "own_grad": float(matrix[leak.output_index,
-                                                                       leak.output_index])}
-                  for leak in leaks],
-        (noun, "depends_on", "max_grad", "own_grad"), {"size": n, "rtol": rtol, "dim": dim})
+        "leaks",
+        [
+            {
+                noun: leak.output_index,
+                "depends_on": leak.input_indices,
+                "max_grad": leak.max_grad,
+                "own_grad": float(matrix[leak.output_index, leak.output_index]),
+            }
+            for leak in leaks
+        ],
+        (noun, "depends_on", "max_grad", "own_grad"),
+        {"size": n, "rtol": rtol, "dim": dim},
+    )
     status = recipe_status(findings)
-    lead = (f"{len(leaks)} of {n} {noun}s depend on indices they must not see." if leaks else
-            f"all {n} {noun}s depend only on allowed indices.")
+    lead = (
+        f"{len(leaks)} of {n} {noun}s depend on indices they must not see."
+        if leaks
+        else f"all {n} {noun}s depend only on allowed indices."
+    )
     return DependencyReport(
-        subject=f"{type(model).__name__}, {n} {noun}s along dim {dim}", status=status, lead=lead,
-        findings=tuple(findings), tables=(table,), check=check, size=n, dim=dim, probed=probed,
+        subject=f"{type(model).__name__}, {n} {noun}s along dim {dim}",
+        status=status,
+        lead=lead,
+        findings=tuple(findings),
+        tables=(table,),
+        check=check,
+        size=n,
+        dim=dim,
+        probed=probed,
         matrix=tuple(tuple(row) for row in matrix.tolist()) if n <= MATRIX_MAX else None,
-        leaks=leaks, blind=blind, rtol=float(rtol),
-        disclosures=("ran in eval mode: train-mode batch statistics (BatchNorm) and dropout are "
-                     "not checked", f"every one of the {n} output indices was tested"))
+        leaks=leaks,
+        blind=blind,
+        rtol=float(rtol),
+        disclosures=(
+            "ran in eval mode: train-mode batch statistics (BatchNorm) and dropout are not checked",
+            f"every one of the {n} output indices was tested",
+        ),
+    )
 
 
-def _findings(check: DependencyCheck, leaks: tuple[Leak, ...], blind: tuple[int, ...], n: int,
-              any_gradient: bool) -> list[Finding]:
+def _findings(
+    check: DependencyCheck,
+    leaks: tuple[Leak, ...],
+    blind: tuple[int, ...],
+    n: int,
+    any_gradient: bool,
+) -> list[Finding]:
     if not any_gradient:
-        return [Finding("no_input_gradient", "critical",
-                        "no output depends on the input at all (every gradient is zero).",
-                        remedy="check that forward uses its input and does not detach it.")]
+        return [
+            Finding(
+                "no_input_gradient",
+                "critical",
+                "no output depends on the input at all (every gradient is zero).",
+                remedy="check that forward uses its input and does not detach it.",
+            )
+        ]
     findings = []
     if leaks:
-        pairs = "; ".join(f"{leak.output_index} <- {list(leak.input_indices)}"
-                          for leak in leaks[:5])
+        pairs = "; ".join(
+            f"{leak.output_index} <- {list(leak.input_indices)}" for leak in leaks[:5]
+        )
         more = f" (and {len(leaks) - 5} more)" if len(leaks) > 5 else ""
-        what = ("depend on other examples of the batch" if check == "batch_independence"
-                else "see future positions")
-        findings.append(Finding(
-            "batch_leak" if check == "batch_independence" else "causal_leak", "critical",
-            f"{len(leaks)} of {n} outputs {what}: {pairs}{more}.", remedy=_REMEDY[check],
-            fields={"leaks": {str(leak.output_index): list(leak.input_indices)
-                              for leak in leaks}}))
+        what = (
+            "depend on other examples of the batch"
+            if check == "batch_independence"
+            else "see future positions"
+        )
+        findings.append(
+            Finding(
+                "batch_leak" if check == "batch_independence" else "causal_leak",
+                "critical",
+                f"{len(leaks)} of {n} outputs {what}: {pairs}{more}.",
+                remedy=_REMEDY[check],
+                fields={
+                    "leaks": {str(leak.output_index): list(leak.input_indices) for leak in leaks}
+                },
+            )
+        )
     if blind:
-        findings.append(Finding(
-            "ignores_own_input", "warning",
-            f"{len(blind)} of {n} outputs have zero gradient on their own input index: "
-            f"{list(blind[:10])}.",
-            remedy="a mask that also hides the diagonal, or an index shift, drops the output's "
-                   "own input; check masks and any roll/shift.", fields={"blind": list(blind)}))
+        findings.append(
+            Finding(
+                "ignores_own_input",
+                "warning",
+                f"{len(blind)} of {n} outputs have zero gradient on their own input index: "
+                f"{list(blind[:10])}.",
+                remedy="a mask that also hides the diagonal, or an index shift, drops the output's "
+                "own input; check masks and any roll/shift.",
+                fields={"blind": list(blind)},
+            )
+        )
     return findings
 
 
-def batch_independence(model: nn.Module, x: Any, *, dim: int = 0, rtol: float = 0.0,
-                       seed: int = 0) -> DependencyReport:
+def batch_independence(
+    model: nn.Module, x: Any, *, dim: int = 0, rtol: float = 0.0, seed: int = 0
+) -> DependencyReport:
     """Check that output example i depends on input example i only (every i tested).
 
     Catches view-instead-of-transpose bugs and anything else that mixes information across the
@@ -225,8 +291,9 @@ def batch_independence(model: nn.Module, x: Any, *, dim: int = 0, rtol: float = 
     return _check("batch_independence", model, x, dim, rtol, seed)
 
 
-def causal_dependency(model: nn.Module, x: Any, *, dim: int = 1, rtol: float = 0.0,
-                      seed: int = 0) -> DependencyReport:
+def causal_dependency(
+    model: nn.Module, x: Any, *, dim: int = 1, rtol: float = 0.0, seed: int = 0
+) -> DependencyReport:
     """Check that output position t depends on input positions <= t only (every t tested).
 
     Validates causal masking inside a model, where NaN poisoning cannot (NaN + -inf = NaN spreads

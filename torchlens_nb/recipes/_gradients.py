@@ -66,13 +66,28 @@ def _param_grad(name: str, param: nn.Parameter, vanishing: float, exploding: flo
         verdict = "vanishing"
     else:
         verdict = "ok"
-    return ParamGrad(name, module, shape, verdict, norm, rms, float(values.mean()), std,
-                     float(values.abs().max()), zero_fraction)
+    return ParamGrad(
+        name,
+        module,
+        shape,
+        verdict,
+        norm,
+        rms,
+        float(values.mean()),
+        std,
+        float(values.abs().max()),
+        zero_fraction,
+    )
 
 
-def gradient_flow(model: nn.Module, batch: Any, loss_fn: Any, *,
-                  vanishing_threshold: float | None = None,
-                  exploding_threshold: float | None = None) -> GradientFlowReport:
+def gradient_flow(
+    model: nn.Module,
+    batch: Any,
+    loss_fn: Any,
+    *,
+    vanishing_threshold: float | None = None,
+    exploding_threshold: float | None = None,
+) -> GradientFlowReport:
     """Per-parameter gradient statistics of one backward, with grad_health's frontier.
 
     Verdicts per parameter: ``disconnected`` (requires grad, got None: not in the graph of the
@@ -97,9 +112,14 @@ def gradient_flow(model: nn.Module, batch: Any, loss_fn: Any, *,
     """
     validate_model(model)
     check_loss_fn(loss_fn)
-    thresholds = {k: v for k, v in (("vanishing_threshold", vanishing_threshold),
-                                    ("exploding_threshold", exploding_threshold))
-                  if v is not None}
+    thresholds = {
+        k: v
+        for k, v in (
+            ("vanishing_threshold", vanishing_threshold),
+            ("exploding_threshold", exploding_threshold),
+        )
+        if v is not None
+    }
     inputs, targets = split_batch(first_batch(batch))
     device = model_device(model)
     inputs, targets = to_device(inputs, device), to_device(targets, device)
@@ -109,80 +129,166 @@ def gradient_flow(model: nn.Module, batch: Any, loss_fn: Any, *,
         value = loss_value(loss)
         recorded.backward(loss)
         health = grad_health(recorded, **thresholds)
-        params = [_param_grad(name, p, health.vanishing_threshold, health.exploding_threshold)
-                  for name, p in model.named_parameters()]
+        params = [
+            _param_grad(name, p, health.vanishing_threshold, health.exploding_threshold)
+            for name, p in model.named_parameters()
+        ]
     rows = {r["op"]: r for r in health.table("grad_health").dicts()}
-    frontier = tuple(FrontierOp(op, rows[op]["module"], rows[op]["verdict"],
-                                rows[op]["grad_norm"], recorded[op].param_names)
-                     for op in health.frontier)
-    wheres = {f.op: Where(op=f.op, module=f.module, file=recorded[f.op].file,
-                          line=recorded[f.op].line, code=recorded[f.op].code) for f in frontier}
+    frontier = tuple(
+        FrontierOp(
+            op,
+            rows[op]["module"],
+            rows[op]["verdict"],
+            rows[op]["grad_norm"],
+            recorded[op].param_names,
+        )
+        for op in health.frontier
+    )
+    wheres = {
+        f.op: Where(
+            op=f.op,
+            module=f.module,
+            file=recorded[f.op].file,
+            line=recorded[f.op].line,
+            code=recorded[f.op].code,
+        )
+        for f in frontier
+    }
     del recorded  # releases the autograd graph the trace kept for backward
     rms = [p.rms for p in params if p.rms and math.isfinite(p.rms)]
     spread = math.log10(max(rms) / min(rms)) if len(rms) > 1 else None
     findings = _findings(params, frontier, wheres, spread)
     table = Table.from_dicts(
-        "parameters", [{"name": p.name, "shape": p.shape, "verdict": p.verdict, "norm": p.norm,
-                        "rms": p.rms, "mean": p.mean, "std": p.std, "max_abs": p.max_abs,
-                        "zero_fraction": p.zero_fraction} for p in params],
+        "parameters",
+        [
+            {
+                "name": p.name,
+                "shape": p.shape,
+                "verdict": p.verdict,
+                "norm": p.norm,
+                "rms": p.rms,
+                "mean": p.mean,
+                "std": p.std,
+                "max_abs": p.max_abs,
+                "zero_fraction": p.zero_fraction,
+            }
+            for p in params
+        ],
         ("name", "shape", "verdict", "norm", "rms", "mean", "std", "max_abs", "zero_fraction"),
-        {"vanishing_threshold": health.vanishing_threshold,
-         "exploding_threshold": health.exploding_threshold, "loss": value})
+        {
+            "vanishing_threshold": health.vanishing_threshold,
+            "exploding_threshold": health.exploding_threshold,
+            "loss": value,
+        },
+    )
     frontier_table = Table.from_dicts(
-        "frontier", [{"op": f.op, "module": f.module, "verdict": f.verdict,
-                      "grad_norm": f.grad_norm, "params": f.params} for f in frontier],
-        ("op", "module", "verdict", "grad_norm", "params"))
+        "frontier",
+        [
+            {
+                "op": f.op,
+                "module": f.module,
+                "verdict": f.verdict,
+                "grad_norm": f.grad_norm,
+                "params": f.params,
+            }
+            for f in frontier
+        ],
+        ("op", "module", "verdict", "grad_norm", "params"),
+    )
     flagged = sum(p.verdict not in ("ok", "frozen") for p in params)
     return GradientFlowReport(
-        subject=f"{type(model).__name__}, {len(params)} parameters", status=recipe_status(findings),
-        lead=(f"{flagged} of {len(params)} parameters flagged" + (
-            f"; frontier: {', '.join(f.op for f in frontier)}." if frontier else ".")),
-        findings=tuple(findings), tables=(table, frontier_table), loss=value,
-        params=tuple(params), frontier=frontier,
+        subject=f"{type(model).__name__}, {len(params)} parameters",
+        status=recipe_status(findings),
+        lead=(
+            f"{flagged} of {len(params)} parameters flagged"
+            + (f"; frontier: {', '.join(f.op for f in frontier)}." if frontier else ".")
+        ),
+        findings=tuple(findings),
+        tables=(table, frontier_table),
+        loss=value,
+        params=tuple(params),
+        frontier=frontier,
         vanishing_threshold=health.vanishing_threshold,
-        exploding_threshold=health.exploding_threshold, spread_decades=spread,
+        exploding_threshold=health.exploding_threshold,
+        spread_decades=spread,
         exits=(Exit("Op-level gradient health", "tl.debug.grad_health(trace)", "grad_health"),),
         actions={"grad_health": lambda: health},
-        disclosures=("one backward on one batch, in train mode (dropout active, BatchNorm "
-                     "batch statistics)",))
+        disclosures=(
+            "one backward on one batch, in train mode (dropout active, BatchNorm batch statistics)",
+        ),
+    )
 
 
-def _findings(params: list[ParamGrad], frontier: tuple[FrontierOp, ...],
-              wheres: dict[str, Where], spread: float | None) -> list[Finding]:
+def _findings(
+    params: list[ParamGrad],
+    frontier: tuple[FrontierOp, ...],
+    wheres: dict[str, Where],
+    spread: float | None,
+) -> list[Finding]:
     findings = []
     culprit = next((f for f in frontier if f.verdict == "zero"), None)
     groups: dict[str, tuple[str, str, str]] = {
-        "disconnected": ("warning", "receive no gradient (None): they are not in the graph of "
-                         "the loss", "check that forward uses these layers and that nothing "
-                         "detaches or casts their output to an integer type."),
-        "zero": ("warning", "receive an all-zero gradient (a dead layer or its upstream cone)",
-                 "start at the frontier op: a ReLU whose inputs are all negative, a mask or a "
-                 "multiply by zero."),
-        "vanishing": ("warning", "receive a vanishing gradient", "check initialisation and "
-                      "normalisation between these layers and the loss."),
-        "exploding": ("critical", "receive an exploding gradient", "lower the learning rate, "
-                      "check the inputs' scale, clip with clip_grad_norm_(..., "
-                      "error_if_nonfinite=True)."),
-        "nonfinite": ("critical", "receive NaN/Inf gradients", "run "
-                      "tl.debug.nonfinite_origin to find where the non-finite value is born."),
+        "disconnected": (
+            "warning",
+            "receive no gradient (None): they are not in the graph of the loss",
+            "check that forward uses these layers and that nothing "
+            "detaches or casts their output to an integer type.",
+        ),
+        "zero": (
+            "warning",
+            "receive an all-zero gradient (a dead layer or its upstream cone)",
+            "start at the frontier op: a ReLU whose inputs are all negative, a mask or a "
+            "multiply by zero.",
+        ),
+        "vanishing": (
+            "warning",
+            "receive a vanishing gradient",
+            "check initialisation and normalisation between these layers and the loss.",
+        ),
+        "exploding": (
+            "critical",
+            "receive an exploding gradient",
+            "lower the learning rate, "
+            "check the inputs' scale, clip with clip_grad_norm_(..., "
+            "error_if_nonfinite=True).",
+        ),
+        "nonfinite": (
+            "critical",
+            "receive NaN/Inf gradients",
+            "run tl.debug.nonfinite_origin to find where the non-finite value is born.",
+        ),
     }
     for verdict, (severity, what, remedy) in groups.items():
         names = [p.name for p in params if p.verdict == verdict]
         if not names:
             continue
         where = wheres[culprit.op] if verdict == "zero" and culprit is not None else None
-        tip = (f" The cone starts at {culprit.op} in {culprit.module or 'the root module'}."
-               if where is not None and culprit is not None else "")
-        findings.append(Finding(
-            f"grad_{verdict}", severity,
-            f"{len(names)} parameter(s) {what}: {', '.join(names[:6])}"
-            f"{' ...' if len(names) > 6 else ''}.{tip}", where=where, remedy=remedy,
-            fields={"params": names}))
+        tip = (
+            f" The cone starts at {culprit.op} in {culprit.module or 'the root module'}."
+            if where is not None and culprit is not None
+            else ""
+        )
+        findings.append(
+            Finding(
+                f"grad_{verdict}",
+                severity,
+                f"{len(names)} parameter(s) {what}: {', '.join(names[:6])}"
+                f"{' ...' if len(names) > 6 else ''}.{tip}",
+                where=where,
+                remedy=remedy,
+                fields={"params": names},
+            )
+        )
     if spread is not None and spread > SPREAD_DECADES_MAX:
-        findings.append(Finding(
-            "grad_spread", "warning",
-            f"gradient RMS spans {spread:.1f} decades across parameters (more than "
-            f"{SPREAD_DECADES_MAX:g}): one learning rate cannot suit them all.",
-            remedy="check initialisation and normalisation; per-layer learning rates or Adam "
-                   "hide, not fix, this.", fields={"spread_decades": spread}))
+        findings.append(
+            Finding(
+                "grad_spread",
+                "warning",
+                f"gradient RMS spans {spread:.1f} decades across parameters (more than "
+                f"{SPREAD_DECADES_MAX:g}): one learning rate cannot suit them all.",
+                remedy="check initialisation and normalisation; per-layer learning rates or Adam "
+                "hide, not fix, this.",
+                fields={"spread_decades": spread},
+            )
+        )
     return findings

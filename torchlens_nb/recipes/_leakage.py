@@ -61,14 +61,17 @@ def _stages(pipeline: Any) -> list[Stage]:
             return stages
     raise InputFormError(
         f"pipeline must be a callable pipeline(X, y) -> (X, y) or a list of stages "
-        f"[('name', fn), ...], got {type(pipeline).__name__}.")
+        f"[('name', fn), ...], got {type(pipeline).__name__}."
+    )
 
 
 def _rows(data: Any) -> int:
     shape = getattr(data, "shape", None)
     if shape is None or len(shape) == 0:
-        raise InputFormError(f"X and y must be arrays, tensors or pandas objects with rows, got "
-                             f"{type(data).__name__}.")
+        raise InputFormError(
+            f"X and y must be arrays, tensors or pandas objects with rows, got "
+            f"{type(data).__name__}."
+        )
     return int(shape[0])
 
 
@@ -108,8 +111,11 @@ def _matrix(data: Any) -> tuple[np.ndarray, Any, tuple[str, ...]]:
     if type(data).__module__.startswith("pandas"):
         frame = data.to_frame() if data.ndim == 1 else data
         numeric = frame.select_dtypes(include="number")
-        return (numeric.to_numpy(dtype=np.float64).reshape(len(frame), -1), frame.index,
-                tuple(str(c) for c in numeric.columns))
+        return (
+            numeric.to_numpy(dtype=np.float64).reshape(len(frame), -1),
+            frame.index,
+            tuple(str(c) for c in numeric.columns),
+        )
     if type(data).__module__.startswith("torch"):
         data = data.detach().cpu().double().numpy()
     array = np.asarray(data, dtype=np.float64)
@@ -117,8 +123,7 @@ def _matrix(data: Any) -> tuple[np.ndarray, Any, tuple[str, ...]]:
     return array, None, tuple(str(i) for i in range(array.shape[1]))
 
 
-def _allowed(data: Any, n_rows: int, cutoff: int,
-             past_labels: Any) -> dict[Any, np.ndarray] | None:
+def _allowed(data: Any, n_rows: int, cutoff: int, past_labels: Any) -> dict[Any, np.ndarray] | None:
     """Allowed rows of a stage output keyed by original row id (None: they cannot be aligned)."""
     values, index, _ = _matrix(data)
     if index is not None and past_labels is not None and index.isin(past_labels).any():
@@ -145,8 +150,9 @@ def _run(stages: list[Stage], x: Any, y: Any) -> list[tuple[Any, Any] | BaseExce
     return outputs
 
 
-def leakage_poison(pipeline: Any, X: Any, y: Any, cutoff: int, *,
-                   sentinel: float = SENTINEL) -> LeakageReport:
+def leakage_poison(
+    pipeline: Any, X: Any, y: Any, cutoff: int, *, sentinel: float = SENTINEL
+) -> LeakageReport:
     """Find where information from rows ``[cutoff:]`` reaches rows ``[:cutoff]``, stage by stage.
 
     See the module docstring for the method (NaN dye plus a +/-sentinel differential run), the
@@ -183,82 +189,161 @@ def leakage_poison(pipeline: Any, X: Any, y: Any, cutoff: int, *,
     if isinstance(cutoff, bool) or not isinstance(cutoff, int) or not 0 < cutoff < n_rows:
         raise DiagnosticArgumentError(
             f"cutoff must be an int in [1, {n_rows - 1}] (rows [cutoff:] are poisoned), got "
-            f"{cutoff!r}.")
-    if isinstance(sentinel, bool) or not isinstance(sentinel, (int, float)) or not (
-            1.0 <= abs(sentinel) < float("inf")):
+            f"{cutoff!r}."
+        )
+    if (
+        isinstance(sentinel, bool)
+        or not isinstance(sentinel, (int, float))
+        or not (1.0 <= abs(sentinel) < float("inf"))
+    ):
         raise DiagnosticArgumentError(f"sentinel must be a finite number >= 1, got {sentinel!r}.")
     sentinel = abs(float(sentinel))
     values = {"clean": None, "nan": float("nan"), "plus": sentinel, "minus": -sentinel}
-    dyed = {name: (_poison(X, cutoff, values[name]), _poison(y, cutoff, values[name]))
-            for name in _PASSES}
+    dyed = {
+        name: (_poison(X, cutoff, values[name]), _poison(y, cutoff, values[name]))
+        for name in _PASSES
+    }
     runs = {name: _run(stages, *dyed[name]) for name in _PASSES}
     clean_error = next((o for o in runs["clean"] if isinstance(o, BaseException)), None)
     if clean_error is not None:
         failed = stages[len(runs["clean"]) - 1][0]
         raise DiagnosticArgumentError(
             f"stage {failed!r} raised {type(clean_error).__name__} on the undyed data: "
-            f"{clean_error}; fix the pipeline first.") from clean_error
+            f"{clean_error}; fix the pipeline first."
+        ) from clean_error
     index = _matrix(X)[1]
     past_labels = index[:cutoff] if index is not None else None
-    results = [_stage_result(i, name, runs, dyed["nan"], n_rows, cutoff, past_labels)
-               for i, (name, _) in enumerate(stages)]
+    results = [
+        _stage_result(i, name, runs, dyed["nan"], n_rows, cutoff, past_labels)
+        for i, (name, _) in enumerate(stages)
+    ]
     results = _mark_crossing(results)
     verdict, findings = _verdict(results, sentinel)
     table = Table.from_dicts(
-        "stages", [{"stage": r.name, "rows_out": r.rows_out, "past_rows": r.past_rows,
-                    "nan_crossed": r.nan_crossed, "sentinel_changed": r.sentinel_changed,
-                    "dye_vanished": r.dye_vanished, "columns": r.columns,
-                    "crossing": r.is_crossing, "note": r.note} for r in results],
-        ("stage", "rows_out", "past_rows", "nan_crossed", "sentinel_changed", "dye_vanished",
-         "columns", "crossing", "note"), {"cutoff": cutoff, "sentinel": sentinel})
-    status = {"leak": "fail", "suspect": "warn", "clean": "pass",
-              "inconclusive": "inconclusive"}[verdict]
+        "stages",
+        [
+            {
+                "stage": r.name,
+                "rows_out": r.rows_out,
+                "past_rows": r.past_rows,
+                "nan_crossed": r.nan_crossed,
+                "sentinel_changed": r.sentinel_changed,
+                "dye_vanished": r.dye_vanished,
+                "columns": r.columns,
+                "crossing": r.is_crossing,
+                "note": r.note,
+            }
+            for r in results
+        ],
+        (
+            "stage",
+            "rows_out",
+            "past_rows",
+            "nan_crossed",
+            "sentinel_changed",
+            "dye_vanished",
+            "columns",
+            "crossing",
+            "note",
+        ),
+        {"cutoff": cutoff, "sentinel": sentinel},
+    )
+    status = {"leak": "fail", "suspect": "warn", "clean": "pass", "inconclusive": "inconclusive"}[
+        verdict
+    ]
     return LeakageReport(
-        subject=f"{len(stages)}-stage pipeline, {n_rows} rows, cutoff {cutoff}", status=status,
-        lead=_lead(verdict, results), findings=tuple(findings), tables=(table,), verdict=verdict,
-        stages=tuple(results), cutoff=cutoff, num_rows=n_rows, sentinel=sentinel,
+        subject=f"{len(stages)}-stage pipeline, {n_rows} rows, cutoff {cutoff}",
+        status=status,
+        lead=_lead(verdict, results),
+        findings=tuple(findings),
+        tables=(table,),
+        verdict=verdict,
+        stages=tuple(results),
+        cutoff=cutoff,
+        num_rows=n_rows,
+        sentinel=sentinel,
         disclosures=(
             "false positives: NaN spreads along legitimate axes (a softmax behind a correct -inf "
             "causal mask goes all-NaN); check masking inside models with "
             "tl.recipes.causal_dependency",
             "the verdict rests on the +/-sentinel comparison with the undyed run; a stochastic "
             "stage must be seeded",
-            "only information flowing from rows [cutoff:] into rows [:cutoff] is tested"))
+            "only information flowing from rows [cutoff:] into rows [:cutoff] is tested",
+        ),
+    )
 
 
-def _stage_result(i: int, name: str, runs: dict[str, list[Any]], nan_inputs: tuple[Any, Any],
-                  n_rows: int, cutoff: int, past_labels: Any) -> StageResult:
+def _stage_result(
+    i: int,
+    name: str,
+    runs: dict[str, list[Any]],
+    nan_inputs: tuple[Any, Any],
+    n_rows: int,
+    cutoff: int,
+    past_labels: Any,
+) -> StageResult:
     clean = runs["clean"][i]
-    reference = [None if part is None else _allowed(part, n_rows, cutoff, past_labels)
-                 for part in clean]
+    reference = [
+        None if part is None else _allowed(part, n_rows, cutoff, past_labels) for part in clean
+    ]
     rows_out = len(_matrix(clean[0])[0])
     if any(ref is None for part, ref in zip(clean, reference) if part is not None):
-        return StageResult(name, i, rows_out, None, None, None, False, (), False,
-                           "rows cannot be aligned: the row count changed and the output has no "
-                           "index from the input; return a pandas object to check this stage")
+        return StageResult(
+            name,
+            i,
+            rows_out,
+            None,
+            None,
+            None,
+            False,
+            (),
+            False,
+            "rows cannot be aligned: the row count changed and the output has no "
+            "index from the input; return a pandas object to check this stage",
+        )
     notes: list[str] = []
     columns: set[str] = set()
     checks = {}
     for run in ("nan", "plus", "minus"):
         if len(runs[run]) <= i or isinstance(runs[run][i], BaseException):
             error = runs[run][i] if len(runs[run]) > i else None
-            notes.append(f"the {run} run stopped before this stage" if error is None else
-                         f"the {run} run raised {type(error).__name__}: {error}")
+            notes.append(
+                f"the {run} run stopped before this stage"
+                if error is None
+                else f"the {run} run raised {type(error).__name__}: {error}"
+            )
             checks[run] = None
             continue
-        checks[run] = _crossed(runs[run][i], reference, n_rows, cutoff, past_labels,
-                               nan=run == "nan", columns=columns)
+        checks[run] = _crossed(
+            runs[run][i], reference, n_rows, cutoff, past_labels, nan=run == "nan", columns=columns
+        )
     plus, minus = checks["plus"], checks["minus"]
     sentinel = None if plus is None and minus is None else bool(plus or minus)
     allowed = next(ref for ref in reference if ref is not None)
-    return StageResult(name, i, rows_out, len(allowed), checks["nan"], sentinel,
-                       _dye_vanished(i, runs["nan"], nan_inputs, n_rows), tuple(sorted(columns)),
-                       False,
-                       "; ".join(notes) or None)
+    return StageResult(
+        name,
+        i,
+        rows_out,
+        len(allowed),
+        checks["nan"],
+        sentinel,
+        _dye_vanished(i, runs["nan"], nan_inputs, n_rows),
+        tuple(sorted(columns)),
+        False,
+        "; ".join(notes) or None,
+    )
 
 
-def _crossed(parts: tuple[Any, Any], reference: list[Any], n_rows: int, cutoff: int,
-             past_labels: Any, *, nan: bool, columns: set[str]) -> bool:
+def _crossed(
+    parts: tuple[Any, Any],
+    reference: list[Any],
+    n_rows: int,
+    cutoff: int,
+    past_labels: Any,
+    *,
+    nan: bool,
+    columns: set[str],
+) -> bool:
     """Whether a dyed run's allowed rows differ from the reference (X columns collected)."""
     hit = False
     for k, (part, ref) in enumerate(zip(parts, reference)):
@@ -273,8 +358,11 @@ def _crossed(parts: tuple[Any, Any], reference: list[Any], n_rows: int, cutoff: 
             if other.shape != row.shape:
                 hit = True
                 continue
-            changed = (~np.isfinite(other) & np.isfinite(row)) if nan else ~(
-                (other == row) | (np.isnan(other) & np.isnan(row)))
+            changed = (
+                (~np.isfinite(other) & np.isfinite(row))
+                if nan
+                else ~((other == row) | (np.isnan(other) & np.isnan(row)))
+            )
             if changed.any():
                 hit = True
                 if k == 0:
@@ -292,54 +380,77 @@ def _dye_vanished(i: int, nan_run: list[Any], nan_inputs: tuple[Any, Any], n_row
     if len(nan_run) <= i or isinstance(nan_run[i], BaseException):
         return False
     before = nan_inputs if i == 0 else nan_run[i - 1]
-    return any(_has_nan(entered) and left is not None and not _has_nan(left)
-               and len(_matrix(left)[0]) == n_rows
-               for entered, left in zip(before, nan_run[i]))
+    return any(
+        _has_nan(entered)
+        and left is not None
+        and not _has_nan(left)
+        and len(_matrix(left)[0]) == n_rows
+        for entered, left in zip(before, nan_run[i])
+    )
 
 
 def _mark_crossing(results: list[StageResult]) -> list[StageResult]:
     for index, result in enumerate(results):
         if result.sentinel_changed or result.nan_crossed:
-            return [dataclasses.replace(r, is_crossing=True) if j == index else r
-                    for j, r in enumerate(results)]
+            return [
+                dataclasses.replace(r, is_crossing=True) if j == index else r
+                for j, r in enumerate(results)
+            ]
     return results
 
 
-def _verdict(results: Sequence[StageResult], sentinel: float
-             ) -> tuple[LeakageVerdict, list[Finding]]:
+def _verdict(
+    results: Sequence[StageResult], sentinel: float
+) -> tuple[LeakageVerdict, list[Finding]]:
     findings = []
     for r in results:
         if r.dye_vanished:
-            findings.append(Finding(
-                "dye_vanished", "info" if r.sentinel_changed is False else "warning",
-                f"stage {r.name!r} received NaN dye and returned none while keeping the "
-                f"forbidden rows: it skips or fills NaN, so the NaN test alone is blind here (the "
-                f"+/-{sentinel:g} sentinel run covers it).",
-                fields={"stage": r.name}))
+            findings.append(
+                Finding(
+                    "dye_vanished",
+                    "info" if r.sentinel_changed is False else "warning",
+                    f"stage {r.name!r} received NaN dye and returned none while keeping the "
+                    f"forbidden rows: it skips or fills NaN, so the NaN test alone is blind here (the "
+                    f"+/-{sentinel:g} sentinel run covers it).",
+                    fields={"stage": r.name},
+                )
+            )
     leak = next((r for r in results if r.sentinel_changed), None)
     if leak is not None:
-        how = ("the NaN dye and the sentinel both cross" if leak.nan_crossed else
-               "found only by the sentinel: a NaN-skipping statistic (pandas skipna, nanmean, "
-               "imputers) ignored the NaN dye")
+        how = (
+            "the NaN dye and the sentinel both cross"
+            if leak.nan_crossed
+            else "found only by the sentinel: a NaN-skipping statistic (pandas skipna, nanmean, "
+            "imputers) ignored the NaN dye"
+        )
         cols = f" in columns {list(leak.columns)[:8]}" if leak.columns else ""
-        findings.append(Finding(
-            "leak", "critical",
-            f"information from rows [cutoff:] reaches rows [:cutoff] at stage {leak.name!r}"
-            f"{cols}; {how}.",
-            remedy="fit every statistic (scalers, encoders, imputers, target means) on the "
-                   "training rows only, window with past-only (non-centred) windows, and split "
-                   "before feature engineering.",
-            fields={"stage": leak.name, "index": leak.index, "columns": list(leak.columns)}))
+        findings.append(
+            Finding(
+                "leak",
+                "critical",
+                f"information from rows [cutoff:] reaches rows [:cutoff] at stage {leak.name!r}"
+                f"{cols}; {how}.",
+                remedy="fit every statistic (scalers, encoders, imputers, target means) on the "
+                "training rows only, window with past-only (non-centred) windows, and split "
+                "before feature engineering.",
+                fields={"stage": leak.name, "index": leak.index, "columns": list(leak.columns)},
+            )
+        )
         return "leak", findings
     suspect = next((r for r in results if r.nan_crossed), None)
     if suspect is not None:
-        findings.append(Finding(
-            "nan_only_crossing", "warning",
-            f"NaN dye reached allowed rows at stage {suspect.name!r}, but their values do not "
-            "change when the forbidden rows change: NaN spread along a legitimate axis (NaN * 0, "
-            "a masked softmax), likely a false positive.",
-            remedy="inspect that stage; if it multiplies or masks the forbidden rows away, the "
-                   "pipeline is clean.", fields={"stage": suspect.name}))
+        findings.append(
+            Finding(
+                "nan_only_crossing",
+                "warning",
+                f"NaN dye reached allowed rows at stage {suspect.name!r}, but their values do not "
+                "change when the forbidden rows change: NaN spread along a legitimate axis (NaN * 0, "
+                "a masked softmax), likely a false positive.",
+                remedy="inspect that stage; if it multiplies or masks the forbidden rows away, the "
+                "pipeline is clean.",
+                fields={"stage": suspect.name},
+            )
+        )
         return "suspect", findings
     if all(r.sentinel_changed is None for r in results):
         return "inconclusive", findings

@@ -39,8 +39,9 @@ class PanelSink:
 
         if self._handle is None:
             self._widget = live_panel(report)
-            self._handle = display(self._widget if self._widget is not None else report,
-                                   display_id=True)
+            self._handle = display(
+                self._widget if self._widget is not None else report, display_id=True
+            )
         else:
             self._handle.update(report)
 

@@ -42,12 +42,18 @@ SIMILAR_GAP = 0.1
 """Real and noise losses within 10% of each other: the model is not using the input."""
 
 _KINDS: dict[Any, LossKind] = {
-    nn.CrossEntropyLoss: "cross_entropy", F.cross_entropy: "cross_entropy",
-    nn.NLLLoss: "nll", F.nll_loss: "nll",
-    nn.BCELoss: "bce", F.binary_cross_entropy: "bce",
-    nn.BCEWithLogitsLoss: "bce_logits", F.binary_cross_entropy_with_logits: "bce_logits",
-    nn.MSELoss: "mse", F.mse_loss: "mse",
-    nn.L1Loss: "l1", F.l1_loss: "l1",
+    nn.CrossEntropyLoss: "cross_entropy",
+    F.cross_entropy: "cross_entropy",
+    nn.NLLLoss: "nll",
+    F.nll_loss: "nll",
+    nn.BCELoss: "bce",
+    F.binary_cross_entropy: "bce",
+    nn.BCEWithLogitsLoss: "bce_logits",
+    F.binary_cross_entropy_with_logits: "bce_logits",
+    nn.MSELoss: "mse",
+    F.mse_loss: "mse",
+    nn.L1Loss: "l1",
+    F.l1_loss: "l1",
 }
 _ELEMENTWISE: frozenset[LossKind] = frozenset({"bce", "bce_logits", "mse", "l1"})
 
@@ -61,8 +67,9 @@ def _class_count(output: torch.Tensor) -> int:
     return int(output.shape[1] if output.dim() >= 2 else output.shape[0])
 
 
-def expected_loss(kind: LossKind, output: torch.Tensor, targets: torch.Tensor,
-                  num_classes: int | None) -> tuple[float | None, str]:
+def expected_loss(
+    kind: LossKind, output: torch.Tensor, targets: torch.Tensor, num_classes: int | None
+) -> tuple[float | None, str]:
     """The loss uninformed predictions give, and how it was derived.
 
     Cross-entropy and NLL: ln(C), uniform over C classes (``num_classes``, else the class
@@ -83,32 +90,43 @@ def expected_loss(kind: LossKind, output: torch.Tensor, targets: torch.Tensor,
     return None, "unknown loss family"
 
 
-def _mismatch(kind: LossKind, output: torch.Tensor, targets: Any,
-              num_classes: int | None) -> Finding | None:
+def _mismatch(
+    kind: LossKind, output: torch.Tensor, targets: Any, num_classes: int | None
+) -> Finding | None:
     if not isinstance(targets, torch.Tensor):
         return None
     out_shape, tgt_shape = tuple(output.shape), tuple(targets.shape)
     if kind in _ELEMENTWISE and out_shape != tgt_shape:
         return Finding(
-            "labels_logits_mismatch", "critical",
+            "labels_logits_mismatch",
+            "critical",
             f"outputs {out_shape} and targets {tgt_shape} differ in shape; an elementwise loss "
             "broadcasts them (e.g. (N, 1) against (N,) gives an (N, N) loss) or fails.",
             remedy="make them equal: output.squeeze(-1) or targets.view_as(output).",
-            fields={"output_shape": out_shape, "target_shape": tgt_shape})
+            fields={"output_shape": out_shape, "target_shape": tgt_shape},
+        )
     if kind in ("cross_entropy", "nll") and num_classes is not None:
         width = _class_count(output)
         if width != num_classes:
             return Finding(
-                "labels_logits_mismatch", "critical",
+                "labels_logits_mismatch",
+                "critical",
                 f"the model emits {width} class scores per example but num_classes is "
                 f"{num_classes}: the head does not match the labels.",
                 remedy=f"size the final layer to {num_classes} outputs (or fix num_classes).",
-                fields={"logits": width, "num_classes": num_classes})
+                fields={"logits": width, "num_classes": num_classes},
+            )
     return None
 
 
-def init_loss(model: nn.Module, batch: Any, loss_fn: Any, *, num_classes: int | None = None,
-              loss_kind: LossKind | None = None) -> InitLossReport:
+def init_loss(
+    model: nn.Module,
+    batch: Any,
+    loss_fn: Any,
+    *,
+    num_classes: int | None = None,
+    loss_kind: LossKind | None = None,
+) -> InitLossReport:
     """Compare the initial loss with the value random predictions give for its loss family.
 
     Expected values: cross-entropy ln(C) (C=2: 0.693, 10: 2.303, 100: 4.605, 1000: 6.908), BCE
@@ -144,8 +162,9 @@ def init_loss(model: nn.Module, batch: Any, loss_fn: Any, *, num_classes: int | 
         check_positive_int(num_classes, "num_classes")
     kind = loss_kind or loss_kind_of(loss_fn)
     if kind not in (*_KINDS.values(), "unknown"):
-        raise DiagnosticArgumentError(f"loss_kind must be one of {sorted(set(_KINDS.values()))}, "
-                                      f"got {kind!r}.")
+        raise DiagnosticArgumentError(
+            f"loss_kind must be one of {sorted(set(_KINDS.values()))}, got {kind!r}."
+        )
     inputs, targets = split_batch(first_batch(batch))
     device = model_device(model)
     inputs, targets = to_device(inputs, device), to_device(targets, device)
@@ -158,57 +177,101 @@ def init_loss(model: nn.Module, batch: Any, loss_fn: Any, *, num_classes: int | 
             if mismatch is None:
                 raise DiagnosticArgumentError(
                     f"loss_fn raised {type(exc).__name__} on outputs {tuple(output.shape)} and "
-                    f"targets {tuple(getattr(targets, 'shape', ()))}: {exc}") from exc
+                    f"targets {tuple(getattr(targets, 'shape', ()))}: {exc}"
+                ) from exc
             loss = float("nan")
     expected, basis = expected_loss(kind, output, targets, num_classes)
     findings = [mismatch] if mismatch else []
     unavailable: tuple[Unavailable, ...] = ()
     ratio = band = None
     if expected is None:
-        unavailable = (Unavailable("expected init loss", f"{type(loss_fn).__name__} is not a "
-                                   "recognised loss; pass loss_kind= to compare.", "unknown_loss"),)
+        unavailable = (
+            Unavailable(
+                "expected init loss",
+                f"{type(loss_fn).__name__} is not a recognised loss; pass loss_kind= to compare.",
+                "unknown_loss",
+            ),
+        )
     elif expected > 0 and math.isfinite(loss):
         ratio = loss / expected
         band = (expected / TOLERANCE_FACTOR, expected * TOLERANCE_FACTOR)
         findings += _band_findings(loss, expected, basis, band, output, kind, targets)
     status = "inconclusive" if expected is None else recipe_status(findings)
-    lead = (f"initial loss {loss:.4g}" + (f" vs expected {expected:.4g} ({basis})"
-                                          if expected is not None else "") + ".")
+    lead = (
+        f"initial loss {loss:.4g}"
+        + (f" vs expected {expected:.4g} ({basis})" if expected is not None else "")
+        + "."
+    )
     return InitLossReport(
-        subject=f"{type(model).__name__} with {type(loss_fn).__name__}", status=status, lead=lead,
-        findings=tuple(findings), unavailable=unavailable, loss=loss, expected=expected,
-        basis=basis, loss_kind=kind, ratio=ratio, band=band,
-        num_classes=num_classes or (_class_count(output) if kind in ("cross_entropy", "nll")
-                                    else None),
-        output_shape=tuple(output.shape), target_shape=tuple(getattr(targets, "shape", ())),
-        disclosures=("one batch, eval mode: dropout is off",))
+        subject=f"{type(model).__name__} with {type(loss_fn).__name__}",
+        status=status,
+        lead=lead,
+        findings=tuple(findings),
+        unavailable=unavailable,
+        loss=loss,
+        expected=expected,
+        basis=basis,
+        loss_kind=kind,
+        ratio=ratio,
+        band=band,
+        num_classes=num_classes
+        or (_class_count(output) if kind in ("cross_entropy", "nll") else None),
+        output_shape=tuple(output.shape),
+        target_shape=tuple(getattr(targets, "shape", ())),
+        disclosures=("one batch, eval mode: dropout is off",),
+    )
 
 
-def _band_findings(loss: float, expected: float, basis: str, band: tuple[float, float],
-                   output: torch.Tensor, kind: LossKind, targets: Any) -> list[Finding]:
-    facts = {"loss": loss, "expected": expected, "low": band[0], "high": band[1],
-             "output_std": float(output.detach().float().std()) if output.numel() > 1 else 0.0}
+def _band_findings(
+    loss: float,
+    expected: float,
+    basis: str,
+    band: tuple[float, float],
+    output: torch.Tensor,
+    kind: LossKind,
+    targets: Any,
+) -> list[Finding]:
+    facts = {
+        "loss": loss,
+        "expected": expected,
+        "low": band[0],
+        "high": band[1],
+        "output_std": float(output.detach().float().std()) if output.numel() > 1 else 0.0,
+    }
     if loss < band[0]:
-        return [Finding(
-            "loss_far_below_expected", "critical",
-            f"initial loss {loss:.4g} is far below the {expected:.4g} of random predictions "
-            f"({basis}): the untrained model is cheating.",
-            remedy="look for labels leaking into the inputs (a target column among the features, "
-                   "a normalisation fit on all data) or a loss computed on the wrong tensors.",
-            fields=facts)]
+        return [
+            Finding(
+                "loss_far_below_expected",
+                "critical",
+                f"initial loss {loss:.4g} is far below the {expected:.4g} of random predictions "
+                f"({basis}): the untrained model is cheating.",
+                remedy="look for labels leaking into the inputs (a target column among the features, "
+                "a normalisation fit on all data) or a loss computed on the wrong tensors.",
+                fields=facts,
+            )
+        ]
     if loss > band[1]:
-        hint = ("the model's outputs have std {:.3g}: scale down the last layer's init (or zero "
-                "it)".format(facts["output_std"]))
+        hint = (
+            "the model's outputs have std {:.3g}: scale down the last layer's init (or zero "
+            "it)".format(facts["output_std"])
+        )
         if kind == "mse" and isinstance(targets, torch.Tensor):
             mean = float(targets.detach().double().mean())
             if mean * mean > expected:
-                hint = (f"the targets are not centred (mean {mean:.3g}): standardise them or "
-                        "initialise the last bias to their mean")
-        return [Finding(
-            "loss_far_above_expected", "warning",
-            f"initial loss {loss:.4g} is far above the {expected:.4g} of random predictions "
-            f"({basis}).",
-            remedy=f"check the loss function and the input pipeline; {hint}.", fields=facts)]
+                hint = (
+                    f"the targets are not centred (mean {mean:.3g}): standardise them or "
+                    "initialise the last bias to their mean"
+                )
+        return [
+            Finding(
+                "loss_far_above_expected",
+                "warning",
+                f"initial loss {loss:.4g} is far above the {expected:.4g} of random predictions "
+                f"({basis}).",
+                remedy=f"check the loss function and the input pipeline; {hint}.",
+                fields=facts,
+            )
+        ]
     return []
 
 
@@ -216,24 +279,33 @@ def _band_findings(loss: float, expected: float, basis: str, band: tuple[float, 
 def _noise_like(inputs: Any, generator: torch.Generator) -> Any:
     """Random stand-ins: float tensors -> N(0, 1); a lone id tensor or ``input_ids`` -> random ids
     below its maximum + 1; other entries (attention masks) unchanged."""
+
     def noise(tensor: torch.Tensor) -> torch.Tensor:
         if tensor.is_floating_point():
             return torch.randn(tensor.shape, generator=generator, dtype=tensor.dtype).to(
-                tensor.device)
+                tensor.device
+            )
         high = int(tensor.max()) + 1 if tensor.numel() else 1
         return torch.randint(0, max(high, 2), tensor.shape, generator=generator).to(
-            dtype=tensor.dtype, device=tensor.device)
+            dtype=tensor.dtype, device=tensor.device
+        )
 
     if isinstance(inputs, torch.Tensor):
         return noise(inputs)
     if isinstance(inputs, dict):
-        return {k: noise(v) if isinstance(v, torch.Tensor) and (
-            v.is_floating_point() or k == "input_ids") else v for k, v in inputs.items()}
+        return {
+            k: noise(v)
+            if isinstance(v, torch.Tensor) and (v.is_floating_point() or k == "input_ids")
+            else v
+            for k, v in inputs.items()
+        }
     if isinstance(inputs, (tuple, list)):
-        return type(inputs)(noise(v) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                            else v for v in inputs)
+        return type(inputs)(
+            noise(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in inputs
+        )
     raise DiagnosticArgumentError(
-        f"cannot draw noise for inputs of type {type(inputs).__name__}; pass tensors.")
+        f"cannot draw noise for inputs of type {type(inputs).__name__}; pass tensors."
+    )
 
 
 def _is_constant(inputs: Any) -> bool:
@@ -241,8 +313,15 @@ def _is_constant(inputs: Any) -> bool:
     return bool(tensors) and all(bool((t == t[:1]).all()) for t in tensors)
 
 
-def random_input_test(model: nn.Module, batch: Any, loss_fn: Any, *, trials: int = 3,
-                      seed: int = 0, loss_kind: LossKind | None = None) -> RandomInputReport:
+def random_input_test(
+    model: nn.Module,
+    batch: Any,
+    loss_fn: Any,
+    *,
+    trials: int = 3,
+    seed: int = 0,
+    loss_kind: LossKind | None = None,
+) -> RandomInputReport:
     """Compare the loss on the real inputs with the loss on random noise of the same shape.
 
     If they are similar the model is not using the input: the pipeline destroys the signal before
@@ -288,54 +367,95 @@ def random_input_test(model: nn.Module, batch: Any, loss_fn: Any, *, trials: int
     chance, _ = expected_loss(kind, real_out, targets, None)
     constant = _is_constant(inputs)
     findings = _random_input_findings(real, noise, gap, change, constant)
-    at_chance = chance is not None and chance > 0 and all(
-        abs(math.log(max(v, 1e-12) / chance)) <= math.log(TOLERANCE_FACTOR) for v in (real, noise))
+    at_chance = (
+        chance is not None
+        and chance > 0
+        and all(
+            abs(math.log(max(v, 1e-12) / chance)) <= math.log(TOLERANCE_FACTOR)
+            for v in (real, noise)
+        )
+    )
     status = recipe_status(findings)
     if status != "fail" and at_chance:
         status = "inconclusive"
-        findings.append(Finding(
-            "both_at_chance", "info",
-            f"real {real:.4g} and noise {noise:.4g} both sit at the chance level {chance:.4g}: "
-            "an untrained model scores the same on anything.",
-            remedy="train a few hundred steps first (or run tl.recipes.overfit_one_batch), then "
-                   "rerun this test."))
+        findings.append(
+            Finding(
+                "both_at_chance",
+                "info",
+                f"real {real:.4g} and noise {noise:.4g} both sit at the chance level {chance:.4g}: "
+                "an untrained model scores the same on anything.",
+                remedy="train a few hundred steps first (or run tl.recipes.overfit_one_batch), then "
+                "rerun this test.",
+            )
+        )
     lead = f"real-input loss {real:.4g} vs noise {noise:.4g} ({100 * gap:+.0f}% gap)."
     return RandomInputReport(
-        subject=type(model).__name__, status=status, lead=lead, findings=tuple(findings),
-        real_loss=real, noise_loss=noise, noise_losses=tuple(noise_losses), relative_gap=gap,
-        chance_loss=chance, loss_kind=kind, output_change=change, is_input_constant=constant,
-        disclosures=("noise is N(0, 1) for float inputs and random ids for token inputs; "
-                     "masks are kept",))
+        subject=type(model).__name__,
+        status=status,
+        lead=lead,
+        findings=tuple(findings),
+        real_loss=real,
+        noise_loss=noise,
+        noise_losses=tuple(noise_losses),
+        relative_gap=gap,
+        chance_loss=chance,
+        loss_kind=kind,
+        output_change=change,
+        is_input_constant=constant,
+        disclosures=(
+            "noise is N(0, 1) for float inputs and random ids for token inputs; masks are kept",
+        ),
+    )
 
 
-def _random_input_findings(real: float, noise: float, gap: float, change: float,
-                           constant: bool) -> list[Finding]:
+def _random_input_findings(
+    real: float, noise: float, gap: float, change: float, constant: bool
+) -> list[Finding]:
     facts = {"real_loss": real, "noise_loss": noise, "relative_gap": gap}
     if constant:
-        return [Finding(
-            "input_carries_no_signal", "critical",
-            "every example of the real batch has the same input: the pipeline destroys the signal "
-            "before the model sees it.",
-            remedy="inspect the transforms (a multiply by 0, a normalisation by a huge std, a "
-                   "wrong column selection); tl.recipes.data_sanity shows the field statistics.",
-            fields=facts)]
+        return [
+            Finding(
+                "input_carries_no_signal",
+                "critical",
+                "every example of the real batch has the same input: the pipeline destroys the signal "
+                "before the model sees it.",
+                remedy="inspect the transforms (a multiply by 0, a normalisation by a huge std, a "
+                "wrong column selection); tl.recipes.data_sanity shows the field statistics.",
+                fields=facts,
+            )
+        ]
     if change == 0.0:
-        return [Finding(
-            "model_ignores_input", "critical",
-            "the model's outputs are bitwise the same for the real input and for noise: forward "
-            "does not use its input.",
-            remedy="check that forward reads its argument (not a stored tensor) and does not "
-                   "detach or zero it.", fields=facts)]
+        return [
+            Finding(
+                "model_ignores_input",
+                "critical",
+                "the model's outputs are bitwise the same for the real input and for noise: forward "
+                "does not use its input.",
+                remedy="check that forward reads its argument (not a stored tensor) and does not "
+                "detach or zero it.",
+                fields=facts,
+            )
+        ]
     if abs(gap) < SIMILAR_GAP:
-        return [Finding(
-            "loss_same_as_noise", "warning",
-            f"the loss on noise ({noise:.4g}) is within {100 * SIMILAR_GAP:.0f}% of the loss on "
-            f"real data ({real:.4g}): the model isn't using the input.",
-            remedy="check preprocessing, data loading and feature selection.", fields=facts)]
+        return [
+            Finding(
+                "loss_same_as_noise",
+                "warning",
+                f"the loss on noise ({noise:.4g}) is within {100 * SIMILAR_GAP:.0f}% of the loss on "
+                f"real data ({real:.4g}): the model isn't using the input.",
+                remedy="check preprocessing, data loading and feature selection.",
+                fields=facts,
+            )
+        ]
     if gap < 0:
-        return [Finding(
-            "real_worse_than_noise", "warning",
-            f"real data scores worse ({real:.4g}) than noise ({noise:.4g}).",
-            remedy="check that inputs and labels stay aligned (shuffled together) and that the "
-                   "evaluation pipeline matches the training one.", fields=facts)]
+        return [
+            Finding(
+                "real_worse_than_noise",
+                "warning",
+                f"real data scores worse ({real:.4g}) than noise ({noise:.4g}).",
+                remedy="check that inputs and labels stay aligned (shuffled together) and that the "
+                "evaluation pipeline matches the training one.",
+                fields=facts,
+            )
+        ]
     return []

@@ -23,8 +23,9 @@ from ..debug import preserved_rng_state
 
 
 @contextlib.contextmanager
-def preserved(model: nn.Module, *, mode: Literal["eval", "train"] | None = None
-              ) -> Iterator[nn.Module]:
+def preserved(
+    model: nn.Module, *, mode: Literal["eval", "train"] | None = None
+) -> Iterator[nn.Module]:
     """Run a block on ``model`` and restore its modes, buffers and gradients afterwards.
 
     Args:

@@ -66,9 +66,16 @@ class _Throttle:
             sink(report)
 
 
-def overfit_one_batch(model: nn.Module, batch: Any, loss_fn: Any, *, steps: int = 200,
-                      lr: float = 1e-3, live: bool | None = None,
-                      on_update: Callable[[OverfitReport], None] | None = None) -> OverfitReport:
+def overfit_one_batch(
+    model: nn.Module,
+    batch: Any,
+    loss_fn: Any,
+    *,
+    steps: int = 200,
+    lr: float = 1e-3,
+    live: bool | None = None,
+    on_update: Callable[[OverfitReport], None] | None = None,
+) -> OverfitReport:
     """Train a deep copy of ``model`` on one batch and say whether the loss approaches zero.
 
     A model that cannot memorise one batch has an architecture or gradient problem; no amount
@@ -102,15 +109,17 @@ def overfit_one_batch(model: nn.Module, batch: Any, loss_fn: Any, *, steps: int 
     inputs, targets = split_batch(first_batch(batch))
     sinks = [s for s in (on_update, live_sink(live)) if s is not None]
     if not any(p.requires_grad for p in model.parameters()):
-        raise DiagnosticArgumentError("the model has no parameter with requires_grad=True; "
-                                      "there is nothing to train.")
+        raise DiagnosticArgumentError(
+            "the model has no parameter with requires_grad=True; there is nothing to train."
+        )
     try:
         clone = copy.deepcopy(model)
     except Exception as exc:  # a model holding an unpicklable handle cannot be copied
         raise DiagnosticArgumentError(
             f"overfit_one_batch trains a deep copy and copy.deepcopy(model) failed with "
             f"{type(exc).__name__}: {exc}; remove the handle (e.g. a registered hook holding a "
-            "lock) or pass a freshly built model.") from exc
+            "lock) or pass a freshly built model."
+        ) from exc
     throttle = _Throttle(sinks) if sinks else None
     device = model_device(clone)
     inputs, targets = to_device(inputs, device), to_device(targets, device)
@@ -137,8 +146,9 @@ def overfit_one_batch(model: nn.Module, batch: Any, loss_fn: Any, *, steps: int 
             norms.append(float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0)
             optimizer.step()
             if throttle is not None:
-                throttle.offer(lambda: _report(model, losses, norms, steps, lr, started,
-                                               running=True))
+                throttle.offer(
+                    lambda: _report(model, losses, norms, steps, lr, started, running=True)
+                )
     report = _report(model, losses, norms, steps, lr, started, running=False)
     if throttle is not None:
         throttle.flush(report)
@@ -154,56 +164,110 @@ def _verdict(losses: list[float]) -> OverfitVerdict:
     return "decreasing" if final <= FALLING_FRACTION * initial else "stuck"
 
 
-def _report(model: nn.Module, losses: list[float], norms: list[float], steps: int, lr: float,
-            started: float, *, running: bool) -> OverfitReport:
+def _report(
+    model: nn.Module,
+    losses: list[float],
+    norms: list[float],
+    steps: int,
+    lr: float,
+    started: float,
+    *,
+    running: bool,
+) -> OverfitReport:
     initial, final = losses[0], losses[-1]
     verdict: OverfitVerdict = "running" if running else _verdict(losses)
-    facts = {"initial_loss": initial, "final_loss": final, "steps_run": len(losses),
-             "zero_fraction": ZERO_FRACTION}
+    facts = {
+        "initial_loss": initial,
+        "final_loss": final,
+        "steps_run": len(losses),
+        "zero_fraction": ZERO_FRACTION,
+    }
     findings = [] if running else _findings(verdict, initial, final, len(losses), lr, facts)
     if norms and norms[0] == 0.0:
-        findings.append(Finding(
-            "no_gradient", "critical",
-            "the gradient norm is exactly 0 at the first step: no gradient reaches the "
-            "parameters.", remedy="run tl.recipes.gradient_flow(model, batch, loss_fn) to find "
-            "where the gradient stops (a detach, an integer cast, a dead ReLU layer).",
-            fields={"grad_norm": 0.0}))
+        findings.append(
+            Finding(
+                "no_gradient",
+                "critical",
+                "the gradient norm is exactly 0 at the first step: no gradient reaches the "
+                "parameters.",
+                remedy="run tl.recipes.gradient_flow(model, batch, loss_fn) to find "
+                "where the gradient stops (a detach, an integer cast, a dead ReLU layer).",
+                fields={"grad_norm": 0.0},
+            )
+        )
     status = "running" if running else recipe_status(findings)
-    lead = (f"step {len(losses)}/{steps}: loss {final:.4g} (from {initial:.4g})" if running else
-            f"{verdict}: loss {initial:.4g} -> {final:.4g} in {len(losses)} steps.")
+    lead = (
+        f"step {len(losses)}/{steps}: loss {final:.4g} (from {initial:.4g})"
+        if running
+        else f"{verdict}: loss {initial:.4g} -> {final:.4g} in {len(losses)} steps."
+    )
     return OverfitReport(
-        subject=f"{type(model).__name__} on one batch", status=status, lead=lead,
-        findings=tuple(findings), verdict=verdict, steps=steps, lr=lr, losses=tuple(losses),
-        grad_norms=tuple(norms), target_loss=ZERO_FRACTION * initial,
+        subject=f"{type(model).__name__} on one batch",
+        status=status,
+        lead=lead,
+        findings=tuple(findings),
+        verdict=verdict,
+        steps=steps,
+        lr=lr,
+        losses=tuple(losses),
+        grad_norms=tuple(norms),
+        target_loss=ZERO_FRACTION * initial,
         elapsed_s=time.monotonic() - started,
-        disclosures=("trained a deep copy with Adam in train mode; the caller's model is "
-                     "untouched",))
+        disclosures=(
+            "trained a deep copy with Adam in train mode; the caller's model is untouched",
+        ),
+    )
 
 
-def _findings(verdict: OverfitVerdict, initial: float, final: float, steps_run: int, lr: float,
-              facts: dict[str, Any]) -> list[Finding]:
+def _findings(
+    verdict: OverfitVerdict,
+    initial: float,
+    final: float,
+    steps_run: int,
+    lr: float,
+    facts: dict[str, Any],
+) -> list[Finding]:
     if verdict == "memorised":
-        return [Finding("memorised", "info",
-                        f"the loss fell to {100 * final / initial:.2g}% of its initial value: the "
-                        "model can memorise one batch.", fields=facts)]
+        return [
+            Finding(
+                "memorised",
+                "info",
+                f"the loss fell to {100 * final / initial:.2g}% of its initial value: the "
+                "model can memorise one batch.",
+                fields=facts,
+            )
+        ]
     if verdict == "decreasing":
-        return [Finding(
-            "loss_not_near_zero", "warning",
-            f"the loss fell from {initial:.4g} to {final:.4g} but not to about zero "
-            f"(<= {ZERO_FRACTION * initial:.3g}) in {steps_run} steps.",
-            remedy=f"run more steps or raise lr (now {lr:g}); if it plateaus, the model lacks "
-                   "capacity or a layer blocks the gradient.", fields=facts)]
+        return [
+            Finding(
+                "loss_not_near_zero",
+                "warning",
+                f"the loss fell from {initial:.4g} to {final:.4g} but not to about zero "
+                f"(<= {ZERO_FRACTION * initial:.3g}) in {steps_run} steps.",
+                remedy=f"run more steps or raise lr (now {lr:g}); if it plateaus, the model lacks "
+                "capacity or a layer blocks the gradient.",
+                fields=facts,
+            )
+        ]
     if verdict == "stuck":
-        return [Finding(
-            "cannot_overfit", "critical",
-            f"the loss stayed at {final:.4g} (from {initial:.4g}) over {steps_run} steps: the "
-            "model cannot even memorise one batch.",
-            remedy="an architecture or gradient problem: run tl.recipes.gradient_flow, check "
-                   "that the output layer is connected and the loss matches the outputs.",
-            fields=facts)]
-    return [Finding(
-        "loss_diverged", "critical",
-        f"the loss went from {initial:.4g} to {final:.4g} over {steps_run} steps.",
-        remedy=f"lower lr (now {lr:g}), check for log(0) / division by zero in the loss, and "
-               "clip gradients with clip_grad_norm_(..., error_if_nonfinite=True).",
-        fields=facts)]
+        return [
+            Finding(
+                "cannot_overfit",
+                "critical",
+                f"the loss stayed at {final:.4g} (from {initial:.4g}) over {steps_run} steps: the "
+                "model cannot even memorise one batch.",
+                remedy="an architecture or gradient problem: run tl.recipes.gradient_flow, check "
+                "that the output layer is connected and the loss matches the outputs.",
+                fields=facts,
+            )
+        ]
+    return [
+        Finding(
+            "loss_diverged",
+            "critical",
+            f"the loss went from {initial:.4g} to {final:.4g} over {steps_run} steps.",
+            remedy=f"lower lr (now {lr:g}), check for log(0) / division by zero in the loss, and "
+            "clip gradients with clip_grad_norm_(..., error_if_nonfinite=True).",
+            fields=facts,
+        )
+    ]

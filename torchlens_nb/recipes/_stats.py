@@ -25,7 +25,8 @@ def flat_values(tensor: torch.Tensor) -> torch.Tensor:
         raise InputFormError(
             f"a tensor of shape {tuple(tensor.shape)} is on the meta device: it has no values to "
             "summarise; load the data or weights first (e.g. model.to_empty(device='cpu') and "
-            "load_state_dict).")
+            "load_state_dict)."
+        )
     if tensor.is_quantized:
         tensor = tensor.dequantize()
     if tensor.layout != torch.strided:
@@ -49,8 +50,17 @@ def tensor_stats(tensor: torch.Tensor) -> TensorStats:
         return TensorStats(numel, nan, nan, nan, nan, nan, nan_count, inf_count, zero_fraction)
     std = float(finite.std().item()) if finite.numel() > 1 else float("nan")
     low, high = float(finite.min().item()), float(finite.max().item())
-    return TensorStats(numel, float(finite.mean().item()), std, low, high,
-                       max(abs(low), abs(high)), nan_count, inf_count, zero_fraction)
+    return TensorStats(
+        numel,
+        float(finite.mean().item()),
+        std,
+        low,
+        high,
+        max(abs(low), abs(high)),
+        nan_count,
+        inf_count,
+        zero_fraction,
+    )
 
 
 def histogram(tensor: torch.Tensor, bins: int) -> Histogram:
@@ -64,6 +74,5 @@ def histogram(tensor: torch.Tensor, bins: int) -> Histogram:
         return Histogram((low - 0.5, high + 0.5), (int(values.numel()),))
     counts = torch.histc(values, bins=bins, min=low, max=high)
     step = (high - low) / bins
-    edges = tuple(low + i * step for i in range(bins)) + (high,)
+    edges = (*tuple(low + i * step for i in range(bins)), high)
     return Histogram(edges, tuple(int(c) for c in counts.tolist()))
-

@@ -58,9 +58,14 @@ def _verdict(median: float) -> RatioVerdict:
     return "too_low" if median < TARGET_LOG10 - TOLERANCE_DECADES else "ok"
 
 
-def _train_copy(model: nn.Module, batch: Any, loss_fn: Any, steps: int, lr: float,
-                optimizer: Callable[..., torch.optim.Optimizer] | None
-                ) -> tuple[Report, dict[int, str]]:
+def _train_copy(
+    model: nn.Module,
+    batch: Any,
+    loss_fn: Any,
+    steps: int,
+    lr: float,
+    optimizer: Callable[..., torch.optim.Optimizer] | None,
+) -> tuple[Report, dict[int, str]]:
     """Train a deep copy inside a ChecksSession; return its report and group -> name."""
     inputs, targets = split_batch(first_batch(batch))
     clone = copy.deepcopy(model)
@@ -70,7 +75,8 @@ def _train_copy(model: nn.Module, batch: Any, loss_fn: Any, steps: int, lr: floa
     if not any(p.dim() >= 2 for _, p in named):
         raise DiagnosticArgumentError(
             "the model has no trainable weight matrix (parameters with 2+ dimensions); the "
-            "update ratio is judged on weights, not biases.")
+            "update ratio is judged on weights, not biases."
+        )
     groups = [{"params": [p]} for _, p in named]  # every parameter trains, in its own group
     if optimizer is None:
         opt = torch.optim.Adam(groups, lr=lr)
@@ -90,10 +96,15 @@ def _train_copy(model: nn.Module, batch: Any, loss_fn: Any, steps: int, lr: floa
     return session.report(), {i: name for i, (name, p) in enumerate(named) if p.dim() >= 2}
 
 
-def update_ratio(model_or_report: Any, batch: Any = None, loss_fn: Any = None, *,
-                 steps: int = 50, lr: float = 1e-3,
-                 optimizer: Callable[..., torch.optim.Optimizer] | None = None
-                 ) -> UpdateRatioReport:
+def update_ratio(
+    model_or_report: Any,
+    batch: Any = None,
+    loss_fn: Any = None,
+    *,
+    steps: int = 50,
+    lr: float = 1e-3,
+    optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+) -> UpdateRatioReport:
     """Per-layer log10(update / weight) over steps, judged against the -3 target.
 
     Verdicts per layer on the median over the steps after the first: more than
@@ -123,8 +134,9 @@ def update_ratio(model_or_report: Any, batch: Any = None, loss_fn: Any = None, *
         check_positive_int(steps, "steps")
         check_positive_float(lr, "lr")
         if batch is None:
-            raise DiagnosticArgumentError("update_ratio(model, batch, loss_fn): pass the batch "
-                                          "the copy trains on.")
+            raise DiagnosticArgumentError(
+                "update_ratio(model, batch, loss_fn): pass the batch the copy trains on."
+            )
         checks, names = _train_copy(model_or_report, batch, loss_fn, steps, lr, optimizer)
         subject = f"{type(model_or_report).__name__}, {steps} steps"
     elif isinstance(model_or_report, Report) and model_or_report.report_type == "checks":
@@ -133,7 +145,8 @@ def update_ratio(model_or_report: Any, batch: Any = None, loss_fn: Any = None, *
     else:
         raise ModelTypeError(
             f"update_ratio reads an nn.Module (with batch and loss_fn) or a ChecksSession "
-            f"report, got {type(model_or_report).__name__}.")
+            f"report, got {type(model_or_report).__name__}."
+        )
     return _report(checks, names, subject)
 
 
@@ -141,59 +154,101 @@ def _group_names(checks: Report) -> dict[int, str]:
     members: dict[int, list[str]] = {}
     for row in checks.table("params").dicts():
         members.setdefault(row["group"], []).append(row["param"])
-    return {g: names[0] if len(names) == 1 else f"group {g} ({', '.join(names[:3])}"
-            + (" ...)" if len(names) > 3 else ")") for g, names in members.items()}
+    return {
+        g: names[0]
+        if len(names) == 1
+        else f"group {g} ({', '.join(names[:3])}" + (" ...)" if len(names) > 3 else ")")
+        for g, names in members.items()
+    }
 
 
 def _report(checks: Report, names: dict[int, str], subject: str) -> UpdateRatioReport:
-    rows = [r for r in checks.table("series").dicts() if r["update_ratio"] is not None
-            or r["lr"] is not None]
+    rows = [
+        r
+        for r in checks.table("series").dicts()
+        if r["update_ratio"] is not None or r["lr"] is not None
+    ]
     steps = tuple(sorted({r["attempt"] for r in rows}))
     index = {step: i for i, step in enumerate(steps)}
     series: dict[int, list[float]] = {g: [math.nan] * len(steps) for g in names}
     for row in rows:
         ratio = row["update_ratio"]
         if row["group"] in series and ratio is not None:
-            series[row["group"]][index[row["attempt"]]] = (math.log10(ratio) if ratio > 0
-                                                           else -math.inf)
+            series[row["group"]][index[row["attempt"]]] = (
+                math.log10(ratio) if ratio > 0 else -math.inf
+            )
     layers = []
     for group, values in series.items():
         median = _median(values[1:] if len(values) > 1 else values)
         layers.append(LayerRatio(names[group], tuple(values), median, _verdict(median)))
     findings = _findings(layers)
     table = Table.from_dicts(
-        "layers", [{"layer": layer.name, "median_log10": layer.median,
-                    "last_log10": layer.log10_ratios[-1] if layer.log10_ratios else None,
-                    "verdict": layer.verdict} for layer in layers],
+        "layers",
+        [
+            {
+                "layer": layer.name,
+                "median_log10": layer.median,
+                "last_log10": layer.log10_ratios[-1] if layer.log10_ratios else None,
+                "verdict": layer.verdict,
+            }
+            for layer in layers
+        ],
         ("layer", "median_log10", "last_log10", "verdict"),
-        {"target_log10": TARGET_LOG10, "tolerance_decades": TOLERANCE_DECADES})
+        {"target_log10": TARGET_LOG10, "tolerance_decades": TOLERANCE_DECADES},
+    )
     return UpdateRatioReport(
-        subject=subject, status=recipe_status(findings),
-        lead=(f"{sum(layer.verdict == 'ok' for layer in layers)} of {len(layers)} layers update "
-              f"at about 1e-3 of their weight per step."),
-        findings=tuple(findings), tables=(table,), layers=tuple(layers),
-        target_log10=TARGET_LOG10, tolerance_decades=TOLERANCE_DECADES, steps=steps,
+        subject=subject,
+        status=recipe_status(findings),
+        lead=(
+            f"{sum(layer.verdict == 'ok' for layer in layers)} of {len(layers)} layers update "
+            f"at about 1e-3 of their weight per step."
+        ),
+        findings=tuple(findings),
+        tables=(table,),
+        layers=tuple(layers),
+        target_log10=TARGET_LOG10,
+        tolerance_decades=TOLERANCE_DECADES,
+        steps=steps,
         exits=(Exit("Checks session report", "session.report()", "checks"),),
         actions={"checks": lambda: checks},
-        disclosures=("ratio = ||w_after - w_before|| / ||w_before|| per optimizer step, as the "
-                     "ChecksSession update-ratio check measures it; the first step is not judged",))
+        disclosures=(
+            "ratio = ||w_after - w_before|| / ||w_before|| per optimizer step, as the "
+            "ChecksSession update-ratio check measures it; the first step is not judged",
+        ),
+    )
 
 
 def _findings(layers: list[LayerRatio]) -> list[Finding]:
     findings = []
     for verdict, code, what, remedy in (
-            ("too_high", "update_ratio_too_high", "much above 1e-3",
-             "reduce the learning rate (or this group's), or clip gradients."),
-            ("too_low", "update_ratio_too_low", "much below 1e-3: barely updating",
-             "a dead or frozen layer, or a learning rate too small for it; check its gradient "
-             "with tl.recipes.gradient_flow.")):
+        (
+            "too_high",
+            "update_ratio_too_high",
+            "much above 1e-3",
+            "reduce the learning rate (or this group's), or clip gradients.",
+        ),
+        (
+            "too_low",
+            "update_ratio_too_low",
+            "much below 1e-3: barely updating",
+            "a dead or frozen layer, or a learning rate too small for it; check its gradient "
+            "with tl.recipes.gradient_flow.",
+        ),
+    ):
         hit = [layer for layer in layers if layer.verdict == verdict]
         if hit:
-            findings.append(Finding(
-                code, "warning",
-                f"{len(hit)} layer(s) update {what}: " + ", ".join(
-                    f"{layer.name} (median log10 {layer.median:.2f})" for layer in hit[:5])
-                + (" ..." if len(hit) > 5 else "") + ".",
-                remedy=remedy, fields={"layers": [layer.name for layer in hit],
-                                       "target_log10": TARGET_LOG10}))
+            findings.append(
+                Finding(
+                    code,
+                    "warning",
+                    f"{len(hit)} layer(s) update {what}: "
+                    + ", ".join(
+                        f"{layer.name} (median log10 {layer.median:.2f})" for layer in hit[:5]
+                    )
+                    + (" ..." if len(hit) > 5 else "")
+                    + ".",
+                    remedy=remedy,
+                    fields={"layers": [layer.name for layer in hit], "target_log10": TARGET_LOG10},
+                )
+            )
     return findings

@@ -74,53 +74,102 @@ def weight_distribution(model: nn.Module, *, bins: int = 30) -> WeightDistributi
     params = []
     for name, param in model.named_parameters():
         stats = tensor_stats(param)
-        params.append(ParamWeights(name, tuple(param.shape), str(param.dtype).replace(
-            "torch.", ""), stats, histogram(param, bins), _verdict(param, stats, fills.get(name))))
+        params.append(
+            ParamWeights(
+                name,
+                tuple(param.shape),
+                str(param.dtype).replace("torch.", ""),
+                stats,
+                histogram(param, bins),
+                _verdict(param, stats, fills.get(name)),
+            )
+        )
     findings = list(audit.findings) + _scale_findings(params)
     table = Table.from_dicts(
-        "parameters", [{"name": p.name, "shape": p.shape, "mean": p.stats.mean,
-                        "std": p.stats.std, "min": p.stats.min, "max": p.stats.max,
-                        "nan": p.stats.nan_count, "inf": p.stats.inf_count,
-                        "zero_fraction": p.stats.zero_fraction, "verdict": p.verdict}
-                       for p in params],
+        "parameters",
+        [
+            {
+                "name": p.name,
+                "shape": p.shape,
+                "mean": p.stats.mean,
+                "std": p.stats.std,
+                "min": p.stats.min,
+                "max": p.stats.max,
+                "nan": p.stats.nan_count,
+                "inf": p.stats.inf_count,
+                "zero_fraction": p.stats.zero_fraction,
+                "verdict": p.verdict,
+            }
+            for p in params
+        ],
         ("name", "shape", "mean", "std", "min", "max", "nan", "inf", "zero_fraction", "verdict"),
-        {"huge_abs": HUGE_ABS, "collapsed_std": COLLAPSED_STD, "usual_std": USUAL_STD})
+        {"huge_abs": HUGE_ABS, "collapsed_std": COLLAPSED_STD, "usual_std": USUAL_STD},
+    )
     flagged = sum(p.verdict not in ("ok", "unusual_scale") for p in params)
     return WeightDistributionReport(
         subject=f"{type(model).__name__}, {len(params)} parameters",
         status=recipe_status(findings),
-        lead=f"{flagged} of {len(params)} parameters flagged.", findings=tuple(findings),
-        tables=(table,), params=tuple(params), huge_abs=HUGE_ABS, collapsed_std=COLLAPSED_STD,
-        usual_std=USUAL_STD, unavailable=audit.unavailable,
+        lead=f"{flagged} of {len(params)} parameters flagged.",
+        findings=tuple(findings),
+        tables=(table,),
+        params=tuple(params),
+        huge_abs=HUGE_ABS,
+        collapsed_std=COLLAPSED_STD,
+        usual_std=USUAL_STD,
+        unavailable=audit.unavailable,
         exits=(Exit("Full parameter audit", "tl.debug.param_health(model)", "param_health"),),
         actions={"param_health": lambda: audit},
-        disclosures=("moments are over finite values; constant 1-D tensors (biases, norm scales) "
-                     "are canonical initialisations and not flagged",))
+        disclosures=(
+            "moments are over finite values; constant 1-D tensors (biases, norm scales) "
+            "are canonical initialisations and not flagged",
+        ),
+    )
 
 
 def _scale_findings(params: list[ParamWeights]) -> list[Finding]:
     rules = (
-        ("huge", "weights_huge", "warning",
-         f"hold values above {HUGE_ABS:g} in magnitude",
-         "an exploding update or a bad checkpoint: lower the learning rate, clip gradients, "
-         "check the loading code."),
-        ("collapsed", "weights_collapsed", "warning",
-         f"have a std below {COLLAPSED_STD:g}: their values collapsed to about one value",
-         "a dead layer or a degenerate init (e.g. constant_): re-initialise it and check its "
-         "gradient with tl.recipes.gradient_flow."),
-        ("unusual_scale", "weights_unusual_scale", "info",
-         f"have a std outside the usual [{USUAL_STD[0]:g}, {USUAL_STD[1]:g}]",
-         "fine for some init schemes (e.g. large fan-in); compare with the layer's intended "
-         "init."),
+        (
+            "huge",
+            "weights_huge",
+            "warning",
+            f"hold values above {HUGE_ABS:g} in magnitude",
+            "an exploding update or a bad checkpoint: lower the learning rate, clip gradients, "
+            "check the loading code.",
+        ),
+        (
+            "collapsed",
+            "weights_collapsed",
+            "warning",
+            f"have a std below {COLLAPSED_STD:g}: their values collapsed to about one value",
+            "a dead layer or a degenerate init (e.g. constant_): re-initialise it and check its "
+            "gradient with tl.recipes.gradient_flow.",
+        ),
+        (
+            "unusual_scale",
+            "weights_unusual_scale",
+            "info",
+            f"have a std outside the usual [{USUAL_STD[0]:g}, {USUAL_STD[1]:g}]",
+            "fine for some init schemes (e.g. large fan-in); compare with the layer's intended "
+            "init.",
+        ),
     )
     findings = []
     for verdict, code, severity, what, remedy in rules:
         hit = [p for p in params if p.verdict == verdict]
         if hit:
-            findings.append(Finding(
-                code, severity,
-                f"{len(hit)} parameter(s) {what}: "
-                + ", ".join(f"{p.name} (std {p.stats.std:.3g}, max |w| {p.stats.abs_max:.3g})"
-                            for p in hit[:4]) + (" ..." if len(hit) > 4 else "") + ".",
-                remedy=remedy, fields={"params": [p.name for p in hit]}))
+            findings.append(
+                Finding(
+                    code,
+                    severity,
+                    f"{len(hit)} parameter(s) {what}: "
+                    + ", ".join(
+                        f"{p.name} (std {p.stats.std:.3g}, max |w| {p.stats.abs_max:.3g})"
+                        for p in hit[:4]
+                    )
+                    + (" ..." if len(hit) > 4 else "")
+                    + ".",
+                    remedy=remedy,
+                    fields={"params": [p.name for p in hit]},
+                )
+            )
     return findings

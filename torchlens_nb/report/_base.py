@@ -163,8 +163,12 @@ class Table:
         attrs: Mapping[str, Any] | None = None,
     ) -> Table:
         """Build a table from row dicts, taking ``columns`` in that order."""
-        return cls(name, tuple(columns), tuple(tuple(r.get(c) for c in columns) for r in rows),
-                   frozen_mapping(attrs))
+        return cls(
+            name,
+            tuple(columns),
+            tuple(tuple(r.get(c) for c in columns) for r in rows),
+            frozen_mapping(attrs),
+        )
 
     def dicts(self) -> list[dict[str, Any]]:
         """The rows as plain dicts (a fresh list each call)."""
@@ -233,7 +237,9 @@ class Report:
         lines = [f"{self.report_type} [{self.status}] {self.subject}: {self.lead}"]
         for finding in self.findings[:max_findings]:
             where = f" ({finding.where.text()})" if finding.where and finding.where.text() else ""
-            lines.append(f"  {finding.severity.upper():8s} {finding.code}: {finding.message}{where}")
+            lines.append(
+                f"  {finding.severity.upper():8s} {finding.code}: {finding.message}{where}"
+            )
         rest = len(self.findings) - max_findings
         if rest > 0:
             lines.append(f"  ... and {rest} more finding{'s' if rest != 1 else ''}")
@@ -251,8 +257,9 @@ class Report:
         return self.card()
 
     def __repr__(self) -> str:
-        return (f"<{type(self).__name__} {self.status} {self.subject!r}: "
-                f"{len(self.findings)} findings>")
+        return (
+            f"<{type(self).__name__} {self.status} {self.subject!r}: {len(self.findings)} findings>"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-safe payload envelope (``schema`` ``torchlens_nb.report/1``)."""
@@ -265,15 +272,25 @@ class Report:
             "card": self.card(),
             "findings": list(self.findings),
             "tables": [
-                {"name": t.name, "columns": list(t.columns), "rows": [list(r) for r in t.rows],
-                 "attrs": _thaw(t.attrs), "total_rows": len(t.rows)}
+                {
+                    "name": t.name,
+                    "columns": list(t.columns),
+                    "rows": [list(r) for r in t.rows],
+                    "attrs": _thaw(t.attrs),
+                    "total_rows": len(t.rows),
+                }
                 for t in self.tables
             ],
             "disclosures": list(self.disclosures),
             "unavailable": list(self.unavailable),
             "exits": [
-                {"label": e.label, "code": e.code, "action": e.action, "args": _thaw(e.args),
-                 "runnable": e.action is not None and e.action in self.actions}
+                {
+                    "label": e.label,
+                    "code": e.code,
+                    "action": e.action,
+                    "args": _thaw(e.args),
+                    "runnable": e.action is not None and e.action in self.actions,
+                }
                 for e in self.exits
             ],
             "actions": sorted(self.actions),

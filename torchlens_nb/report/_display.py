@@ -25,8 +25,10 @@ _warned_report_types: set[str] = set()
 
 def static_html(report: Report) -> str:
     """A static HTML card: the same text as ``card()``, escaped, in a ``<pre>`` block."""
-    return (f'<div class="tln-static-card" data-report-type="{html.escape(report.report_type)}">'
-            f"<pre>{html.escape(report.card())}</pre></div>")
+    return (
+        f'<div class="tln-static-card" data-report-type="{html.escape(report.report_type)}">'
+        f"<pre>{html.escape(report.card())}</pre></div>"
+    )
 
 
 def mimebundle(report: Report) -> dict[str, Any]:
@@ -39,9 +41,11 @@ def mimebundle(report: Report) -> dict[str, Any]:
         data = view[0] if isinstance(view, tuple) else view
         bundle[WIDGET_MIME] = data[WIDGET_MIME]
     except Exception as exc:  # display never raises; the card is always there
-        _warn_once(report.report_type,
-                   f"the {report.report_type!r} panel could not be built ({type(exc).__name__}: "
-                   f"{exc}); showing the text card. This warning is shown once per report type.")
+        _warn_once(
+            report.report_type,
+            f"the {report.report_type!r} panel could not be built ({type(exc).__name__}: "
+            f"{exc}); showing the text card. This warning is shown once per report type.",
+        )
     return bundle
 
 
@@ -57,9 +61,11 @@ def live_panel(report: Report) -> Any:
 
         return widgets.widget_for(report)
     except Exception as exc:  # display never raises; the caller degrades to text
-        _warn_once("live:" + report.report_type,
-                   f"the live {report.report_type!r} panel could not be built "
-                   f"({type(exc).__name__}: {exc}); showing text updates instead.")
+        _warn_once(
+            "live:" + report.report_type,
+            f"the live {report.report_type!r} panel could not be built "
+            f"({type(exc).__name__}: {exc}); showing text updates instead.",
+        )
         return None
 
 
@@ -75,9 +81,11 @@ def live_view(report: Report) -> Any:
 
         return dashboard_for(report)
     except Exception as exc:  # display never raises; the session degrades to text
-        _warn_once("live:" + report.report_type,
-                   f"the live {report.report_type!r} dashboard could not be built "
-                   f"({type(exc).__name__}: {exc}); the session prints its final report instead.")
+        _warn_once(
+            "live:" + report.report_type,
+            f"the live {report.report_type!r} dashboard could not be built "
+            f"({type(exc).__name__}: {exc}); the session prints its final report instead.",
+        )
         return None
 
 

@@ -115,12 +115,17 @@ class CheckReport(Report):
         if not any(t.name == "series" for t in self.tables):
             return {}
         rows = self.table("series").dicts()
-        values = [[r["attempt"], r["group"], _number(r["grad_norm"]),
-                   _number(r["update_ratio"])] for r in rows]
-        present = [[int(r["grad_norm"] is not None), int(r["update_ratio"] is not None)]
-                   for r in rows]
-        return {"series": {"dtype": "float32", "shape": [len(rows), 4], "data": values},
-                "series_present": {"dtype": "uint8", "shape": [len(rows), 2], "data": present}}
+        values = [
+            [r["attempt"], r["group"], _number(r["grad_norm"]), _number(r["update_ratio"])]
+            for r in rows
+        ]
+        present = [
+            [int(r["grad_norm"] is not None), int(r["update_ratio"] is not None)] for r in rows
+        ]
+        return {
+            "series": {"dtype": "float32", "shape": [len(rows), 4], "data": values},
+            "series_present": {"dtype": "uint8", "shape": [len(rows), 2], "data": present},
+        }
 
     def _data(self) -> dict[str, Any]:
         return {
@@ -169,9 +174,27 @@ ParamHealthStatus = Literal["scanned", "skipped"]
 Fill = Literal["all_zero", "all_same"]
 
 PARAM_HEALTH_COLUMNS = (
-    "name", "kind", "status", "skip_reason", "dtype", "shape", "numel", "device", "coverage",
-    "nan_count", "posinf_count", "neginf_count", "zero_count", "subnormal_count", "finite_min",
-    "finite_max", "absmax", "dtype_max", "headroom_fraction", "fill", "bounds",
+    "name",
+    "kind",
+    "status",
+    "skip_reason",
+    "dtype",
+    "shape",
+    "numel",
+    "device",
+    "coverage",
+    "nan_count",
+    "posinf_count",
+    "neginf_count",
+    "zero_count",
+    "subnormal_count",
+    "finite_min",
+    "finite_max",
+    "absmax",
+    "dtype_max",
+    "headroom_fraction",
+    "fill",
+    "bounds",
     "out_of_bounds_count",
 )
 
@@ -239,7 +262,9 @@ class ParamHealthReport(Report):
         object.__setattr__(self, "thresholds", frozen_mapping(self.thresholds))
         if not self.tables:
             table = Table(
-                "param_health", PARAM_HEALTH_COLUMNS, tuple(r.as_tuple() for r in self.rows),
+                "param_health",
+                PARAM_HEALTH_COLUMNS,
+                tuple(r.as_tuple() for r in self.rows),
                 {**self.coverage, **self.thresholds},
             )
             object.__setattr__(self, "tables", (table,))

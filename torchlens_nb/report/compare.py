@@ -15,25 +15,65 @@ from typing import Any, Literal
 
 from ._base import Report, Table, frozen_mapping
 
-RowStatus = Literal["match", "value_diverged", "shape_diverged", "structure_diverged",
-                    "input_differs", "only_in_a", "only_in_b", "not_saved", "not_comparable"]
+RowStatus = Literal[
+    "match",
+    "value_diverged",
+    "shape_diverged",
+    "structure_diverged",
+    "input_differs",
+    "only_in_a",
+    "only_in_b",
+    "not_saved",
+    "not_comparable",
+]
 """Status of one compared op. ``input_differs`` marks an input op whose values differ: evidence
 of different inputs, not a divergence of the model's computation."""
 DIVERGED_STATUSES: tuple[RowStatus, ...] = (
-    "value_diverged", "shape_diverged", "structure_diverged", "only_in_a", "only_in_b")
+    "value_diverged",
+    "shape_diverged",
+    "structure_diverged",
+    "only_in_a",
+    "only_in_b",
+)
 """The statuses where two runs separate (value, shape or structure)."""
 
 COMPARE_COLUMNS = (
-    "op", "index_a", "index_b", "kind", "func", "module", "status", "shape_a", "shape_b",
-    "dtype_a", "dtype_b", "max_abs_diff", "max_rel_diff", "mismatched", "numel", "allclose",
-    "reason", "source_line",
+    "op",
+    "index_a",
+    "index_b",
+    "kind",
+    "func",
+    "module",
+    "status",
+    "shape_a",
+    "shape_b",
+    "dtype_a",
+    "dtype_b",
+    "max_abs_diff",
+    "max_rel_diff",
+    "mismatched",
+    "numel",
+    "allclose",
+    "reason",
+    "source_line",
 )
 """Columns of the ``comparison`` table (``compare_rows`` row keys), in this order."""
 VALUE_STATS_COLUMNS = ("op", "side", "min", "max", "mean", "std", "nan_count", "inf_count")
 """Columns of the ``value_stats`` table: one row per compared op and side (``a`` / ``b``)."""
 COMPARE_PARAMS_COLUMNS = (
-    "name", "kind", "status", "allclose", "shape_a", "shape_b", "dtype_a", "dtype_b",
-    "max_abs_diff", "max_rel_diff", "mismatched", "numel", "reason",
+    "name",
+    "kind",
+    "status",
+    "allclose",
+    "shape_a",
+    "shape_b",
+    "dtype_a",
+    "dtype_b",
+    "max_abs_diff",
+    "max_rel_diff",
+    "mismatched",
+    "numel",
+    "reason",
 )
 """Columns of the ``compare_params`` table: one row per qualified name, in model order."""
 
@@ -53,9 +93,15 @@ def _stats_by_op(tables: Sequence[Table]) -> dict[str, dict[str, dict[str, Any]]
     return by_op
 
 
-def divergence_view(rows: Sequence[dict[str, Any]], tables: Sequence[Table], first: str | None,
-                    *, side_a: str, side_b: str,
-                    sides: Callable[[dict[str, Any]], tuple[str, str]]) -> dict[str, Any]:
+def divergence_view(
+    rows: Sequence[dict[str, Any]],
+    tables: Sequence[Table],
+    first: str | None,
+    *,
+    side_a: str,
+    side_b: str,
+    sides: Callable[[dict[str, Any]], tuple[str, str]],
+) -> dict[str, Any]:
     """The payload view of the comparison panel: a window of rows in execution order around
     the first divergence plus the diverged rows, each with both sides' value statistics.
 
@@ -67,25 +113,41 @@ def divergence_view(rows: Sequence[dict[str, Any]], tables: Sequence[Table], fir
     for position, row in enumerate(rows):
         diverged = row.get("is_diverged", row.get("status") in DIVERGED_STATUSES)
         text_a, text_b = sides(row)
-        items.append({
-            "position": position, "op": row["op"], "func": row.get("func"),
-            "module": row.get("module"), "kind": row.get("kind", "op"),
-            "status": row.get("status", "diverged" if diverged else "match"),
-            "is_diverged": bool(diverged), "a": text_a, "b": text_b,
-            "max_abs": row.get("max_abs_diff", row.get("max_abs_err")),
-            "max_rel": row.get("max_rel_diff", row.get("max_rel_err")),
-            "mismatched": row.get("mismatched"), "numel": row.get("numel"),
-            "reason": row.get("reason") or (f"rtol={row['rtol']:.2g}, atol={row['atol']:.2g}"
-                                            if "rtol" in row else None),
-            "source_line": row.get("source_line"),
-            "stats_a": stats.get(row["op"], {}).get("a"),
-            "stats_b": stats.get(row["op"], {}).get("b")})
+        items.append(
+            {
+                "position": position,
+                "op": row["op"],
+                "func": row.get("func"),
+                "module": row.get("module"),
+                "kind": row.get("kind", "op"),
+                "status": row.get("status", "diverged" if diverged else "match"),
+                "is_diverged": bool(diverged),
+                "a": text_a,
+                "b": text_b,
+                "max_abs": row.get("max_abs_diff", row.get("max_abs_err")),
+                "max_rel": row.get("max_rel_diff", row.get("max_rel_err")),
+                "mismatched": row.get("mismatched"),
+                "numel": row.get("numel"),
+                "reason": row.get("reason")
+                or (f"rtol={row['rtol']:.2g}, atol={row['atol']:.2g}" if "rtol" in row else None),
+                "source_line": row.get("source_line"),
+                "stats_a": stats.get(row["op"], {}).get("a"),
+                "stats_b": stats.get(row["op"], {}).get("b"),
+            }
+        )
     start = next((i for i, item in enumerate(items) if item["op"] == first), 0)
     start = max(0, start - VIEW_CONTEXT_ROWS)
     diverged_items = [item for item in items if item["is_diverged"]]
-    return {"side_a": side_a, "side_b": side_b, "first": first, "offset": start,
-            "total": len(items), "rows": items[start:start + VIEW_ROWS],
-            "diverged": diverged_items[:VIEW_ROWS], "diverged_total": len(diverged_items)}
+    return {
+        "side_a": side_a,
+        "side_b": side_b,
+        "first": first,
+        "offset": start,
+        "total": len(items),
+        "rows": items[start : start + VIEW_ROWS],
+        "diverged": diverged_items[:VIEW_ROWS],
+        "diverged_total": len(diverged_items),
+    }
 
 
 def _shape_dtype(row: dict[str, Any], side: str) -> str:
@@ -134,14 +196,24 @@ class CompareReport(Report):
         object.__setattr__(self, "alignment", frozen_mapping(self.alignment))
 
     def _data(self) -> dict[str, Any]:
-        return {"mode": "compare", "rtol": self.rtol, "atol": self.atol,
-                "first_divergence": self.first_divergence,
-                "first_divergence_status": self.first_divergence_status,
-                "counts": dict(self.counts), "alignment": dict(self.alignment),
-                "coverage": self.coverage,
-                "view": divergence_view(self.table("comparison").dicts(), self.tables,
-                                        self.first_divergence, side_a="trace_a",
-                                        side_b="trace_b", sides=_compare_sides)}
+        return {
+            "mode": "compare",
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "first_divergence": self.first_divergence,
+            "first_divergence_status": self.first_divergence_status,
+            "counts": dict(self.counts),
+            "alignment": dict(self.alignment),
+            "coverage": self.coverage,
+            "view": divergence_view(
+                self.table("comparison").dicts(),
+                self.tables,
+                self.first_divergence,
+                side_a="trace_a",
+                side_b="trace_b",
+                sides=_compare_sides,
+            ),
+        }
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -161,8 +233,12 @@ class CompareParamsReport(Report):
         object.__setattr__(self, "counts", frozen_mapping(self.counts))
 
     def _data(self) -> dict[str, Any]:
-        return {"rtol": self.rtol, "atol": self.atol, "include_buffers": self.include_buffers,
-                "counts": dict(self.counts)}
+        return {
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "include_buffers": self.include_buffers,
+            "counts": dict(self.counts),
+        }
 
 
 @dataclass(frozen=True)
@@ -216,15 +292,26 @@ class BisectPrecisionReport(Report):
     """Ops not compared, with the reason (disclosed, never counted as agreeing)."""
 
     def _data(self) -> dict[str, Any]:
-        return {"mode": "bisect_precision", "found": self.found, "op": self.op,
-                "func_name": self.func_name, "module": self.module,
-                "is_stochastic": self.is_stochastic, "reference_dtype": self.reference_dtype,
-                "seed": self.seed, "first_divergence": self.op,
-                "skipped": [asdict(s) for s in self.skipped],
-                "view": divergence_view(
-                    [asdict(r) for r in self.rows], self.tables, self.op,
-                    side_a="native", side_b=self.reference_dtype,
-                    sides=lambda row: (row["dtype"], self.reference_dtype))}
+        return {
+            "mode": "bisect_precision",
+            "found": self.found,
+            "op": self.op,
+            "func_name": self.func_name,
+            "module": self.module,
+            "is_stochastic": self.is_stochastic,
+            "reference_dtype": self.reference_dtype,
+            "seed": self.seed,
+            "first_divergence": self.op,
+            "skipped": [asdict(s) for s in self.skipped],
+            "view": divergence_view(
+                [asdict(r) for r in self.rows],
+                self.tables,
+                self.op,
+                side_a="native",
+                side_b=self.reference_dtype,
+                sides=lambda row: (row["dtype"], self.reference_dtype),
+            ),
+        }
 
 
 @dataclass(frozen=True)
@@ -263,17 +350,28 @@ class DeterminismReport(Report):
         object.__setattr__(self, "environment", frozen_mapping(self.environment))
 
     def _data(self) -> dict[str, Any]:
-        return {"mode": "determinism", "verdict": self.verdict,
-                "seed_verdict": self.seed_verdict, "runs": self.runs, "seed": self.seed,
-                "total_runs": self.total_runs, "rtol": self.rtol, "atol": self.atol,
-                "first_divergence": self.first_divergence,
-                "divergent_runs": list(self.divergent_runs),
-                "environment": dict(self.environment),
-                "rng_ops": [asdict(r) for r in self.rng_ops],
-                "view": divergence_view(
-                    self.table("comparison").dicts() if self.tables else [], self.tables,
-                    self.first_divergence, side_a=f"run {self._shown_run()}",
-                    side_b="run 0", sides=_compare_sides)}
+        return {
+            "mode": "determinism",
+            "verdict": self.verdict,
+            "seed_verdict": self.seed_verdict,
+            "runs": self.runs,
+            "seed": self.seed,
+            "total_runs": self.total_runs,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "first_divergence": self.first_divergence,
+            "divergent_runs": list(self.divergent_runs),
+            "environment": dict(self.environment),
+            "rng_ops": [asdict(r) for r in self.rng_ops],
+            "view": divergence_view(
+                self.table("comparison").dicts() if self.tables else [],
+                self.tables,
+                self.first_divergence,
+                side_a=f"run {self._shown_run()}",
+                side_b="run 0",
+                sides=_compare_sides,
+            ),
+        }
 
     def _shown_run(self) -> int:
         return int(self.tables[0].attrs.get("run", 1)) if self.tables else 1

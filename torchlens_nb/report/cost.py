@@ -16,14 +16,34 @@ from ._base import Report, frozen_mapping
 Metric = Literal["flops", "memory", "duration", "device_time"]
 """What ``hot_path`` ranks by."""
 METRIC_UNITS: Mapping[str, str] = frozen_mapping(
-    {"flops": "flop", "memory": "byte", "duration": "ns", "device_time": "ns"})
+    {"flops": "flop", "memory": "byte", "duration": "ns", "device_time": "ns"}
+)
 
-HOT_PATH_COLUMNS = ("rank", "source_line", "code", "value", "share", "num_ops", "funcs",
-                    "modules", "ops")
+HOT_PATH_COLUMNS = (
+    "rank",
+    "source_line",
+    "code",
+    "value",
+    "share",
+    "num_ops",
+    "funcs",
+    "modules",
+    "ops",
+)
 """One row per source line: ``value`` in ``attrs["unit"]``, ``share`` of the total, the number
 of ops on that line, their functions (``"linear x2"``), modules and labels (execution order)."""
-RECOMPUTE_COLUMNS = ("rank", "op", "func", "module", "bytes", "flops", "bytes_per_flop",
-                     "is_selected", "remaining_bytes", "source_line")
+RECOMPUTE_COLUMNS = (
+    "rank",
+    "op",
+    "func",
+    "module",
+    "bytes",
+    "flops",
+    "bytes_per_flop",
+    "is_selected",
+    "remaining_bytes",
+    "source_line",
+)
 """One row per candidate op, most bytes saved per FLOP re-spent first. ``remaining_bytes`` is the
 activation memory left if this row and every row above it were recomputed; ``is_selected`` marks
 the greedy set that reaches the budget."""
@@ -42,8 +62,12 @@ class HotPathReport(Report):
     """Ops left out of the ranking (no formula, no source line); reasons in the table attrs."""
 
     def _data(self) -> dict[str, Any]:
-        return {"metric": self.metric, "unit": self.unit, "total": self.total,
-                "excluded": self.excluded}
+        return {
+            "metric": self.metric,
+            "unit": self.unit,
+            "total": self.total,
+            "excluded": self.excluded,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -62,9 +86,13 @@ class RecomputeReport(Report):
     """None without a budget."""
 
     def _data(self) -> dict[str, Any]:
-        return {"total_bytes": self.total_bytes, "budget_bytes": self.budget_bytes,
-                "selected_bytes": self.selected_bytes, "selected_flops": self.selected_flops,
-                "is_budget_reached": self.is_budget_reached}
+        return {
+            "total_bytes": self.total_bytes,
+            "budget_bytes": self.budget_bytes,
+            "selected_bytes": self.selected_bytes,
+            "selected_flops": self.selected_flops,
+            "is_budget_reached": self.is_budget_reached,
+        }
 
 
 WitnessState = Literal["passed", "failed"]
@@ -98,8 +126,13 @@ class FlopsVsDispatchReport(Report):
         object.__setattr__(self, "family_totals", frozen_mapping(self.family_totals))
 
     def _data(self) -> dict[str, Any]:
-        return {"witness": self.witness, "ours_total": self.ours_total,
-                "native_total": self.native_total, "delta": self.delta,
-                "comparable_ours": self.comparable_ours,
-                "comparable_delta": self.comparable_delta, "unknown_ops": self.unknown_ops,
-                "family_totals": dict(self.family_totals)}
+        return {
+            "witness": self.witness,
+            "ours_total": self.ours_total,
+            "native_total": self.native_total,
+            "delta": self.delta,
+            "comparable_ours": self.comparable_ours,
+            "comparable_delta": self.comparable_delta,
+            "unknown_ops": self.unknown_ops,
+            "family_totals": dict(self.family_totals),
+        }

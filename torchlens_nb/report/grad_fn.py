@@ -36,8 +36,18 @@ LAYOUT_INITIAL_UNITS = 150
 """The panel opens at the deepest fold level that shows at most this many boxes and nodes
 (GPT-2 small's loss: 66, one box per block; chromium paints it 80-110 ms after render)."""
 
-NODE_COLUMNS = ("id", "name", "kind", "group", "param_name", "aliases", "shapes", "dtype",
-                "saved", "is_cut")
+NODE_COLUMNS = (
+    "id",
+    "name",
+    "kind",
+    "group",
+    "param_name",
+    "aliases",
+    "shapes",
+    "dtype",
+    "saved",
+    "is_cut",
+)
 EDGE_COLUMNS = ("src", "dst", "slot", "output_nr")
 
 
@@ -145,7 +155,8 @@ class GradFnSketch(Report):
         """The node with ``node_id`` (ids are positions in ``nodes``)."""
         if not 0 <= node_id < len(self.nodes):
             raise ReportOptionError(
-                f"no node {node_id}; this sketch has ids 0..{len(self.nodes) - 1}.")
+                f"no node {node_id}; this sketch has ids 0..{len(self.nodes) - 1}."
+            )
         return self.nodes[node_id]
 
     def to_dot(self, *, clusters: bool = True) -> str:
@@ -155,69 +166,114 @@ class GradFnSketch(Report):
     def _data(self) -> dict[str, Any]:
         # The panel needs every node and edge; tables reach it cut to a page (and may be
         # replaced by a cut copy), so the graph travels here too, built from the typed fields.
-        return {"legend": STRUCTURE_ONLY_LEGEND, "truncated": self.truncated,
-                "max_nodes": self.max_nodes, "num_nodes": len(self.nodes),
-                "num_edges": len(self.edges),
-                "groups": [dataclasses.asdict(g) for g in self.groups],
-                "outputs": [dataclasses.asdict(o) for o in self.outputs],
-                "node_columns": list(NODE_COLUMNS),
-                "node_rows": [_node_row(n) for n in self.nodes],
-                "edges": [(e.src, e.dst) for e in self.edges],
-                "layout": {"max_units": LAYOUT_MAX_UNITS, "initial_units": LAYOUT_INITIAL_UNITS}}
+        return {
+            "legend": STRUCTURE_ONLY_LEGEND,
+            "truncated": self.truncated,
+            "max_nodes": self.max_nodes,
+            "num_nodes": len(self.nodes),
+            "num_edges": len(self.edges),
+            "groups": [dataclasses.asdict(g) for g in self.groups],
+            "outputs": [dataclasses.asdict(o) for o in self.outputs],
+            "node_columns": list(NODE_COLUMNS),
+            "node_rows": [_node_row(n) for n in self.nodes],
+            "edges": [(e.src, e.dst) for e in self.edges],
+            "layout": {"max_units": LAYOUT_MAX_UNITS, "initial_units": LAYOUT_INITIAL_UNITS},
+        }
 
 
-def grad_fn_tables(nodes: tuple[GradFnNode, ...],
-                   edges: tuple[GradFnEdge, ...]) -> tuple[Table, Table]:
+def grad_fn_tables(
+    nodes: tuple[GradFnNode, ...], edges: tuple[GradFnEdge, ...]
+) -> tuple[Table, Table]:
     """The ``nodes`` and ``edges`` tables (saved shapes as ``(name, shape, status)`` triples)."""
     node_rows = tuple(_node_row(n) for n in nodes)
     edge_rows = tuple((e.src, e.dst, e.slot, e.output_nr) for e in edges)
-    return (Table("nodes", NODE_COLUMNS, node_rows, {"legend": STRUCTURE_ONLY_LEGEND}),
-            Table("edges", EDGE_COLUMNS, edge_rows, {"direction": "forward (src -> dst)"}))
+    return (
+        Table("nodes", NODE_COLUMNS, node_rows, {"legend": STRUCTURE_ONLY_LEGEND}),
+        Table("edges", EDGE_COLUMNS, edge_rows, {"direction": "forward (src -> dst)"}),
+    )
 
 
 def _node_row(n: GradFnNode) -> tuple[Any, ...]:
-    return (n.id, n.name, n.kind, n.group, n.param_name, n.aliases, n.shapes, n.dtype,
-            tuple((s.name, s.shape, s.status) for s in n.saved), n.is_cut)
+    return (
+        n.id,
+        n.name,
+        n.kind,
+        n.group,
+        n.param_name,
+        n.aliases,
+        n.shapes,
+        n.dtype,
+        tuple((s.name, s.shape, s.status) for s in n.saved),
+        n.is_cut,
+    )
 
 
 UNREACHED_NAMES_SHOWN = 5
 """The message names this many unreached parameters; ``fields["names"]`` holds them all."""
 
 
-def sketch_findings(nodes: tuple[GradFnNode, ...], *, truncated: bool, max_nodes: int,
-                    unreached: tuple[str, ...] = ()) -> tuple[Finding, ...]:
+def sketch_findings(
+    nodes: tuple[GradFnNode, ...],
+    *,
+    truncated: bool,
+    max_nodes: int,
+    unreached: tuple[str, ...] = (),
+) -> tuple[Finding, ...]:
     """Facts a reader needs before trusting the picture: truncation, unreadable saved tensors,
     and the trainable parameters of the model that are not leaves of the graph."""
     findings = []
     if unreached:
         shown = ", ".join(unreached[:UNREACHED_NAMES_SHOWN])
         more = len(unreached) - UNREACHED_NAMES_SHOWN
-        findings.append(Finding(
-            "grad_fn_unreached_parameters", "info",
-            f"{len(unreached)} trainable parameter{'s' if len(unreached) != 1 else ''} of the "
-            f"model {'are' if len(unreached) != 1 else 'is'} not in this graph, so these outputs "
-            f"give {'them' if len(unreached) != 1 else 'it'} no gradient: {shown}"
-            + (f" and {more} more" if more > 0 else "") + ".",
-            remedy="if they should learn from these outputs, look for .detach(), torch.no_grad() "
-                   "or a cache on their path; if not, freeze them (requires_grad_(False)).",
-            fields={"names": list(unreached)}))
+        findings.append(
+            Finding(
+                "grad_fn_unreached_parameters",
+                "info",
+                f"{len(unreached)} trainable parameter{'s' if len(unreached) != 1 else ''} of the "
+                f"model {'are' if len(unreached) != 1 else 'is'} not in this graph, so these outputs "
+                f"give {'them' if len(unreached) != 1 else 'it'} no gradient: {shown}"
+                + (f" and {more} more" if more > 0 else "")
+                + ".",
+                remedy="if they should learn from these outputs, look for .detach(), torch.no_grad() "
+                "or a cache on their path; if not, freeze them (requires_grad_(False)).",
+                fields={"names": list(unreached)},
+            )
+        )
     if truncated:
         cut = sum(n.is_cut for n in nodes)
-        findings.append(Finding(
-            "grad_fn_truncated", "warning",
-            f"the walk stopped at max_nodes={max_nodes}; {cut} nodes have inputs not shown.",
-            remedy="pass a larger max_nodes to walk the whole graph.",
-            fields={"max_nodes": max_nodes, "num_cut": cut}))
+        findings.append(
+            Finding(
+                "grad_fn_truncated",
+                "warning",
+                f"the walk stopped at max_nodes={max_nodes}; {cut} nodes have inputs not shown.",
+                remedy="pass a larger max_nodes to walk the whole graph.",
+                fields={"max_nodes": max_nodes, "num_cut": cut},
+            )
+        )
     for status, message, remedy in (
-        ("freed", "saved tensors were already freed by backward, so their shapes are not shown",
-         "walk before calling backward, or call backward(retain_graph=True)."),
-        ("hooked", "saved tensors sit behind saved-tensor hooks (checkpointing or offloading) "
-         "and were not unpacked", None),
+        (
+            "freed",
+            "saved tensors were already freed by backward, so their shapes are not shown",
+            "walk before calling backward, or call backward(retain_graph=True).",
+        ),
+        (
+            "hooked",
+            "saved tensors sit behind saved-tensor hooks (checkpointing or offloading) "
+            "and were not unpacked",
+            None,
+        ),
     ):
         count = sum(s.status == status for n in nodes for s in n.saved)
         if count:
-            findings.append(Finding(f"grad_fn_saved_{status}", "info", f"{count} {message}.",
-                                    remedy=remedy, fields={"num_saved": count}))
+            findings.append(
+                Finding(
+                    f"grad_fn_saved_{status}",
+                    "info",
+                    f"{count} {message}.",
+                    remedy=remedy,
+                    fields={"num_saved": count},
+                )
+            )
     return tuple(findings)
 
 
@@ -229,11 +285,14 @@ def dot_source(sketch: GradFnSketch, *, clusters: bool = True) -> str:
     """Build the DOT text of ``sketch``: one statement per line, deterministic order."""
     legend = STRUCTURE_ONLY_LEGEND
     if sketch.truncated:
-        legend += (f"\\nTRUNCATED at max_nodes={sketch.max_nodes}: dashed nodes have inputs "
-                   "not shown.")
-    lines = ["digraph grad_fn {",
-             f'  graph [label="{legend}" labelloc=t fontsize=12 fontname="Helvetica"];',
-             '  node [shape=box style=filled fontsize=10 fontname="Helvetica" height=0.2];']
+        legend += (
+            f"\\nTRUNCATED at max_nodes={sketch.max_nodes}: dashed nodes have inputs not shown."
+        )
+    lines = [
+        "digraph grad_fn {",
+        f'  graph [label="{legend}" labelloc=t fontsize=12 fontname="Helvetica"];',
+        '  node [shape=box style=filled fontsize=10 fontname="Helvetica" height=0.2];',
+    ]
     by_group: dict[str, list[GradFnNode]] = {}
     for node in sketch.nodes:
         by_group.setdefault(node.group if clusters else "", []).append(node)
@@ -242,16 +301,19 @@ def dot_source(sketch: GradFnSketch, *, clusters: bool = True) -> str:
         children.setdefault(group.parent, []).append(group.address)
     lines.extend(_cluster_lines("", by_group, children if clusters else {}, indent=1))
     for out in sketch.outputs:
-        lines.append(f'  o{out.index} [label="{_esc(f"output {out.index}")}\\n{_shape(out.shape)}"'
-                     f' fillcolor={_FILL["output"]}];')
+        lines.append(
+            f'  o{out.index} [label="{_esc(f"output {out.index}")}\\n{_shape(out.shape)}"'
+            f" fillcolor={_FILL['output']}];"
+        )
         lines.append(f"  n{out.node} -> o{out.index};")
     lines.extend(f"  n{e.src} -> n{e.dst};" for e in sketch.edges)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def _cluster_lines(address: str, by_group: dict[str, list[GradFnNode]],
-                   children: dict[str, list[str]], indent: int) -> list[str]:
+def _cluster_lines(
+    address: str, by_group: dict[str, list[GradFnNode]], children: dict[str, list[str]], indent: int
+) -> list[str]:
     pad = "  " * indent
     lines = [pad + _node_statement(node) for node in by_group.get(address, ())]
     for child in children.get(address, ()):

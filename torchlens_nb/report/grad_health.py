@@ -34,16 +34,43 @@ Basis = Literal["total_norm", "rms"]
 """What the thresholds compare: each gradient's total L2 norm, or norm / sqrt(numel)."""
 
 GRAD_HEALTH_COLUMNS = (
-    "op", "index", "module", "grad_norm", "grad_norm_raw", "rms", "numel", "verdict",
-    "is_frontier", "stage", "scale_provenance", "source_line",
+    "op",
+    "index",
+    "module",
+    "grad_norm",
+    "grad_norm_raw",
+    "rms",
+    "numel",
+    "verdict",
+    "is_frontier",
+    "stage",
+    "scale_provenance",
+    "source_line",
 )
 DEAD_NEURONS_COLUMNS = (
-    "op", "module", "total_units", "dead_count", "dead_frac", "sample_dead_idx", "reason",
+    "op",
+    "module",
+    "total_units",
+    "dead_count",
+    "dead_frac",
+    "sample_dead_idx",
+    "reason",
     "source_line",
 )
 DTYPE_RANGE_COLUMNS = (
-    "op", "module", "dtype", "is_audited", "numel", "nan_count", "inf_count", "max_abs",
-    "dtype_max", "subnormal_frac", "downcast_from", "flags", "source_line",
+    "op",
+    "module",
+    "dtype",
+    "is_audited",
+    "numel",
+    "nan_count",
+    "inf_count",
+    "max_abs",
+    "dtype_max",
+    "subnormal_frac",
+    "downcast_from",
+    "flags",
+    "source_line",
 )
 
 MAX_PANEL_ROWS = 100_000
@@ -51,8 +78,13 @@ MAX_PANEL_ROWS = 100_000
 at this cap, well under the widgets' 8 MiB array limit (which would downsample, and so corrupt,
 the label text); beyond it the panel shows the kernel-paged table instead."""
 
-_PROFILE_COLOURS = {"ok": "#2e7d32", "vanishing": "#ef6c00", "exploding": "#c62828",
-                    "zero": "#6a1b9a", "unknown": "#757575"}
+_PROFILE_COLOURS = {
+    "ok": "#2e7d32",
+    "vanishing": "#ef6c00",
+    "exploding": "#c62828",
+    "zero": "#6a1b9a",
+    "unknown": "#757575",
+}
 """Plotly figures are not themed by the notebook CSS, so the verdict colours are fixed here."""
 
 
@@ -99,26 +131,43 @@ class GradHealthReport(Report):
             if not chosen:
                 continue
             name = "unknown (raw, scale unknown)" if verdict == "unknown" else verdict
-            fig.add_trace(go.Scatter(
-                x=[p["index"] for p in chosen], y=[p["y"] for p in chosen], mode="markers",
-                name=name, marker={"color": colour, "symbol": "x" if verdict == "zero" else
-                                   "circle"},
-                text=[f"{p['op']} ({p['module'] or 'root'})" for p in chosen],
-                hovertemplate="%{text}<br>%{y:.3g}<extra>" + name + "</extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=[p["index"] for p in chosen],
+                    y=[p["y"] for p in chosen],
+                    mode="markers",
+                    name=name,
+                    marker={"color": colour, "symbol": "x" if verdict == "zero" else "circle"},
+                    text=[f"{p['op']} ({p['module'] or 'root'})" for p in chosen],
+                    hovertemplate="%{text}<br>%{y:.3g}<extra>" + name + "</extra>",
+                )
+            )
         frontier = [p for p in points if p["is_frontier"]]
         if frontier:
-            fig.add_trace(go.Scatter(
-                x=[p["index"] for p in frontier], y=[p["y"] for p in frontier], mode="markers",
-                name="frontier", marker={"color": "#000000", "symbol": "circle-open", "size": 14},
-                text=[p["op"] for p in frontier], hovertemplate="frontier %{text}<extra></extra>"))
-        for threshold, label in ((self.vanishing_threshold, "vanishing"),
-                                 (self.exploding_threshold, "exploding")):
+            fig.add_trace(
+                go.Scatter(
+                    x=[p["index"] for p in frontier],
+                    y=[p["y"] for p in frontier],
+                    mode="markers",
+                    name="frontier",
+                    marker={"color": "#000000", "symbol": "circle-open", "size": 14},
+                    text=[p["op"] for p in frontier],
+                    hovertemplate="frontier %{text}<extra></extra>",
+                )
+            )
+        for threshold, label in (
+            (self.vanishing_threshold, "vanishing"),
+            (self.exploding_threshold, "exploding"),
+        ):
             if 0 < threshold < math.inf:
                 fig.add_hline(y=threshold, line_dash="dash", annotation_text=f"{label} threshold")
         axis_title = "rms (norm / sqrt(numel))" if self.basis == "rms" else "gradient norm"
-        fig.update_layout(title=f"Gradient norm profile, backward {self.bwd}",
-                          xaxis_title="op (execution order)", yaxis_title=axis_title,
-                          yaxis_type="log")
+        fig.update_layout(
+            title=f"Gradient norm profile, backward {self.bwd}",
+            xaxis_title="op (execution order)",
+            yaxis_title=axis_title,
+            yaxis_type="log",
+        )
         return fig
 
     def panel_arrays(self) -> dict[str, Any]:
@@ -137,7 +186,8 @@ class GradHealthReport(Report):
         module_ids = {address: i for i, address in enumerate(modules)}
         columns: dict[str, Any] = {
             name: _floats([r[name] for r in rows])
-            for name in ("index", "grad_norm", "grad_norm_raw", "rms", "numel")}
+            for name in ("index", "grad_norm", "grad_norm_raw", "rms", "numel")
+        }
         columns["module_id"] = _floats([module_ids[r["module"]] for r in rows])
         columns["plot_y"] = _floats([p["y"] for p in profile_points(self)])
         columns["verdict"] = _bytes(bytes(VERDICTS.index(r["verdict"]) for r in rows))
@@ -147,12 +197,19 @@ class GradHealthReport(Report):
         return columns
 
     def _data(self) -> dict[str, Any]:
-        return {"bwd": self.bwd, "basis": self.basis,
-                "vanishing_threshold": self.vanishing_threshold,
-                "exploding_threshold": self.exploding_threshold, "grad_scale": self.grad_scale,
-                "scale_provenance": self.scale_provenance, "stage": self.stage,
-                "frontier": list(self.frontier), "verdict_counts": dict(self.verdict_counts),
-                "verdicts": list(VERDICTS), "flag_verdicts": list(FLAG_VERDICTS)}
+        return {
+            "bwd": self.bwd,
+            "basis": self.basis,
+            "vanishing_threshold": self.vanishing_threshold,
+            "exploding_threshold": self.exploding_threshold,
+            "grad_scale": self.grad_scale,
+            "scale_provenance": self.scale_provenance,
+            "stage": self.stage,
+            "frontier": list(self.frontier),
+            "verdict_counts": dict(self.verdict_counts),
+            "verdicts": list(VERDICTS),
+            "flag_verdicts": list(FLAG_VERDICTS),
+        }
 
 
 def _floats(values: list[float | None]) -> dict[str, Any]:
@@ -169,8 +226,7 @@ def profile_points(report: GradHealthReport) -> list[dict[str, Any]]:
     ``is_frontier`` and ``y`` (the plotted value; see :meth:`GradHealthReport.figure`)."""
     column = "rms" if report.basis == "rms" else "grad_norm"
     rows = report.table().dicts()
-    positive = [r[column] for r in rows
-                if r[column] is not None and 0 < r[column] < math.inf]
+    positive = [r[column] for r in rows if r[column] is not None and 0 < r[column] < math.inf]
     floor = min(positive) / 10 if positive else 1e-12
     points = []
     for row in rows:
@@ -180,8 +236,16 @@ def profile_points(report: GradHealthReport) -> list[dict[str, Any]]:
             value = raw / math.sqrt(row["numel"]) if column == "rms" and row["numel"] else raw
         if value is None or not (0 < value < math.inf):
             value = floor
-        points.append({"index": row["index"], "op": row["op"], "module": row["module"],
-                       "verdict": row["verdict"], "is_frontier": row["is_frontier"], "y": value})
+        points.append(
+            {
+                "index": row["index"],
+                "op": row["op"],
+                "module": row["module"],
+                "verdict": row["verdict"],
+                "is_frontier": row["is_frontier"],
+                "y": value,
+            }
+        )
     return points
 
 
@@ -199,9 +263,13 @@ class DeadNeuronsReport(Report):
     total_dead: int
 
     def _data(self) -> dict[str, Any]:
-        return {"dim": self.dim, "max_activation": self.max_activation,
-                "num_rows": self.num_rows, "num_counted": self.num_counted,
-                "total_dead": self.total_dead}
+        return {
+            "dim": self.dim,
+            "max_activation": self.max_activation,
+            "num_rows": self.num_rows,
+            "num_counted": self.num_counted,
+            "total_dead": self.total_dead,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -217,9 +285,12 @@ class DTypeRangeReport(Report):
     subnormal_fraction_threshold: float
 
     def _data(self) -> dict[str, Any]:
-        return {"num_audited_ops": self.num_audited_ops, "num_ops": self.num_ops,
-                "max_fraction": self.max_fraction,
-                "subnormal_fraction_threshold": self.subnormal_fraction_threshold}
+        return {
+            "num_audited_ops": self.num_audited_ops,
+            "num_ops": self.num_ops,
+            "max_fraction": self.max_fraction,
+            "subnormal_fraction_threshold": self.subnormal_fraction_threshold,
+        }
 
 
 @dataclass(frozen=True)
@@ -253,5 +324,7 @@ class HealthReport(Report):
         return self.unavailable
 
     def _data(self) -> dict[str, Any]:
-        return {"checks_run": list(self.checks_run),
-                "outcomes": [dataclasses.asdict(o) for o in self.outcomes]}
+        return {
+            "checks_run": list(self.checks_run),
+            "outcomes": [dataclasses.asdict(o) for o in self.outcomes],
+        }

@@ -55,8 +55,9 @@ class LineageNode:
     stats: ValueStats | None = None
 
     def where(self) -> Where:
-        return Where(op=self.label, module=self.module, file=self.file, line=self.line,
-                     code=self.code)
+        return Where(
+            op=self.label, module=self.module, file=self.file, line=self.line, code=self.code
+        )
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)  # keep Report's short repr
@@ -80,9 +81,11 @@ class LineageReport(Report):
         for item in self.nodes:
             if item.label == label:
                 return item
-        raise OpNotFoundError(f"{label!r} is not in this lineage; its labels start with "
-                              f"{[n.label for n in self.nodes[:8]]}. Expand a frontier node "
-                              "(report.run_action('expand', label=...)) to reach further.")
+        raise OpNotFoundError(
+            f"{label!r} is not in this lineage; its labels start with "
+            f"{[n.label for n in self.nodes[:8]]}. Expand a frontier node "
+            "(report.run_action('expand', label=...)) to reach further."
+        )
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -91,13 +94,24 @@ class LineageReport(Report):
     def _data(self) -> dict[str, Any]:
         shipped = self.nodes[:MAX_PAYLOAD_NODES]
         return {
-            "root": self.root, "direction": self.direction, "max_depth": self.max_depth,
-            "message": self.message, "highlight": self.highlight,
+            "root": self.root,
+            "direction": self.direction,
+            "max_depth": self.max_depth,
+            "message": self.message,
+            "highlight": self.highlight,
             "highlight_role": self.highlight_role,
             "nodes": [dataclasses.asdict(n) for n in shipped],
-            "num_nodes": len(self.nodes), "num_shipped": len(shipped),
+            "num_nodes": len(self.nodes),
+            "num_shipped": len(shipped),
         }
 
 
-__all__ = ["CheckedBy", "Direction", "Finiteness", "LineageNode", "LineageReport",
-           "MAX_PAYLOAD_NODES", "Relation"]
+__all__ = [
+    "MAX_PAYLOAD_NODES",
+    "CheckedBy",
+    "Direction",
+    "Finiteness",
+    "LineageNode",
+    "LineageReport",
+    "Relation",
+]

@@ -50,20 +50,31 @@ class ValueStats:
     @property
     def kind(self) -> NonfiniteKind | None:
         """The non-finite kind present, ``mixed`` for several, None when all finite."""
-        present = [name for name, count in (("nan", self.nan_count), ("inf", self.posinf_count),
-                                            ("-inf", self.neginf_count)) if count]
+        present = [
+            name
+            for name, count in (
+                ("nan", self.nan_count),
+                ("inf", self.posinf_count),
+                ("-inf", self.neginf_count),
+            )
+            if count
+        ]
         if not present:
             return None
         return present[0] if len(present) == 1 else "mixed"  # type: ignore[return-value]
 
     def text(self) -> str:
         """``nan=2 +inf=0 -inf=0 of 4; finite min/mean/max -1 / 0.5 / 2``."""
-        head = (f"nan={self.nan_count} +inf={self.posinf_count} -inf={self.neginf_count} "
-                f"of {self.numel}")
+        head = (
+            f"nan={self.nan_count} +inf={self.posinf_count} -inf={self.neginf_count} "
+            f"of {self.numel}"
+        )
         if self.finite_min is None:
             return head + "; no finite element"
-        return (f"{head}; finite min/mean/max {self.finite_min:.4g} / {self.finite_mean:.4g} / "
-                f"{self.finite_max:.4g}")
+        return (
+            f"{head}; finite min/mean/max {self.finite_min:.4g} / {self.finite_mean:.4g} / "
+            f"{self.finite_max:.4g}"
+        )
 
 
 @dataclass(frozen=True)
@@ -92,8 +103,7 @@ class FirstBadThing:
     """Statistics of the bad value (the forward output, or the outgoing gradient)."""
 
     def where(self) -> Where:
-        return Where(op=self.op, module=self.module, file=self.file, line=self.line,
-                     code=self.code)
+        return Where(op=self.op, module=self.module, file=self.file, line=self.line, code=self.code)
 
     def text(self) -> str:
         """``nan at div_1 in enc.head (model.py:12: `return a / b`)``."""
@@ -147,8 +157,11 @@ class NonfiniteScanReport(Report):
         return self.coverage == "full"
 
     def _data(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in _BASE_FIELDS}
+        data = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in _BASE_FIELDS
+        }
         data.update(op=self.op, is_certain=self.is_certain)
         return data
 
@@ -243,15 +256,27 @@ class BackwardNanReport(Report):
 
     def _data(self) -> dict[str, Any]:
         # the ledger ships once, as the "transitions" table
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in _BASE_FIELDS and f.name != "transitions"}
-        data["birth_order"] = (self.first_bad_thing.fire_order if self.first_bad_thing
-                               else None)
+        data = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in _BASE_FIELDS and f.name != "transitions"
+        }
+        data["birth_order"] = self.first_bad_thing.fire_order if self.first_bad_thing else None
         return data
 
 
 __all__ = [
-    "BackwardNanReport", "BisectNanReport", "Coverage", "FindNanReport", "FirstBadThing",
-    "NonfiniteKind", "NonfiniteReport", "NonfiniteScanReport", "Phase", "TRANSITION_COLUMNS",
-    "Transition", "TransitionRow", "ValueStats",
+    "TRANSITION_COLUMNS",
+    "BackwardNanReport",
+    "BisectNanReport",
+    "Coverage",
+    "FindNanReport",
+    "FirstBadThing",
+    "NonfiniteKind",
+    "NonfiniteReport",
+    "NonfiniteScanReport",
+    "Phase",
+    "Transition",
+    "TransitionRow",
+    "ValueStats",
 ]

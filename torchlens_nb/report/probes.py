@@ -23,15 +23,60 @@ from typing import Any
 
 from ._base import Report
 
-RANGE_COLUMNS = ("label", "module", "low", "high", "calls", "numel", "below", "above",
-                 "nonfinite", "observed_min", "observed_max", "is_violated")
-LIVENESS_COLUMNS = ("label", "module", "calls", "numel", "zero_fraction", "running_max",
-                    "running_max_abs", "unit_dim", "units", "units_all_zero")
-DEAD_COLUMNS = ("label", "module", "func", "unit_dim", "units", "dead", "dead_fraction",
-                "dead_indices", "file", "line")
-THRESHOLD_COLUMNS = ("label", "module", "func", "shape", "below", "above", "nonfinite",
-                     "observed_min", "observed_max", "first_index", "first_value", "is_origin",
-                     "file", "line")
+RANGE_COLUMNS = (
+    "label",
+    "module",
+    "low",
+    "high",
+    "calls",
+    "numel",
+    "below",
+    "above",
+    "nonfinite",
+    "observed_min",
+    "observed_max",
+    "is_violated",
+)
+LIVENESS_COLUMNS = (
+    "label",
+    "module",
+    "calls",
+    "numel",
+    "zero_fraction",
+    "running_max",
+    "running_max_abs",
+    "unit_dim",
+    "units",
+    "units_all_zero",
+)
+DEAD_COLUMNS = (
+    "label",
+    "module",
+    "func",
+    "unit_dim",
+    "units",
+    "dead",
+    "dead_fraction",
+    "dead_indices",
+    "file",
+    "line",
+)
+THRESHOLD_COLUMNS = (
+    "label",
+    "module",
+    "func",
+    "shape",
+    "below",
+    "above",
+    "nonfinite",
+    "observed_min",
+    "observed_max",
+    "first_index",
+    "first_value",
+    "is_origin",
+    "file",
+    "line",
+)
 MAX_LISTED_INDICES = 32
 """Dead-unit indices listed per op (the count is always exact; the list is for reading)."""
 MAX_PAYLOAD_ITEMS = 200
@@ -134,43 +179,97 @@ class RangeViolation:
 
 def range_rows(stats: Sequence[RangeStat]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows of the ``sites`` table of a :class:`RangeReport`, and its attrs."""
-    rows = [dict(label=s.label, module=s.module, low=s.low, high=s.high, calls=s.calls,
-                 numel=s.numel, below=s.below, above=s.above, nonfinite=s.nonfinite,
-                 observed_min=s.observed_min, observed_max=s.observed_max,
-                 is_violated=s.is_violated) for s in stats]
+    rows = [
+        dict(
+            label=s.label,
+            module=s.module,
+            low=s.low,
+            high=s.high,
+            calls=s.calls,
+            numel=s.numel,
+            below=s.below,
+            above=s.above,
+            nonfinite=s.nonfinite,
+            observed_min=s.observed_min,
+            observed_max=s.observed_max,
+            is_violated=s.is_violated,
+        )
+        for s in stats
+    ]
     return rows, {"sites": len(rows), "violated": sum(s.is_violated for s in stats)}
 
 
 def liveness_rows(stats: Sequence[LivenessStat]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows of the ``sites`` table of a :class:`LivenessReport`, and its attrs."""
-    rows = [dict(label=s.label, module=s.module, calls=s.calls, numel=s.numel,
-                 zero_fraction=s.zero_fraction, running_max=s.running_max,
-                 running_max_abs=s.running_max_abs, unit_dim=s.unit_dim, units=s.units,
-                 units_all_zero=s.units_all_zero) for s in stats]
+    rows = [
+        dict(
+            label=s.label,
+            module=s.module,
+            calls=s.calls,
+            numel=s.numel,
+            zero_fraction=s.zero_fraction,
+            running_max=s.running_max,
+            running_max_abs=s.running_max_abs,
+            unit_dim=s.unit_dim,
+            units=s.units,
+            units_all_zero=s.units_all_zero,
+        )
+        for s in stats
+    ]
     return rows, {"sites": len(rows)}
 
 
-def dead_rows(units: Sequence[DeadUnits], samples: int) -> tuple[list[dict[str, Any]],
-                                                                 dict[str, Any]]:
+def dead_rows(
+    units: Sequence[DeadUnits], samples: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows of the ``ops`` table of a :class:`DeadReport` (every op scanned), and its attrs."""
-    rows = [dict(label=u.label, module=u.module, func=u.func, unit_dim=u.unit_dim,
-                 units=u.units, dead=u.dead,
-                 dead_fraction=u.dead / u.units if u.units else math.nan,
-                 dead_indices=" ".join(map(str, u.dead_indices)), file=u.file, line=u.line)
-            for u in units]
+    rows = [
+        dict(
+            label=u.label,
+            module=u.module,
+            func=u.func,
+            unit_dim=u.unit_dim,
+            units=u.units,
+            dead=u.dead,
+            dead_fraction=u.dead / u.units if u.units else math.nan,
+            dead_indices=" ".join(map(str, u.dead_indices)),
+            file=u.file,
+            line=u.line,
+        )
+        for u in units
+    ]
     return rows, {"samples": samples, "ops": len(rows), "dead": sum(u.dead for u in units)}
 
 
-def threshold_rows(violations: Sequence[RangeViolation], low: float, high: float
-                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def threshold_rows(
+    violations: Sequence[RangeViolation], low: float, high: float
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows of the ``violations`` table of a :class:`ThresholdReport`, and its attrs."""
-    rows = [dict(label=v.label, module=v.module, func=v.func, shape=list(v.shape),
-                 below=v.below, above=v.above, nonfinite=v.nonfinite,
-                 observed_min=v.observed_min, observed_max=v.observed_max,
-                 first_index=list(v.first_index), first_value=v.first_value,
-                 is_origin=v.is_origin, file=v.file, line=v.line) for v in violations]
-    return rows, {"low": low, "high": high, "ops": len(rows),
-                  "origins": sum(v.is_origin for v in violations)}
+    rows = [
+        dict(
+            label=v.label,
+            module=v.module,
+            func=v.func,
+            shape=list(v.shape),
+            below=v.below,
+            above=v.above,
+            nonfinite=v.nonfinite,
+            observed_min=v.observed_min,
+            observed_max=v.observed_max,
+            first_index=list(v.first_index),
+            first_value=v.first_value,
+            is_origin=v.is_origin,
+            file=v.file,
+            line=v.line,
+        )
+        for v in violations
+    ]
+    return rows, {
+        "low": low,
+        "high": high,
+        "ops": len(rows),
+        "origins": sum(v.is_origin for v in violations),
+    }
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -210,9 +309,13 @@ class DeadReport(Report):
     """Ops skipped because they were not saved (or not float) in every trace."""
 
     def _data(self) -> dict[str, Any]:
-        return {"samples": self.samples, "batch_rows": self.batch_rows,
-                "units": self.units[:MAX_PAYLOAD_ITEMS], "units_total": len(self.units),
-                "ops_not_common": self.ops_not_common}
+        return {
+            "samples": self.samples,
+            "batch_rows": self.batch_rows,
+            "units": self.units[:MAX_PAYLOAD_ITEMS],
+            "units_total": len(self.units),
+            "ops_not_common": self.ops_not_common,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -228,14 +331,27 @@ class ThresholdReport(Report):
     violations: tuple[RangeViolation, ...] = ()
 
     def _data(self) -> dict[str, Any]:
-        return {"low": self.low, "high": self.high, "ops_scanned": self.ops_scanned,
-                "ops_unsaved": self.ops_unsaved,
-                "violations": self.violations[:MAX_PAYLOAD_ITEMS],
-                "violations_total": len(self.violations)}
+        return {
+            "low": self.low,
+            "high": self.high,
+            "ops_scanned": self.ops_scanned,
+            "ops_unsaved": self.ops_unsaved,
+            "violations": self.violations[:MAX_PAYLOAD_ITEMS],
+            "violations_total": len(self.violations),
+        }
 
 
 __all__ = [
-    "DeadReport", "DeadUnits", "LivenessReport", "LivenessStat", "RangeReport", "RangeStat",
-    "RangeViolation", "ThresholdReport", "dead_rows", "liveness_rows", "range_rows",
+    "DeadReport",
+    "DeadUnits",
+    "LivenessReport",
+    "LivenessStat",
+    "RangeReport",
+    "RangeStat",
+    "RangeViolation",
+    "ThresholdReport",
+    "dead_rows",
+    "liveness_rows",
+    "range_rows",
     "threshold_rows",
 ]

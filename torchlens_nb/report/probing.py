@@ -44,9 +44,15 @@ class GuessInputShapeReport(Report):
     max_probes: int = 64
 
     def _data(self) -> dict[str, Any]:
-        return {"found": self.found, "shape": self.shape, "dtype": self.dtype,
-                "output_shape": self.output_shape, "first_layer": self.first_layer,
-                "probes": [asdict(p) for p in self.probes], "max_probes": self.max_probes}
+        return {
+            "found": self.found,
+            "shape": self.shape,
+            "dtype": self.dtype,
+            "output_shape": self.output_shape,
+            "first_layer": self.first_layer,
+            "probes": [asdict(p) for p in self.probes],
+            "max_probes": self.max_probes,
+        }
 
 
 BREAK_COLUMNS = ("index", "reason", "source_line", "code")
@@ -63,5 +69,8 @@ class GraphBreaksReport(Report):
     """Ops Dynamo captured into graphs."""
 
     def _data(self) -> dict[str, Any]:
-        return {"graph_count": self.graph_count, "graph_break_count": self.graph_break_count,
-                "op_count": self.op_count}
+        return {
+            "graph_count": self.graph_count,
+            "graph_break_count": self.graph_break_count,
+            "op_count": self.op_count,
+        }

@@ -69,22 +69,38 @@ class DependencyReport(Report):
         fig = go.Figure()
         if self.matrix is not None:
             z = [[math.log10(v) if v > 0 else None for v in row] for row in self.matrix]
-            fig.add_trace(go.Heatmap(z=z, colorbar={"title": "log10 |grad|"},
-                                     hovertemplate="output %{y}, input %{x}: %{z:.2f}"))
+            fig.add_trace(
+                go.Heatmap(
+                    z=z,
+                    colorbar={"title": "log10 |grad|"},
+                    hovertemplate="output %{y}, input %{x}: %{z:.2f}",
+                )
+            )
         xs = [j for leak in self.leaks for j in leak.input_indices]
         ys = [leak.output_index for leak in self.leaks for _ in leak.input_indices]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="leak",
-                                 marker={"symbol": "x", "size": 10}))
+        fig.add_trace(
+            go.Scatter(x=xs, y=ys, mode="markers", name="leak", marker={"symbol": "x", "size": 10})
+        )
         noun = "example" if self.check == "batch_independence" else "position"
-        fig.update_layout(title=f"{self.check}: which input {noun}s each output depends on",
-                          xaxis_title=f"input {noun}", yaxis_title=f"output {noun}",
-                          yaxis_autorange="reversed")
+        fig.update_layout(
+            title=f"{self.check}: which input {noun}s each output depends on",
+            xaxis_title=f"input {noun}",
+            yaxis_title=f"output {noun}",
+            yaxis_autorange="reversed",
+        )
         return fig
 
     def _data(self) -> dict[str, Any]:
-        return {"check": self.check, "size": self.size, "dim": self.dim, "probed": self.probed,
-                "matrix": self.matrix, "leaks": self.leaks, "blind": self.blind,
-                "rtol": self.rtol}
+        return {
+            "check": self.check,
+            "size": self.size,
+            "dim": self.dim,
+            "probed": self.probed,
+            "matrix": self.matrix,
+            "leaks": self.leaks,
+            "blind": self.blind,
+            "rtol": self.rtol,
+        }
 
 
 # ----- leakage_poison --------------------------------------------------------------------------
@@ -132,8 +148,13 @@ class LeakageReport(Report):
     sentinel: float
 
     def _data(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "stages": self.stages, "cutoff": self.cutoff,
-                "num_rows": self.num_rows, "sentinel": self.sentinel}
+        return {
+            "verdict": self.verdict,
+            "stages": self.stages,
+            "cutoff": self.cutoff,
+            "num_rows": self.num_rows,
+            "sentinel": self.sentinel,
+        }
 
 
 # ----- prime_dims ------------------------------------------------------------------------------
@@ -186,7 +207,12 @@ class PrimeDimsReport(Report):
     """The prime run's output shape with each free size replaced by its name (``"batch"``)."""
 
     def _data(self) -> dict[str, Any]:
-        return {"baseline_sizes": dict(self.baseline_sizes), "prime_sizes": dict(self.prime_sizes),
-                "is_baseline_ok": self.is_baseline_ok, "is_prime_ok": self.is_prime_ok,
-                "broke": self.broke, "broadcasts": self.broadcasts,
-                "output_dims": self.output_dims}
+        return {
+            "baseline_sizes": dict(self.baseline_sizes),
+            "prime_sizes": dict(self.prime_sizes),
+            "is_baseline_ok": self.is_baseline_ok,
+            "is_prime_ok": self.is_prime_ok,
+            "broke": self.broke,
+            "broadcasts": self.broadcasts,
+            "output_dims": self.output_dims,
+        }

@@ -47,38 +47,53 @@ class OverfitReport(Report):
 
     def chart_specs(self) -> list[dict[str, Any]]:
         """The live chart of the panel: loss and gradient norm per step (log scale)."""
-        return [chart("loss and gradient norm per step", "line",
-                      [str(i) for i in range(len(self.losses))],
-                      {"loss": list(self.losses), "grad norm": list(self.grad_norms)},
-                      log=True, y_label="value")]
+        return [
+            chart(
+                "loss and gradient norm per step",
+                "line",
+                [str(i) for i in range(len(self.losses))],
+                {"loss": list(self.losses), "grad norm": list(self.grad_norms)},
+                log=True,
+                y_label="value",
+            )
+        ]
 
     def figure(self) -> go.Figure:
         """Loss (log scale, with the ~zero target) and gradient norm per step."""
         import plotly.graph_objects as go
         from plotly.subplots import make_subplots
 
-        fig = make_subplots(rows=2, cols=1, shared_xaxes=True,
-                            subplot_titles=("loss", "gradient norm"))
+        fig = make_subplots(
+            rows=2, cols=1, shared_xaxes=True, subplot_titles=("loss", "gradient norm")
+        )
         steps = list(range(len(self.losses)))
         fig.add_trace(go.Scatter(x=steps, y=list(self.losses), name="loss"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=steps, y=list(self.grad_norms), name="grad norm"),
-                      row=2, col=1)
-        fig.add_hline(y=self.target_loss, line_dash="dash", row=1, col=1,
-                      annotation_text="about zero")
+        fig.add_trace(go.Scatter(x=steps, y=list(self.grad_norms), name="grad norm"), row=2, col=1)
+        fig.add_hline(
+            y=self.target_loss, line_dash="dash", row=1, col=1, annotation_text="about zero"
+        )
         fig.update_yaxes(type="log")
         fig.update_layout(title=f"Overfit one batch: {self.verdict}", xaxis2_title="step")
         return fig
 
     def _data(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "steps": self.steps, "steps_run": self.steps_run,
-                "lr": self.lr, "losses": self.losses, "grad_norms": self.grad_norms,
-                "target_loss": self.target_loss, "elapsed_s": self.elapsed_s,
-                "charts": self.chart_specs()}
+        return {
+            "verdict": self.verdict,
+            "steps": self.steps,
+            "steps_run": self.steps_run,
+            "lr": self.lr,
+            "losses": self.losses,
+            "grad_norms": self.grad_norms,
+            "target_loss": self.target_loss,
+            "elapsed_s": self.elapsed_s,
+            "charts": self.chart_specs(),
+        }
 
 
 # ----- gradient_flow -------------------------------------------------------------------------
-ParamGradVerdict = Literal["ok", "disconnected", "frozen", "zero", "vanishing", "exploding",
-                           "nonfinite"]
+ParamGradVerdict = Literal[
+    "ok", "disconnected", "frozen", "zero", "vanishing", "exploding", "nonfinite"
+]
 """``disconnected``: requires grad but received None (not in the graph of the loss);
 ``frozen``: requires_grad=False; ``zero``: every element exactly 0 (a dead layer or its cone);
 ``vanishing`` / ``exploding``: norm below / above the grad_health thresholds."""
@@ -133,33 +148,52 @@ class GradientFlowReport(Report):
         fig = go.Figure()
         for verdict in sorted({p.verdict for p in self.params}):
             shown = [p for p in self.params if p.verdict == verdict]
-            fig.add_trace(go.Bar(
-                x=[p.name for p in shown], name=verdict,
-                y=[p.rms if p.rms and p.rms > 0 else None for p in shown],
-                text=[verdict if not p.rms else "" for p in shown]))
-        fig.update_layout(title=f"Gradient RMS per parameter (loss {self.loss:.4g})",
-                          yaxis_type="log", yaxis_title="grad rms", barmode="overlay",
-                          xaxis={"categoryorder": "array",
-                                 "categoryarray": [p.name for p in self.params]})
+            fig.add_trace(
+                go.Bar(
+                    x=[p.name for p in shown],
+                    name=verdict,
+                    y=[p.rms if p.rms and p.rms > 0 else None for p in shown],
+                    text=[verdict if not p.rms else "" for p in shown],
+                )
+            )
+        fig.update_layout(
+            title=f"Gradient RMS per parameter (loss {self.loss:.4g})",
+            yaxis_type="log",
+            yaxis_title="grad rms",
+            barmode="overlay",
+            xaxis={"categoryorder": "array", "categoryarray": [p.name for p in self.params]},
+        )
         return fig
 
     def chart_specs(self) -> list[dict[str, Any]]:
         """Gradient RMS per parameter (log scale; None and zero drawn as marked points)."""
-        return [chart("gradient RMS per parameter", "bar", [p.name for p in self.params],
-                      {"grad rms": [p.rms if p.rms is not None else float("nan")
-                                    for p in self.params]}, log=True, y_label="grad rms")]
+        return [
+            chart(
+                "gradient RMS per parameter",
+                "bar",
+                [p.name for p in self.params],
+                {"grad rms": [p.rms if p.rms is not None else float("nan") for p in self.params]},
+                log=True,
+                y_label="grad rms",
+            )
+        ]
 
     def _data(self) -> dict[str, Any]:
-        return {"charts": self.chart_specs(),
-                "loss": self.loss, "params": self.params, "frontier": self.frontier,
-                "vanishing_threshold": self.vanishing_threshold,
-                "exploding_threshold": self.exploding_threshold,
-                "spread_decades": self.spread_decades}
+        return {
+            "charts": self.chart_specs(),
+            "loss": self.loss,
+            "params": self.params,
+            "frontier": self.frontier,
+            "vanishing_threshold": self.vanishing_threshold,
+            "exploding_threshold": self.exploding_threshold,
+            "spread_decades": self.spread_decades,
+        }
 
 
 # ----- weight_distribution -------------------------------------------------------------------
-WeightVerdict = Literal["ok", "nonfinite", "all_zero", "all_same", "huge", "collapsed",
-                        "unusual_scale"]
+WeightVerdict = Literal[
+    "ok", "nonfinite", "all_zero", "all_same", "huge", "collapsed", "unusual_scale"
+]
 """``all_zero`` / ``all_same``: every element one value (flagged for 2+ dimensions only: a
 constant bias or norm scale is a canonical initialisation); ``huge``: |w| above the recipe's
 limit; ``collapsed``: std about 0 without being constant; ``unusual_scale``: std outside the
@@ -190,19 +224,34 @@ class WeightDistributionReport(Report):
 
     def chart_specs(self) -> list[dict[str, Any]]:
         """Standard deviation per parameter (log scale)."""
-        return [chart("weight std per parameter", "bar", [p.name for p in self.params],
-                      {"std": [p.stats.std for p in self.params]}, log=True, y_label="std")]
+        return [
+            chart(
+                "weight std per parameter",
+                "bar",
+                [p.name for p in self.params],
+                {"std": [p.stats.std for p in self.params]},
+                log=True,
+                y_label="std",
+            )
+        ]
 
     def figure(self, max_params: int = 24) -> go.Figure:
         """Histograms of the first ``max_params`` parameters, titled with their verdicts."""
         shown = self.params[:max_params]
-        return histogram_grid([f"{p.name} ({p.verdict})" for p in shown],
-                               [p.histogram for p in shown],
-                               f"Weight histograms ({len(shown)} of {len(self.params)})")
+        return histogram_grid(
+            [f"{p.name} ({p.verdict})" for p in shown],
+            [p.histogram for p in shown],
+            f"Weight histograms ({len(shown)} of {len(self.params)})",
+        )
 
     def _data(self) -> dict[str, Any]:
-        return {"charts": self.chart_specs(), "params": self.params, "huge_abs": self.huge_abs,
-                "collapsed_std": self.collapsed_std, "usual_std": self.usual_std}
+        return {
+            "charts": self.chart_specs(),
+            "params": self.params,
+            "huge_abs": self.huge_abs,
+            "collapsed_std": self.collapsed_std,
+            "usual_std": self.usual_std,
+        }
 
 
 # ----- update_ratio --------------------------------------------------------------------------
@@ -239,24 +288,50 @@ class UpdateRatioReport(Report):
         """One line per layer plus the target line."""
         series = {layer.name: list(layer.log10_ratios) for layer in self.layers}
         series["target"] = [self.target_log10] * len(self.steps)
-        return [chart("log10(update / weight) per step", "line", [str(s) for s in self.steps],
-                      series, y_label="log10 ratio")]
+        return [
+            chart(
+                "log10(update / weight) per step",
+                "line",
+                [str(s) for s in self.steps],
+                series,
+                y_label="log10 ratio",
+            )
+        ]
 
     def figure(self) -> go.Figure:
         """Per-layer log10 ratio over steps, with the -3 target and its tolerance band."""
         import plotly.graph_objects as go
 
-        fig = go.Figure([go.Scatter(x=list(self.steps), y=list(layer.log10_ratios),
-                                    mode="lines", name=f"{layer.name} ({layer.verdict})")
-                         for layer in self.layers])
+        fig = go.Figure(
+            [
+                go.Scatter(
+                    x=list(self.steps),
+                    y=list(layer.log10_ratios),
+                    mode="lines",
+                    name=f"{layer.name} ({layer.verdict})",
+                )
+                for layer in self.layers
+            ]
+        )
         fig.add_hline(y=self.target_log10, line_dash="dash", annotation_text="target")
-        fig.add_hrect(y0=self.target_log10 - self.tolerance_decades,
-                      y1=self.target_log10 + self.tolerance_decades, opacity=0.1, line_width=0)
-        fig.update_layout(title="Update-to-weight ratio per layer", xaxis_title="step",
-                          yaxis_title="log10(||dw|| / ||w||)")
+        fig.add_hrect(
+            y0=self.target_log10 - self.tolerance_decades,
+            y1=self.target_log10 + self.tolerance_decades,
+            opacity=0.1,
+            line_width=0,
+        )
+        fig.update_layout(
+            title="Update-to-weight ratio per layer",
+            xaxis_title="step",
+            yaxis_title="log10(||dw|| / ||w||)",
+        )
         return fig
 
     def _data(self) -> dict[str, Any]:
-        return {"charts": self.chart_specs(), "layers": self.layers,
-                "target_log10": self.target_log10,
-                "tolerance_decades": self.tolerance_decades, "steps": self.steps}
+        return {
+            "charts": self.chart_specs(),
+            "layers": self.layers,
+            "target_log10": self.target_log10,
+            "tolerance_decades": self.tolerance_decades,
+            "steps": self.steps,
+        }

@@ -58,12 +58,24 @@ class Histogram:
     counts: tuple[int, ...]
 
 
-def chart(title: str, kind: Literal["bar", "line"], labels: list[str],
-          series: dict[str, list[float]], *, log: bool = False,
-          y_label: str = "") -> dict[str, Any]:
+def chart(
+    title: str,
+    kind: Literal["bar", "line"],
+    labels: list[str],
+    series: dict[str, list[float]],
+    *,
+    log: bool = False,
+    y_label: str = "",
+) -> dict[str, Any]:
     """One chart for the recipe panel (``js/shared/chart.js`` draws it; values decided here)."""
-    return {"title": title, "kind": kind, "labels": labels, "log": log, "y_label": y_label,
-            "series": [{"name": name, "values": values} for name, values in series.items()]}
+    return {
+        "title": title,
+        "kind": kind,
+        "labels": labels,
+        "log": log,
+        "y_label": y_label,
+        "series": [{"name": name, "values": values} for name, values in series.items()],
+    }
 
 
 def histogram_grid(titles: list[str], histograms: list[Histogram], title: str) -> go.Figure:
@@ -77,9 +89,13 @@ def histogram_grid(titles: list[str], histograms: list[Histogram], title: str) -
     for index, hist in enumerate(histograms):
         centres = [(a + b) / 2 for a, b in zip(hist.edges, hist.edges[1:])]
         widths = [b - a for a, b in zip(hist.edges, hist.edges[1:])]
-        fig.add_trace(go.Bar(x=centres, y=list(hist.counts), width=widths, showlegend=False,
-                             name=titles[index]),
-                      row=index // columns + 1, col=index % columns + 1)
+        fig.add_trace(
+            go.Bar(
+                x=centres, y=list(hist.counts), width=widths, showlegend=False, name=titles[index]
+            ),
+            row=index // columns + 1,
+            col=index % columns + 1,
+        )
     fig.update_layout(title=title, bargap=0, height=max(300, 220 * rows))
     return fig
 
@@ -119,9 +135,11 @@ class DataSanityReport(Report):
     def figure(self) -> go.Figure:
         """Histograms of every tensor field's values."""
         shown = [f for f in self.fields if f.histogram is not None and f.histogram.counts]
-        return histogram_grid([f"{f.name} ({f.role})" for f in shown],
-                               [f.histogram for f in shown if f.histogram is not None],
-                               f"Value histograms over {self.num_batches} batch(es)")
+        return histogram_grid(
+            [f"{f.name} ({f.role})" for f in shown],
+            [f.histogram for f in shown if f.histogram is not None],
+            f"Value histograms over {self.num_batches} batch(es)",
+        )
 
     def _data(self) -> dict[str, Any]:
         return {"fields": self.fields, "num_batches": self.num_batches}
@@ -156,23 +174,43 @@ class ClassBalanceReport(Report):
         """Bar chart of the class counts, most frequent first."""
         import plotly.graph_objects as go
 
-        fig = go.Figure(go.Bar(x=[str(c.label) for c in self.counts],
-                               y=[c.count for c in self.counts],
-                               text=[f"{100 * c.fraction:.1f}%" for c in self.counts]))
-        fig.update_layout(title=f"Class counts (ratio {self.ratio:.3g}:1)", xaxis_title="class",
-                          yaxis_title="count", xaxis_type="category")
+        fig = go.Figure(
+            go.Bar(
+                x=[str(c.label) for c in self.counts],
+                y=[c.count for c in self.counts],
+                text=[f"{100 * c.fraction:.1f}%" for c in self.counts],
+            )
+        )
+        fig.update_layout(
+            title=f"Class counts (ratio {self.ratio:.3g}:1)",
+            xaxis_title="class",
+            yaxis_title="count",
+            xaxis_type="category",
+        )
         return fig
 
     def chart_specs(self) -> list[dict[str, Any]]:
         """Class counts as bars, most frequent first."""
-        return [chart(f"class counts (ratio {self.ratio:.3g}:1)", "bar",
-                      [str(c.label) for c in self.counts],
-                      {"count": [float(c.count) for c in self.counts]}, y_label="count")]
+        return [
+            chart(
+                f"class counts (ratio {self.ratio:.3g}:1)",
+                "bar",
+                [str(c.label) for c in self.counts],
+                {"count": [float(c.count) for c in self.counts]},
+                y_label="count",
+            )
+        ]
 
     def _data(self) -> dict[str, Any]:
-        return {"counts": self.counts, "total": self.total, "ratio": self.ratio,
-                "warn_ratio": self.warn_ratio, "critical_ratio": self.critical_ratio,
-                "is_multilabel": self.is_multilabel, "charts": self.chart_specs()}
+        return {
+            "counts": self.counts,
+            "total": self.total,
+            "ratio": self.ratio,
+            "warn_ratio": self.warn_ratio,
+            "critical_ratio": self.critical_ratio,
+            "is_multilabel": self.is_multilabel,
+            "charts": self.chart_specs(),
+        }
 
 
 # ----- init_loss and random_input_test -------------------------------------------------------
@@ -205,11 +243,17 @@ class InitLossReport(Report):
 
         names = ["observed"] + (["expected"] if self.expected is not None else [])
         values = [self.loss] + ([self.expected] if self.expected is not None else [])
-        fig = go.Figure(go.Bar(x=values, y=names, orientation="h",
-                               text=[f"{v:.4g}" for v in values]))
+        fig = go.Figure(
+            go.Bar(x=values, y=names, orientation="h", text=[f"{v:.4g}" for v in values])
+        )
         if self.band is not None:
-            fig.add_vrect(x0=self.band[0], x1=self.band[1], opacity=0.15, line_width=0,
-                          annotation_text="tolerated")
+            fig.add_vrect(
+                x0=self.band[0],
+                x1=self.band[1],
+                opacity=0.15,
+                line_width=0,
+                annotation_text="tolerated",
+            )
         fig.update_layout(title=f"Initial {self.loss_kind} loss", xaxis_title="loss")
         return fig
 
@@ -217,16 +261,29 @@ class InitLossReport(Report):
         """Observed loss beside the expected value and the tolerated band's edges."""
         if self.expected is None or self.band is None:
             return []
-        return [chart("initial loss vs random predictions", "bar",
-                      ["observed", "expected", "band low", "band high"],
-                      {"loss": [self.loss, self.expected, *self.band]}, y_label="loss")]
+        return [
+            chart(
+                "initial loss vs random predictions",
+                "bar",
+                ["observed", "expected", "band low", "band high"],
+                {"loss": [self.loss, self.expected, *self.band]},
+                y_label="loss",
+            )
+        ]
 
     def _data(self) -> dict[str, Any]:
-        return {"charts": self.chart_specs(),
-                "loss": self.loss, "expected": self.expected, "basis": self.basis,
-                "loss_kind": self.loss_kind, "ratio": self.ratio, "band": self.band,
-                "num_classes": self.num_classes, "output_shape": self.output_shape,
-                "target_shape": self.target_shape}
+        return {
+            "charts": self.chart_specs(),
+            "loss": self.loss,
+            "expected": self.expected,
+            "basis": self.basis,
+            "loss_kind": self.loss_kind,
+            "ratio": self.ratio,
+            "band": self.band,
+            "num_classes": self.num_classes,
+            "output_shape": self.output_shape,
+            "target_shape": self.target_shape,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -262,15 +319,28 @@ class RandomInputReport(Report):
     def chart_specs(self) -> list[dict[str, Any]]:
         """Real-input loss beside each noise trial's loss."""
         names = ["real"] + [f"noise {i + 1}" for i in range(len(self.noise_losses))]
-        return [chart("loss on real input vs random noise", "bar", names,
-                      {"loss": [self.real_loss, *self.noise_losses]}, y_label="loss")]
+        return [
+            chart(
+                "loss on real input vs random noise",
+                "bar",
+                names,
+                {"loss": [self.real_loss, *self.noise_losses]},
+                y_label="loss",
+            )
+        ]
 
     def _data(self) -> dict[str, Any]:
-        return {"charts": self.chart_specs(),
-                "real_loss": self.real_loss, "noise_loss": self.noise_loss,
-                "noise_losses": self.noise_losses, "relative_gap": self.relative_gap,
-                "chance_loss": self.chance_loss, "loss_kind": self.loss_kind,
-                "output_change": self.output_change, "is_input_constant": self.is_input_constant}
+        return {
+            "charts": self.chart_specs(),
+            "real_loss": self.real_loss,
+            "noise_loss": self.noise_loss,
+            "noise_losses": self.noise_losses,
+            "relative_gap": self.relative_gap,
+            "chance_loss": self.chance_loss,
+            "loss_kind": self.loss_kind,
+            "output_change": self.output_change,
+            "is_input_constant": self.is_input_constant,
+        }
 
 
 # ----- confident_errors ----------------------------------------------------------------------
@@ -307,21 +377,34 @@ class ConfidentErrorsReport(Report):
         import plotly.graph_objects as go
 
         labels = [f"#{e.index}: {e.predicted}→{e.target}" for e in self.errors]
-        fig = go.Figure(go.Bar(x=[e.confidence for e in self.errors], y=labels,
-                               orientation="h"))
-        fig.update_layout(title="Most confident wrong predictions", xaxis_title="confidence",
-                          xaxis_range=[0, 1], yaxis_autorange="reversed")
+        fig = go.Figure(go.Bar(x=[e.confidence for e in self.errors], y=labels, orientation="h"))
+        fig.update_layout(
+            title="Most confident wrong predictions",
+            xaxis_title="confidence",
+            xaxis_range=[0, 1],
+            yaxis_autorange="reversed",
+        )
         return fig
 
     def chart_specs(self) -> list[dict[str, Any]]:
         """Confidence of each top error, labelled index: predicted -> true."""
         if not self.errors:
             return []
-        return [chart("most confident wrong predictions", "bar",
-                      [f"#{e.index}: {e.predicted}→{e.target}" for e in self.errors],
-                      {"confidence": [e.confidence for e in self.errors]}, y_label="confidence")]
+        return [
+            chart(
+                "most confident wrong predictions",
+                "bar",
+                [f"#{e.index}: {e.predicted}→{e.target}" for e in self.errors],
+                {"confidence": [e.confidence for e in self.errors]},
+                y_label="confidence",
+            )
+        ]
 
     def _data(self) -> dict[str, Any]:
-        return {"charts": self.chart_specs(),
-                "errors": self.errors, "num_examples": self.num_examples,
-                "num_errors": self.num_errors, "accuracy": self.accuracy}
+        return {
+            "charts": self.chart_specs(),
+            "errors": self.errors,
+            "num_examples": self.num_examples,
+            "num_errors": self.num_errors,
+            "accuracy": self.accuracy,
+        }

@@ -101,8 +101,9 @@ class PatternBlock:
         raw = zlib.decompress(self.data)
         start = (layer * self.heads + head) * size * size
         scale = 1.0 / self.levels
-        return [[(raw[start + q * size + k] * scale) ** 2 for k in range(size)]
-                for q in range(size)]
+        return [
+            [(raw[start + q * size + k] * scale) ** 2 for k in range(size)] for q in range(size)
+        ]
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -128,8 +129,10 @@ class AttentionSinksReport(Report):
     def pattern(self, layer: int, head: int) -> list[list[float]]:
         """The shown sample's attention pattern of ``head`` in attention layer ``layer``."""
         if self.patterns is None:
-            raise ReportOptionError("this report carries no attention patterns (status "
-                                    f"{self.status!r}); see its unavailable entries.")
+            raise ReportOptionError(
+                "this report carries no attention patterns (status "
+                f"{self.status!r}); see its unavailable entries."
+            )
         return self.patterns.decode(layer, head)
 
     @property
@@ -142,54 +145,102 @@ class AttentionSinksReport(Report):
         inflates them) and mean |value| per residual dim, ``(sites, dims)`` float32."""
         arrays: dict[str, Any] = {}
         if self.patterns is not None:
-            arrays["patterns"] = {"dtype": "uint8", "shape": (len(self.patterns.data),),
-                                  "data": self.patterns.data}
+            arrays["patterns"] = {
+                "dtype": "uint8",
+                "shape": (len(self.patterns.data),),
+                "data": self.patterns.data,
+            }
         if self.residual and len({len(r.mean_abs) for r in self.residual}) == 1:
             arrays["residual_mean_abs"] = [list(r.mean_abs) for r in self.residual]
         return arrays
 
     def _data(self) -> dict[str, Any]:
         return {
-            "tokens": self.tokens, "sample": self.sample, "thresholds": self.thresholds,
+            "tokens": self.tokens,
+            "sample": self.sample,
+            "thresholds": self.thresholds,
             "layers": self.layers,
-            "residual": [{"label": r.label, "module": r.module, "dims": len(r.mean_abs),
-                          "median_mean_abs": r.median_mean_abs, "outliers": r.outliers}
-                         for r in self.residual],
-            "sink_heads": self.sink_heads, "outlier_dims": self.outlier_dims,
-            "patterns": None if self.patterns is None else {
-                "layers": self.patterns.layers, "heads": self.patterns.heads,
-                "positions": self.patterns.positions, "levels": self.patterns.levels,
-                "encoding": "zlib(uint8 round(levels * sqrt(p)))", "bytes": self.pattern_bytes},
+            "residual": [
+                {
+                    "label": r.label,
+                    "module": r.module,
+                    "dims": len(r.mean_abs),
+                    "median_mean_abs": r.median_mean_abs,
+                    "outliers": r.outliers,
+                }
+                for r in self.residual
+            ],
+            "sink_heads": self.sink_heads,
+            "outlier_dims": self.outlier_dims,
+            "patterns": None
+            if self.patterns is None
+            else {
+                "layers": self.patterns.layers,
+                "heads": self.patterns.heads,
+                "positions": self.patterns.positions,
+                "levels": self.patterns.levels,
+                "encoding": "zlib(uint8 round(levels * sqrt(p)))",
+                "bytes": self.pattern_bytes,
+            },
         }
 
 
-def heads_rows(report_layers: tuple[AttentionLayer, ...], tokens: tuple[str, ...]
-               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def heads_rows(
+    report_layers: tuple[AttentionLayer, ...], tokens: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows of the ``heads`` table (every scored head), and its attrs."""
-    rows = [{"layer": index, "label": layer.label, "module": layer.module, "head": head,
-             "position": pos, "token": tokens[pos] if 0 <= pos < len(tokens) else None,
-             "mass": mass, "is_sink": flag}
-            for index, layer in enumerate(report_layers)
-            for head, (pos, mass, flag) in enumerate(zip(layer.positions, layer.masses,
-                                                         layer.is_sink))]
+    rows = [
+        {
+            "layer": index,
+            "label": layer.label,
+            "module": layer.module,
+            "head": head,
+            "position": pos,
+            "token": tokens[pos] if 0 <= pos < len(tokens) else None,
+            "mass": mass,
+            "is_sink": flag,
+        }
+        for index, layer in enumerate(report_layers)
+        for head, (pos, mass, flag) in enumerate(zip(layer.positions, layer.masses, layer.is_sink))
+    ]
     return rows, {"heads": len(rows), "sinks": sum(r["is_sink"] for r in rows)}
 
 
-def outlier_rows(residual: tuple[ResidualLayer, ...]) -> tuple[list[dict[str, Any]],
-                                                               dict[str, Any]]:
+def outlier_rows(
+    residual: tuple[ResidualLayer, ...],
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows of the ``outlier_dims`` table, and its attrs."""
-    rows = [{"layer": index, "label": layer.label, "module": layer.module, "dim": o.dim,
-             "factor": o.factor, "mean_abs": layer.mean_abs[o.dim],
-             "median_mean_abs": layer.median_mean_abs}
-            for index, layer in enumerate(residual) for o in layer.outliers]
-    return rows, {"sites": len(residual),
-                  "max_factor": max((r["factor"] for r in rows), default=math.nan)}
+    rows = [
+        {
+            "layer": index,
+            "label": layer.label,
+            "module": layer.module,
+            "dim": o.dim,
+            "factor": o.factor,
+            "mean_abs": layer.mean_abs[o.dim],
+            "median_mean_abs": layer.median_mean_abs,
+        }
+        for index, layer in enumerate(residual)
+        for o in layer.outliers
+    ]
+    return rows, {
+        "sites": len(residual),
+        "max_factor": max((r["factor"] for r in rows), default=math.nan),
+    }
 
 
 HEADS_COLUMNS = ("layer", "label", "module", "head", "position", "token", "mass", "is_sink")
 OUTLIER_COLUMNS = ("layer", "label", "module", "dim", "factor", "mean_abs", "median_mean_abs")
 
 __all__ = [
-    "HEADS_COLUMNS", "OUTLIER_COLUMNS", "AttentionLayer", "AttentionSinksReport", "OutlierDim",
-    "PatternBlock", "ResidualLayer", "SinkHead", "heads_rows", "outlier_rows",
+    "HEADS_COLUMNS",
+    "OUTLIER_COLUMNS",
+    "AttentionLayer",
+    "AttentionSinksReport",
+    "OutlierDim",
+    "PatternBlock",
+    "ResidualLayer",
+    "SinkHead",
+    "heads_rows",
+    "outlier_rows",
 ]

@@ -54,9 +54,16 @@ def dashboard_class() -> type[LiveChecksWidget]:
     Raises:
         PanelError: the ``checks`` bundle was not built (``make bundle``).
     """
-    return type("ChecksDashboard", (LiveChecksWidget,), {
-        "_esm": bundle_path("checks"), "_css": THEME_CSS, "__module__": __name__,
-        "__doc__": "The live checks dashboard (js/panels/checks.js)."})
+    return type(
+        "ChecksDashboard",
+        (LiveChecksWidget,),
+        {
+            "_esm": bundle_path("checks"),
+            "_css": THEME_CSS,
+            "__module__": __name__,
+            "__doc__": "The live checks dashboard (js/panels/checks.js).",
+        },
+    )
 
 
 def is_kernel_running() -> bool:

@@ -39,31 +39,37 @@ def standalone_html(report: Report, static_card: str) -> str:
         "panel": panel,
         "esm": bundle_path(panel).read_text(encoding="utf-8"),
         "payload": panel_payload(report),
-        "arrays": {name: {**{k: v for k, v in spec.items() if k != "data"},
-                          "base64": base64.b64encode(spec["data"]).decode("ascii")}
-                   for name, spec in panel_arrays(report).items()},
+        "arrays": {
+            name: {
+                **{k: v for k, v in spec.items() if k != "data"},
+                "base64": base64.b64encode(spec["data"]).decode("ascii"),
+            }
+            for name, spec in panel_arrays(report).items()
+        },
     }
     title = f"{report.report_type}: {report.subject} (torchlens_nb)"
-    return "\n".join([
-        "<!doctype html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{html.escape(title)}</title>",
-        '<link rel="icon" href="data:,">',  # no favicon request either
-        f"<style>{_PAGE_CSS}{_no_close_tag(THEME_CSS.read_text(encoding='utf-8'), 'style')}</style>",
-        "</head>",
-        "<body>",
-        '<main id="tln-root"></main>',
-        f"<noscript>{static_card}</noscript>",
-        f'<div id="tln-fallback" hidden>{static_card}</div>',
-        f'<script type="application/json" id="tln-offline">{_json_for_script(data)}</script>',
-        f'<script type="module">{_no_close_tag(OFFLINE_BOOT.read_text(encoding="utf-8"), "script")}'
-        "</script>",
-        "</body>",
-        "</html>",
-    ])
+    return "\n".join(
+        [
+            "<!doctype html>",
+            '<html lang="en">',
+            "<head>",
+            '<meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{html.escape(title)}</title>",
+            '<link rel="icon" href="data:,">',  # no favicon request either
+            f"<style>{_PAGE_CSS}{_no_close_tag(THEME_CSS.read_text(encoding='utf-8'), 'style')}</style>",
+            "</head>",
+            "<body>",
+            '<main id="tln-root"></main>',
+            f"<noscript>{static_card}</noscript>",
+            f'<div id="tln-fallback" hidden>{static_card}</div>',
+            f'<script type="application/json" id="tln-offline">{_json_for_script(data)}</script>',
+            f'<script type="module">{_no_close_tag(OFFLINE_BOOT.read_text(encoding="utf-8"), "script")}'
+            "</script>",
+            "</body>",
+            "</html>",
+        ]
+    )
 
 
 def _json_for_script(data: Any) -> str:

@@ -38,8 +38,15 @@ class TablePager:
         self._frame: pandas.DataFrame | None = None
         self._text: pandas.DataFrame | None = None
 
-    def page(self, *, sort: str | None = None, descending: bool = False, filter: str = "",
-             offset: int = 0, limit: int = 25) -> dict[str, Any]:
+    def page(
+        self,
+        *,
+        sort: str | None = None,
+        descending: bool = False,
+        filter: str = "",
+        offset: int = 0,
+        limit: int = 25,
+    ) -> dict[str, Any]:
         """One page as ``{table, columns, rows, offset, total_rows, matched_rows, sort, ...}``.
 
         Raises:
@@ -49,8 +56,9 @@ class TablePager:
 
         table = self._table
         if sort is not None and sort not in table.columns:
-            raise PanelError(f"table {table.name!r} has no column {sort!r}; "
-                             f"columns: {list(table.columns)}.")
+            raise PanelError(
+                f"table {table.name!r} has no column {sort!r}; columns: {list(table.columns)}."
+            )
         if not (isinstance(offset, int) and offset >= 0):
             raise PanelError(f"page offset must be an int >= 0, got {offset!r}.")
         if not (isinstance(limit, int) and 1 <= limit <= MAX_PAGE_ROWS):
@@ -60,14 +68,14 @@ class TablePager:
             positions = positions[self._matches(filter)]
         if sort is not None:
             positions = self._order(positions, sort, bool(descending))
-        chosen = positions[offset:offset + limit]
+        chosen = positions[offset : offset + limit]
         return {
             "table": table.name,
             "columns": list(table.columns),
             "rows": to_jsonable([list(table.rows[i]) for i in chosen.tolist()]),
             "offset": offset,
             "total_rows": len(table.rows),
-            "matched_rows": int(len(positions)),
+            "matched_rows": len(positions),
             "sort": sort,
             "descending": bool(descending),
             "filter": filter,
@@ -85,8 +93,10 @@ class TablePager:
 
             # From the table's own values, not the frame: pandas turns ints with a None into
             # floats ("3.0"), which the browser would never show.
-            self._text = pd.DataFrame([[_cell_text(v) for v in row] for row in self._table.rows],
-                                      columns=range(len(self._table.columns)))
+            self._text = pd.DataFrame(
+                [[_cell_text(v) for v in row] for row in self._table.rows],
+                columns=range(len(self._table.columns)),
+            )
         hits = self._text.apply(lambda col: col.str.contains(needle.lower(), regex=False))
         return hits.any(axis=1).to_numpy()
 
@@ -95,8 +105,9 @@ class TablePager:
 
         series = self._frame_of()[column].iloc[positions]
         try:
-            return series.sort_values(ascending=not descending, na_position="last",
-                                      kind="stable").index.to_numpy()
+            return series.sort_values(
+                ascending=not descending, na_position="last", kind="stable"
+            ).index.to_numpy()
         except TypeError:  # mixed kinds (numbers and text): order as the browser does
             col = self._table.columns.index(column)
             values = [self._table.rows[i][col] for i in positions.tolist()]

@@ -51,8 +51,9 @@ def panel_payload(report: Report) -> dict[str, Any]:
     """
     if any(len(t.rows) > MAX_TABLE_ROWS for t in report.tables):
         # Encode only the rows that ship: to_dict() of a 100k-row table costs ~0.5 s.
-        slim = tuple(Table(t.name, t.columns, t.rows[:MAX_TABLE_ROWS], t.attrs)
-                     for t in report.tables)
+        slim = tuple(
+            Table(t.name, t.columns, t.rows[:MAX_TABLE_ROWS], t.attrs) for t in report.tables
+        )
         payload = dataclasses.replace(report, tables=slim).to_dict()
         for entry, table in zip(payload["tables"], report.tables):
             entry["total_rows"] = len(table.rows)
@@ -64,8 +65,9 @@ def panel_payload(report: Report) -> dict[str, Any]:
     return payload
 
 
-def encode_array(values: Any, dtype: str = "float32",
-                 shape: tuple[int, ...] | None = None) -> dict[str, Any]:
+def encode_array(
+    values: Any, dtype: str = "float32", shape: tuple[int, ...] | None = None
+) -> dict[str, Any]:
     """One array as ``{"dtype", "shape", "data": bytes}`` (little-endian) for a panel.
 
     Args:
@@ -84,16 +86,21 @@ def encode_array(values: Any, dtype: str = "float32",
     import numpy as np
 
     if dtype not in ARRAY_DTYPES:
-        raise ReportOptionError(f"panel arrays are {ARRAY_DTYPES}, got dtype {dtype!r}; "
-                                f"cast the data first (e.g. float64 -> float32).")
+        raise ReportOptionError(
+            f"panel arrays are {ARRAY_DTYPES}, got dtype {dtype!r}; "
+            f"cast the data first (e.g. float64 -> float32)."
+        )
     if isinstance(values, (bytes, bytearray, memoryview)):
         if shape is None:
-            raise ReportOptionError("encode_array(bytes) needs shape=...; the bytes alone do not "
-                                    "say how many dimensions they hold.")
+            raise ReportOptionError(
+                "encode_array(bytes) needs shape=...; the bytes alone do not "
+                "say how many dimensions they hold."
+            )
         expected = math.prod(shape) * np.dtype(dtype).itemsize
         if len(values) != expected:
-            raise ReportOptionError(f"{len(values)} bytes for shape {tuple(shape)} {dtype} "
-                                    f"(expected {expected}).")
+            raise ReportOptionError(
+                f"{len(values)} bytes for shape {tuple(shape)} {dtype} (expected {expected})."
+            )
         return {"dtype": dtype, "shape": list(shape), "data": bytes(values)}
     array = np.asarray(values, dtype=np.dtype(dtype).newbyteorder("<"))
     return {"dtype": dtype, "shape": list(array.shape), "data": array.tobytes()}
@@ -109,19 +116,28 @@ def panel_arrays(report: Report) -> dict[str, dict[str, Any]]:
     if total <= MAX_ARRAY_BYTES:
         return arrays
     shrunk = {name: _downsample(spec, MAX_ARRAY_BYTES / total) for name, spec in arrays.items()}
-    changes = ", ".join(f"{n} {tuple(arrays[n]['shape'])} -> {tuple(s['shape'])}"
-                        for n, s in shrunk.items() if s["shape"] != arrays[n]["shape"])
+    changes = ", ".join(
+        f"{n} {tuple(arrays[n]['shape'])} -> {tuple(s['shape'])}"
+        for n, s in shrunk.items()
+        if s["shape"] != arrays[n]["shape"]
+    )
     warnings.warn(
         f"{report.report_type} panel arrays hold {total} bytes, above MAX_ARRAY_BYTES="
         f"{MAX_ARRAY_BYTES}; downsampled by block means ({changes}). The report keeps the "
-        f"full data.", TorchlensNbWarning, stacklevel=2)
+        f"full data.",
+        TorchlensNbWarning,
+        stacklevel=2,
+    )
     return shrunk
 
 
 def _spec(value: Any) -> dict[str, Any]:
     if isinstance(value, Mapping) and "data" in value:
-        return encode_array(value["data"], value.get("dtype", "float32"),
-                            tuple(value["shape"]) if "shape" in value else None)
+        return encode_array(
+            value["data"],
+            value.get("dtype", "float32"),
+            tuple(value["shape"]) if "shape" in value else None,
+        )
     dtype = str(getattr(value, "dtype", "float32"))
     return encode_array(value, dtype if dtype in ARRAY_DTYPES else "float32")
 

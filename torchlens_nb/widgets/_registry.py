@@ -65,8 +65,9 @@ def register_panel(report_type: str, panel: str) -> None:
     one falls back to the text card with a warning rather than failing here.
     """
     if not panel.isidentifier():
-        raise PanelError(f"panel name must be a plain identifier (the js/panels/ file stem), "
-                         f"got {panel!r}.")
+        raise PanelError(
+            f"panel name must be a plain identifier (the js/panels/ file stem), got {panel!r}."
+        )
     PANELS[report_type] = panel
 
 

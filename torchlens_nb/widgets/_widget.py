@@ -51,8 +51,12 @@ class ReportWidget(anywidget.AnyWidget):
     """The panel name (``js/panels/<panel>.js``)."""
 
     def __init__(self, report: Report, **kwargs: Any) -> None:
-        super().__init__(payload=panel_payload(report), arrays=panel_arrays(report),
-                         panel=panel_name(report), **kwargs)
+        super().__init__(
+            payload=panel_payload(report),
+            arrays=panel_arrays(report),
+            panel=panel_name(report),
+            **kwargs,
+        )
         self._reports: OrderedDict[int, Report] = OrderedDict({0: report})
         self._next_report_id = 1
         self._pagers: dict[tuple[int, str], TablePager] = {}
@@ -75,8 +79,10 @@ class ReportWidget(anywidget.AnyWidget):
 
     def __repr__(self) -> str:
         report = self.report
-        return (f"<{type(self).__name__} panel={self.panel!r} "
-                f"report_type={report.report_type!r} status={report.status!r}>")
+        return (
+            f"<{type(self).__name__} panel={self.panel!r} "
+            f"report_type={report.report_type!r} status={report.status!r}>"
+        )
 
     def handle_message(self, content: Any) -> tuple[dict[str, Any], list[bytes]]:
         """The reply (content, buffers) to one request from the browser; never raises."""
@@ -84,20 +90,29 @@ class ReportWidget(anywidget.AnyWidget):
         report_id = content.get("report", 0) if isinstance(content, dict) else 0
         try:
             if not isinstance(content, dict) or not isinstance(request_id, int):
-                raise PanelError(f"a panel request is a dict with an int request_id, got "
-                                 f"{content!r:.200}.")
+                raise PanelError(
+                    f"a panel request is a dict with an int request_id, got {content!r:.200}."
+                )
             kind = content.get("type")
             if kind == "action":
                 reply, buffers = self._run_action(report_id, content)
             elif kind == "page":
                 reply, buffers = {"page": self._page(report_id, content)}, []
             else:
-                raise PanelError(f"unknown panel request type {kind!r}; expected 'action' or "
-                                 f"'page'.")
+                raise PanelError(
+                    f"unknown panel request type {kind!r}; expected 'action' or 'page'."
+                )
         except Exception as exc:  # display path: the panel shows the message, nothing raises
             message = str(exc) if isinstance(exc, PanelError) else f"{type(exc).__name__}: {exc}"
-            return ({"type": "error", "request_id": request_id, "report": report_id,
-                     "message": message}, [])
+            return (
+                {
+                    "type": "error",
+                    "request_id": request_id,
+                    "report": report_id,
+                    "message": message,
+                },
+                [],
+            )
         return {"type": "reply", "request_id": request_id, "report": report_id, **reply}, buffers
 
     def _on_custom_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
@@ -106,27 +121,36 @@ class ReportWidget(anywidget.AnyWidget):
 
     def _target(self, report_id: Any) -> Report:
         if report_id not in self._reports:
-            raise PanelError(f"follow-up {report_id!r} is no longer held by this widget (it keeps "
-                             f"{MAX_FOLLOWUPS}); re-run the cell to get a fresh panel.")
+            raise PanelError(
+                f"follow-up {report_id!r} is no longer held by this widget (it keeps "
+                f"{MAX_FOLLOWUPS}); re-run the cell to get a fresh panel."
+            )
         return self._reports[report_id]
 
-    def _run_action(self, report_id: int, content: dict[str, Any]
-                    ) -> tuple[dict[str, Any], list[bytes]]:
+    def _run_action(
+        self, report_id: int, content: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[bytes]]:
         source = self._target(report_id)
         name = content.get("name")
         args = content.get("args") or {}
         if not isinstance(name, str) or not isinstance(args, dict):
-            raise PanelError(f"an action request needs a str name and a dict args, got "
-                             f"{name!r} and {args!r:.100}.")
+            raise PanelError(
+                f"an action request needs a str name and a dict args, got "
+                f"{name!r} and {args!r:.100}."
+            )
         result = source.run_action(name, **args)
         child = self._remember(result)
         panel = panel_name(result)
         arrays = panel_arrays(result)
         buffers = [spec["data"] for spec in arrays.values()]
         reply: dict[str, Any] = {
-            "payload": panel_payload(result), "panel": panel, "child": child,
-            "arrays": {name: {**{k: v for k, v in spec.items() if k != "data"}, "buffer": i}
-                       for i, (name, spec) in enumerate(arrays.items())},
+            "payload": panel_payload(result),
+            "panel": panel,
+            "child": child,
+            "arrays": {
+                name: {**{k: v for k, v in spec.items() if k != "data"}, "buffer": i}
+                for i, (name, spec) in enumerate(arrays.items())
+            },
         }
         if panel != panel_name(source):  # the asking panel's module cannot draw it
             reply["esm"] = bundle_path(panel).read_text(encoding="utf-8")
@@ -148,9 +172,12 @@ class ReportWidget(anywidget.AnyWidget):
         if key not in self._pagers:
             self._pagers[key] = TablePager(self._target(report_id).table(table_name))
         return self._pagers[key].page(
-            sort=content.get("sort"), descending=bool(content.get("descending", False)),
-            filter=str(content.get("filter") or ""), offset=content.get("offset", 0),
-            limit=content.get("limit", 25))
+            sort=content.get("sort"),
+            descending=bool(content.get("descending", False)),
+            filter=str(content.get("filter") or ""),
+            offset=content.get("offset", 0),
+            limit=content.get("limit", 25),
+        )
 
 
 @functools.cache
@@ -162,8 +189,16 @@ def widget_class(panel: str) -> type[ReportWidget]:
     """
     esm = bundle_path(panel)
     name = "".join(part.capitalize() for part in panel.split("_")) + "Panel"
-    return type(name, (ReportWidget,), {"_esm": esm, "_css": THEME_CSS, "__module__": __name__,
-                                        "__doc__": f"The ``{panel}`` panel (js/panels/{panel}.js)."})
+    return type(
+        name,
+        (ReportWidget,),
+        {
+            "_esm": esm,
+            "_css": THEME_CSS,
+            "__module__": __name__,
+            "__doc__": f"The ``{panel}`` panel (js/panels/{panel}.js).",
+        },
+    )
 
 
 def widget_for(report: Report) -> ReportWidget:
