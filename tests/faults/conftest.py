@@ -20,8 +20,20 @@ from tests.browser.fixtures import missing_browser_reasons
 from tests.faults import _tally
 from tests.faults.fault_models import Owned, owned
 
-CATEGORIES = ("bad_input", "no_corruption", "no_leak", "payload", "size", "wedged_tool", "dtype")
-"""The fault categories of issue 12, in the order the summary prints them."""
+CATEGORIES = (
+    "bad_input",
+    "no_corruption",
+    "no_leak",
+    "payload",
+    "size",
+    "wedged_tool",
+    "dtype",
+    "no_false_clean",
+    "concurrency",
+)
+"""The fault categories, in the order the summary prints them. ``no_false_clean``: a verdict
+about something the tool did not observe (an opaque module, a parameter outside the roster,
+data it could not read) is never clean; ``concurrency``: threads and nested captures."""
 
 HERE = pathlib.Path(__file__).resolve().parent
 
