@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _timing
 
 import torchlens_nb as tl
-from torchlens_nb.debug._first_bad import is_all_finite
+from torchlens_nb.debug._values import is_all_finite
 
 CONTENDERS = (
     "plain forward",

@@ -36,8 +36,8 @@ import _timing  # noqa: E402
 
 import torchlens_nb as tl  # noqa: E402
 import torchlens_nb.widgets  # noqa: E402
-from tests.probes import minilm  # noqa: E402
-from tests.probes.test_attention_payload import PlainTransformer  # noqa: E402
+from tests.attention_sinks import minilm  # noqa: E402
+from tests.attention_sinks.test_attention_payload import PlainTransformer  # noqa: E402
 
 TEXT = " ".join(
     [

@@ -10,6 +10,9 @@ import threading
 import torch
 from torch import nn
 
+import torchlens_nb as tl
+from torchlens_nb.options import CaptureOptions
+
 
 def mlp(seed: int = 0) -> nn.Sequential:
     """Linear(8, 16) -> ReLU -> Linear(16, 4)."""
@@ -93,3 +96,27 @@ class Locked(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x)
+
+
+DEAD_BLOCK = 2
+"""Index of the block whose ReLU never fires in ``dead_block_mlp``."""
+
+
+def five_block_mlp(dead_block: int | None = DEAD_BLOCK) -> nn.Sequential:
+    """Five Linear(8, 8) -> ReLU blocks and a Linear(8, 1) head; block ``dead_block`` has bias
+    -100, so its ReLU outputs 0 for every input of magnitude ~1 (a dead block)."""
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(5)]
+    if dead_block is not None:
+        with torch.no_grad():
+            blocks[dead_block][0].bias.fill_(-100.0)
+    return nn.Sequential(*blocks, nn.Linear(8, 1))
+
+
+def traced_backward(model: nn.Module, x: torch.Tensor, scale=None) -> tl.Trace:
+    """``tl.trace`` with saved gradients, then one backward of ``mean(out ** 2)`` (optionally
+    passed through ``scale``, e.g. ``scaler.scale``)."""
+    trace = tl.trace(model, x, capture=CaptureOptions(save_grads=True))
+    loss = trace[trace.output_layers[0]].out.square().mean()
+    trace.backward(scale(loss) if scale is not None else loss)
+    return trace

@@ -10,10 +10,6 @@ from .capture import PartialTrace, Trace, func, module, trace
 from .debug import dead, threshold
 
 # The spec spells the FLOP cross-check tl.report.flops_vs_dispatch, but it runs a capture, and
-# report/ may not import capture or debug (layering): the name is attached here, where both
-# packages are already imported.
-report.flops_vs_dispatch = debug.flops_vs_dispatch  # type: ignore[attr-defined]
-
 __version__ = "0.1.0"
 
 __all__ = [

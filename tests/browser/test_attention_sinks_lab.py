@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 CELLS = [
     "import torchlens_nb as tl\n"
-    "from tests.probes import minilm\n"
+    "from tests.attention_sinks import minilm\n"
     "tokenizer = minilm.tokenizer()\n"
     "batch = tokenizer(['Paris is the capital of France.'], return_tensors='pt')\n"
     "report = tl.debug.attention_sinks(minilm.trained(), batch, tokenizer)\n"

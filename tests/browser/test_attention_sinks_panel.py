@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 import torchlens_nb as tl
-from tests.probes import minilm
+from tests.attention_sinks import minilm
 from torchlens_nb import widgets
 
 pytestmark = pytest.mark.browser

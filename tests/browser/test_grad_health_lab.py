@@ -13,14 +13,14 @@ import torch
 from playwright.sync_api import expect
 
 import torchlens_nb as tl
-from tests.grad_health.conftest import five_block_mlp, traced_backward
+from tests.models import five_block_mlp, traced_backward
 
 pytestmark = pytest.mark.slow
 
 CELLS = [
     "import torch\n"
     "import torchlens_nb as tl\n"
-    "from tests.grad_health.conftest import five_block_mlp, traced_backward\n"
+    "from tests.models import five_block_mlp, traced_backward\n"
     "torch.manual_seed(1)\n"
     "trace = traced_backward(five_block_mlp(), torch.randn(4, 8))\n"
     "report = tl.debug.grad_health(trace)\n"

@@ -14,7 +14,7 @@ from torch import nn
 
 import torchlens_nb as tl
 from tests.browser.helpers import reply_to
-from tests.grad_health.conftest import five_block_mlp, traced_backward
+from tests.models import five_block_mlp, traced_backward
 from torchlens_nb import widgets
 
 pytestmark = pytest.mark.browser

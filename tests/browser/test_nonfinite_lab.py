@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 CELLS = [
     "import torchlens_nb as tl\n"
-    "from tests.nan.nan_models import X, LogOfNegative, Net\n"
+    "from tests.nonfinite.nan_models import X, LogOfNegative, Net\n"
     "trace = tl.trace(Net(LogOfNegative()), X)\n"
     "report = tl.debug.nonfinite_origin(trace)\n"
     "report",

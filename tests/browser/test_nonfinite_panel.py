@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 import torchlens_nb as tl
 from tests.browser.helpers import reply_to
-from tests.nan.nan_models import LogOfNegative, Net, SqrtAtZero, X, line_of
+from tests.nonfinite.nan_models import LogOfNegative, Net, SqrtAtZero, X, line_of
 from torchlens_nb import widgets
 
 pytestmark = pytest.mark.browser
@@ -33,7 +33,7 @@ def test_origin_card_names_op_module_and_line(panel_page, traced) -> None:
         "nan",
         "log_1 (log)",
         "block",
-        f"nan/nan_models.py:{line}",
+        f"nonfinite/nan_models.py:{line}",
         "checked finite: the value was born here",
     ]
     assert lead.locator("pre.tln-source").first.inner_text() == (

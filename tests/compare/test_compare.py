@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
-from torchlens_nb.report.compare import COMPARE_COLUMNS
+from torchlens_nb.report._compare import COMPARE_COLUMNS
 
 
 def test_spec_example_two_relu_runs_have_one_diverged_value() -> None:

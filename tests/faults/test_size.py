@@ -29,8 +29,8 @@ import torchlens_nb as tl
 from tests.browser.reports import big_table_report
 from torchlens_nb import widgets
 from torchlens_nb.report import Report
-from torchlens_nb.report.lineage import MAX_PAYLOAD_NODES
-from torchlens_nb.report.probes import MAX_PAYLOAD_ITEMS
+from torchlens_nb.report._activations import MAX_PAYLOAD_ITEMS
+from torchlens_nb.report._lineage import MAX_PAYLOAD_NODES
 
 pytestmark = pytest.mark.fault("size")
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
-from torchlens_nb.debug._grad_fn_groups import common_module
+from torchlens_nb.debug.grad_fn._groups import common_module
 
 
 def _groups_of(sketch) -> dict[str, str]:

@@ -5,7 +5,7 @@ from ._capture import call_arguments, run_capture, trace, validate_model
 from ._op import Op
 from ._recorder import Tripwire, func_name, iter_tensors
 from ._selectors import AnySelector, FuncSelector, ModuleSelector, Selector, func, module
-from ._trace import ModuleCall, PartialTrace, Trace, register_analysis
+from ._trace import ModuleCall, PartialTrace, Trace
 
 __all__ = [
     "AnySelector",
@@ -24,7 +24,6 @@ __all__ = [
     "func_name",
     "iter_tensors",
     "module",
-    "register_analysis",
     "run_capture",
     "trace",
     "validate_model",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -12,12 +12,8 @@ from ..errors import BackwardError, OpNotFoundError
 from ._backward import BackwardPass, log_backward
 from ._op import Op
 
-_analyses: dict[str, Callable[..., Any]] = {}
-
-
-def register_analysis(name: str, function: Callable[..., Any]) -> None:
-    """Let ``debug`` provide ``Trace.<name>()`` without capture importing debug (layering)."""
-    _analyses[name] = function
+if TYPE_CHECKING:
+    from ..report import FindNanReport, HealthReport
 
 
 @dataclass(frozen=True)
@@ -182,13 +178,20 @@ class Trace:
         return record
 
     # ----- analyses provided by tl.debug ------------------------------------------------------
-    def find_nan(self) -> Any:
-        """Scan saved outputs for the first non-finite value (``tl.debug`` FindNanReport)."""
-        return _analyses["find_nan"](self)
+    # The spec spells these two analyses as Trace methods. They live in tl.debug, which capture
+    # may not import at import time; each method imports its analysis when called (the layering
+    # exception recorded in tests/test_layering.py).
+    def find_nan(self) -> FindNanReport:
+        """Scan saved outputs for the first non-finite value: ``tl.debug.find_nan_in_trace``."""
+        from ..debug.nonfinite import find_nan_in_trace
 
-    def audit(self) -> Any:
-        """Run every trace-local health diagnostic (``tl.debug`` HealthReport)."""
-        return _analyses["audit"](self)
+        return find_nan_in_trace(self)
+
+    def audit(self) -> HealthReport:
+        """Run every trace-local health diagnostic in one report (``debug/audit/``)."""
+        from ..debug.audit import audit
+
+        return audit(self)
 
 
 class PartialTrace(Trace):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..report import Exit, Finding, Table, Unavailable
-from ..report.checks import CheckReport, CheckRun, CheckStatus
+from ..report._checks import CheckReport, CheckRun, CheckStatus
 from ._engine import Engine
 from ._series import SERIES_COLUMNS
 from ._update_ratio import UpdateRatioCheck

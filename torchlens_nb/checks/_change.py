@@ -20,7 +20,7 @@ The finding names the whole cone of parameters upstream of where the gradient st
 from __future__ import annotations
 
 from ..report import Finding, Where
-from ..report.checks import Action
+from ..report._checks import Action
 from ._check import Check
 from ._evidence import Attempt
 from ._params import Roster

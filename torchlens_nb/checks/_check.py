@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
 from ..errors import DiagnosticArgumentError, TorchlensNbWarning
 from ..report import Finding, Unavailable
-from ..report.checks import Action, CheckRun, CheckState, Site
+from ..report._checks import Action, CheckRun, CheckState, Site
 from ._window import Emission
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ import torch
 
 from ..errors import DiagnosticArgumentError
 from ..report import Exit, Finding, Table, Unavailable, Where
-from ..report.checks import CheckReport, CheckRun
+from ..report._checks import CheckReport, CheckRun
 
 SUMMED_COUNTERS = (
     "attempts",

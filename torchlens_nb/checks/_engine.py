@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ..report import Finding
-from ..report.checks import ScaleProvenance, Stage
+from ..report._checks import ScaleProvenance, Stage
 from ._check import Check
 from ._evidence import Attempt, BackwardRecord, Evidence, split_scale_runs
 from ._ledger import ScaleLedger, ScalerKind, StepLedger

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ..report.checks import ScaleProvenance, Stage, StepProvenance
+from ..report._checks import ScaleProvenance, Stage, StepProvenance
 from ._scan import read_host
 from ._sites import PendingBackward
 

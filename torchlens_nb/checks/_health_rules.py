@@ -1,13 +1,13 @@
 """The rules that turn scan rows into findings (shared by ``param_health`` and ``param_scan``).
 
-Pure functions of :class:`~torchlens_nb.report.checks.ParamHealthRow` values: no tensor is read
+Pure functions of :class:`~torchlens_nb.report._checks.ParamHealthRow` values: no tensor is read
 here. The rules and their thresholds are documented in ``_param_health``.
 """
 
 from __future__ import annotations
 
 from ..report import Finding, Where
-from ..report.checks import ParamHealthRow
+from ..report._checks import ParamHealthRow
 
 
 def health_findings(

@@ -15,7 +15,7 @@ import math
 from collections import Counter, deque
 from typing import Any, Literal
 
-from ..report.checks import StepProvenance
+from ..report._checks import StepProvenance
 from ._evidence import Attempt
 
 MAX_LEDGER_RECORDS = 1024

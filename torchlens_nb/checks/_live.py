@@ -8,7 +8,7 @@ which prints the final report).
 from __future__ import annotations
 
 from ..report import _display
-from ..report.checks import CheckReport
+from ..report._checks import CheckReport
 from ._feed import LiveView, TextView
 
 

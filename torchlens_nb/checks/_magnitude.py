@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from ..errors import DiagnosticArgumentError
 from ..report import Finding, Unavailable, Where
-from ..report.checks import Action
+from ..report._checks import Action
 from ._check import Check
 from ._evidence import Attempt
 from ._params import Roster

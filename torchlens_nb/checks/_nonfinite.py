@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import DiagnosticArgumentError
 from ..report import Finding, Where
-from ..report.checks import Action
+from ..report._checks import Action
 from ._check import Check
 from ._evidence import Attempt
 from ._params import Roster

@@ -34,7 +34,7 @@ import torch
 
 from ..errors import DiagnosticArgumentError
 from ..report import Unavailable
-from ..report.checks import ParamHealthKind, ParamHealthReport, ParamHealthRow
+from ..report._checks import ParamHealthKind, ParamHealthReport, ParamHealthRow
 from ._health_rules import health_findings
 from ._scan import scan_tensors
 

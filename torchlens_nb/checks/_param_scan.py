@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..report import Finding
-from ..report.checks import Action, ParamHealthKind
+from ..report._checks import Action, ParamHealthKind
 from ._check import Check
 from ._evidence import Attempt
 from ._health_rules import health_findings

@@ -26,7 +26,7 @@ import torch
 
 from ..errors import CheckViolationError, DiagnosticArgumentError
 from ..report import Finding
-from ..report.checks import Action, CheckReport, SessionOverhead
+from ..report._checks import Action, CheckReport, SessionOverhead
 from ._assemble import build_report, counters, live_state
 from ._change import ChangeCheck
 from ._check import Check

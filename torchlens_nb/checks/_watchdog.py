@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import DiagnosticArgumentError
 from ..report import Finding
-from ..report.checks import Action
+from ..report._checks import Action
 from ._check import Check
 from ._evidence import Attempt
 from ._ledger import StepLedger

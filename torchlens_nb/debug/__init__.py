@@ -1,31 +1,48 @@
-"""``tl.debug``: analyses of a trace, a model or a tensor, each returning a typed report."""
+"""``tl.debug``: analyses of a trace, a model or a tensor, each returning a typed report.
+
+One subpackage per capability, each re-exporting its public names: ``nonfinite`` (NaN forensics),
+``lineage``, ``gradients``, ``activations``, ``grad_fn`` (autograd graphs), ``attention_sinks``,
+``compare``, ``cost``, ``model`` (doctor, shapes, compiles) and ``audit`` (``trace.audit()``).
+Shared machinery: ``_isolation`` (the isolated-rerun harness) and ``_host_sync`` (batched reads).
+The checks kit lives in ``torchlens_nb.checks`` and is re-exported here, as the spec spells it.
+"""
 
 from ..checks import ChecksSession, param_health, param_health_rows
 from ..errors import CheckViolationError
-from ..report.nonfinite import FirstBadThing
-from ..report.sinks import OutlierDim, SinkHead
-from . import _audit  # noqa: F401  (registers trace.audit())
-from ._attention import attention_sinks
-from ._compare import compare, compare_params, compare_rows, first_divergence
-from ._compile import CompileCounts, count_compiles, graph_breaks
-from ._cost import hot_path, hot_path_rows, recompute_candidates
-from ._dead import dead, threshold
-from ._dead_neurons import dead_neurons, dead_neurons_rows
-from ._determinism import check_determinism
-from ._dtype_range import dtype_range, dtype_range_rows
-from ._flops import flops_vs_dispatch, op_flops
-from ._grad_fn import walk_grad_fn
-from ._grad_health import grad_health, grad_health_rows
+from ..report import FirstBadThing, OutlierDim, SinkHead
 from ._isolation import clone_input_tree, isolated_capture, preserved_rng_state
-from ._lineage import lineage
-from ._nan import bisect_nan, find_nan, find_nan_in_trace
-from ._nan_backward import bisect_nan_backward
-from ._nonfinite import amp_scaled_grads_hint, nonfinite_origin
-from ._precision import bisect_precision
-from ._probes import LivenessProbe, RangeProbe
-from ._shape_guess import guess_input_shape
-from ._sinks import SinkProbe
-from ._sketch import sketch_grad_fn
+from .activations import (
+    LivenessProbe,
+    RangeProbe,
+    dead,
+    dead_neurons,
+    dead_neurons_rows,
+    dtype_range,
+    dtype_range_rows,
+    threshold,
+)
+from .attention_sinks import SinkProbe, attention_sinks
+from .compare import (
+    bisect_precision,
+    check_determinism,
+    compare,
+    compare_params,
+    compare_rows,
+    first_divergence,
+)
+from .cost import flops_vs_dispatch, hot_path, hot_path_rows, op_flops, recompute_candidates
+from .grad_fn import sketch_grad_fn, walk_grad_fn
+from .gradients import grad_health, grad_health_rows
+from .lineage import lineage
+from .model import CompileCounts, count_compiles, graph_breaks, guess_input_shape
+from .nonfinite import (
+    amp_scaled_grads_hint,
+    bisect_nan,
+    bisect_nan_backward,
+    find_nan,
+    find_nan_in_trace,
+    nonfinite_origin,
+)
 
 __all__: list[str] = [
     "CheckViolationError",

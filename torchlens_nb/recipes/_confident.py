@@ -16,7 +16,7 @@ from torch import nn
 from ..capture import validate_model
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
-from ..report.recipes import ConfidentError, ConfidentErrorsReport, recipe_status
+from ..report._recipes_data import ConfidentError, ConfidentErrorsReport, recipe_status
 from ._batches import (
     call_model,
     check_positive_int,

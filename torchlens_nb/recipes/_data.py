@@ -13,7 +13,7 @@ import torch
 
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
-from ..report.recipes import (
+from ..report._recipes_data import (
     ClassBalanceReport,
     ClassCount,
     DataSanityReport,

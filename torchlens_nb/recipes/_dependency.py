@@ -29,8 +29,8 @@ from torch import nn
 from ..capture import validate_model
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
-from ..report.recipe_flow import DependencyCheck, DependencyReport, Leak
-from ..report.recipes import recipe_status
+from ..report._recipes_data import recipe_status
+from ..report._recipes_flow import DependencyCheck, DependencyReport, Leak
 from ._batches import call_model, check_seed, model_device, primary_output, to_device
 from ._model_state import preserved
 

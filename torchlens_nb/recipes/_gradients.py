@@ -23,8 +23,8 @@ from ..capture import trace, validate_model
 from ..debug import grad_health, preserved_rng_state
 from ..options import CaptureOptions
 from ..report import Exit, Finding, Table, Where
-from ..report.recipe_training import FrontierOp, GradientFlowReport, ParamGrad, ParamGradVerdict
-from ..report.recipes import recipe_status
+from ..report._recipes_data import recipe_status
+from ..report._recipes_training import FrontierOp, GradientFlowReport, ParamGrad, ParamGradVerdict
 from ._batches import (
     check_loss_fn,
     first_batch,

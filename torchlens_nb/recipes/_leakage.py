@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
-from ..report.recipe_flow import LeakageReport, LeakageVerdict, StageResult
+from ..report._recipes_flow import LeakageReport, LeakageVerdict, StageResult
 
 SENTINEL = 1e12
 """Large enough to dominate any statistic it enters, small enough that sums of ~1e6 of them stay

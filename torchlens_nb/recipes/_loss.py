@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from ..capture import iter_tensors, validate_model
 from ..errors import DiagnosticArgumentError
 from ..report import Finding, Unavailable
-from ..report.recipes import InitLossReport, LossKind, RandomInputReport, recipe_status
+from ..report._recipes_data import InitLossReport, LossKind, RandomInputReport, recipe_status
 from ._batches import (
     call_model,
     check_loss_fn,

@@ -21,8 +21,8 @@ from ..capture import validate_model
 from ..debug import preserved_rng_state
 from ..errors import DiagnosticArgumentError
 from ..report import Finding
-from ..report.recipe_training import OverfitReport, OverfitVerdict
-from ..report.recipes import recipe_status
+from ..report._recipes_data import recipe_status
+from ..report._recipes_training import OverfitReport, OverfitVerdict
 from ._batches import (
     call_model,
     check_loss_fn,

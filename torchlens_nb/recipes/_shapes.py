@@ -21,8 +21,8 @@ from ..capture import Trace, trace, validate_model
 from ..debug import preserved_rng_state
 from ..errors import DiagnosticArgumentError, ForwardError
 from ..report import Finding, Table, Where
-from ..report.recipe_flow import BroadcastSite, PrimeDimsReport, ShapeBreak
-from ..report.recipes import recipe_status
+from ..report._recipes_data import recipe_status
+from ..report._recipes_flow import BroadcastSite, PrimeDimsReport, ShapeBreak
 from ._batches import model_device, to_device
 from ._model_state import preserved
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import InputFormError
-from ..report.recipes import Histogram, TensorStats
+from ..report._recipes_data import Histogram, TensorStats
 
 
 def flat_values(tensor: torch.Tensor) -> torch.Tensor:

@@ -25,8 +25,8 @@ from torch import nn
 from ..debug import ChecksSession, preserved_rng_state
 from ..errors import DiagnosticArgumentError, ModelTypeError
 from ..report import Exit, Finding, Report, Table
-from ..report.recipe_training import LayerRatio, RatioVerdict, UpdateRatioReport
-from ..report.recipes import recipe_status
+from ..report._recipes_data import recipe_status
+from ..report._recipes_training import LayerRatio, RatioVerdict, UpdateRatioReport
 from ._batches import (
     call_model,
     check_loss_fn,

@@ -16,8 +16,8 @@ from torch import nn
 from ..capture import validate_model
 from ..debug import param_health
 from ..report import Exit, Finding, Table
-from ..report.recipe_training import ParamWeights, WeightDistributionReport, WeightVerdict
-from ..report.recipes import recipe_status
+from ..report._recipes_data import recipe_status
+from ..report._recipes_training import ParamWeights, WeightDistributionReport, WeightVerdict
 from ._batches import check_positive_int
 from ._stats import histogram, tensor_stats
 

@@ -1,0 +1,279 @@
+"""``tl.debug.dtype_range``: numeric-range and precision hazards of saved activations.
+
+Four hazards, each a finding code and a ``flags`` entry of the op's row:
+
+* ``nonfinite``: NaN or Inf values, counted by the classifier the NaN tools use
+  (``_first_bad.value_stats``);
+* ``near_max``: a finite magnitude ``>= max_fraction * finfo(dtype).max`` (fp16 overflows at
+  65504: the next multiply may turn it into Inf);
+* ``subnormal_heavy``: at least ``subnormal_fraction_threshold`` of ALL elements are subnormal
+  (``0 < |x| < finfo(dtype).tiny``), where precision is lost and some kernels flush to zero;
+* ``downcast``: the op's floating output has less range or precision (a smaller
+  ``finfo.max`` or a larger ``finfo.eps``) than a floating input it was given, read from the
+  recorded argument dtypes (``op.arg_meta``), so it covers unsaved ops too.
+
+Value hazards need a saved floating-point output: ``num_audited_ops`` of ``num_ops`` were
+inspected, and the others are counted, never guessed.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+
+from ...capture import Op, Trace
+from ...errors import DiagnosticArgumentError
+from ...report import Finding, Table
+from ...report._activations import DTYPE_RANGE_COLUMNS, DTypeRangeReport
+from .._host_sync import fetch_floats
+from .._values import saved_tensors, value_stats, where_of
+from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
+
+
+def dtype_range_rows(
+    trace: Trace,
+    *,
+    max_fraction: float = 0.9,
+    subnormal_fraction_threshold: float = 0.1,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The pandas-free core of :func:`dtype_range`: ``(rows, attrs)``, one row per op.
+
+    ``attrs`` hold both thresholds, ``num_audited_ops``, ``num_ops`` and ``not_audited``
+    (``{"not_saved": n, "not_floating": n}``). Same arguments, errors and cost as
+    :func:`dtype_range`.
+    """
+    if not isinstance(trace, Trace):
+        raise DiagnosticArgumentError(
+            f"dtype_range reads a tl.trace(...) result, got {type(trace).__name__}."
+        )
+    for name, value in (
+        ("max_fraction", max_fraction),
+        ("subnormal_fraction_threshold", subnormal_fraction_threshold),
+    ):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:
+            raise DiagnosticArgumentError(f"{name} must be in (0, 1], got {value!r}.")
+    rows: list[dict[str, Any]] = []
+    audited: list[tuple[dict[str, Any], list[torch.Tensor]]] = []
+    not_audited = {"not_saved": 0, "not_floating": 0}
+    for op in trace.ops:
+        tensors = (
+            [t for t in saved_tensors(op.out) if t.is_floating_point()] if op.has_saved else []
+        )
+        row = {
+            "op": op.label,
+            "module": op.module,
+            "dtype": op.dtype,
+            "is_audited": bool(tensors),
+            "numel": op.numel,
+            "nan_count": None,
+            "inf_count": None,
+            "max_abs": None,
+            "dtype_max": None,
+            "subnormal_frac": None,
+            "downcast_from": _downcast_from(op),
+            "flags": (),
+            "source_line": f"{op.file}:{op.line}" if op.file else None,
+        }
+        rows.append(row)
+        if tensors:
+            audited.append((row, tensors))
+        else:
+            not_audited["not_saved" if not op.has_saved else "not_floating"] += 1
+    stats = value_stats([tensors for _, tensors in audited])
+    subnormals = fetch_floats([_subnormal_count(tensors) for _, tensors in audited])
+    for (row, tensors), stat, subnormal in zip(audited, stats, subnormals):
+        finfo = torch.finfo(tensors[0].dtype)
+        row["dtype"] = str(tensors[0].dtype).removeprefix("torch.")
+        row["numel"] = stat.numel
+        row["nan_count"] = stat.nan_count
+        row["inf_count"] = stat.posinf_count + stat.neginf_count
+        row["max_abs"] = (
+            None if stat.finite_min is None else max(abs(stat.finite_min), abs(stat.finite_max))
+        )
+        row["dtype_max"] = finfo.max
+        row["subnormal_frac"] = subnormal[0] / stat.numel if stat.numel else 0.0
+        flags = []
+        if not stat.is_finite:
+            flags.append("nonfinite")
+        if row["max_abs"] is not None and row["max_abs"] >= max_fraction * finfo.max:
+            flags.append("near_max")
+        if row["subnormal_frac"] and row["subnormal_frac"] >= subnormal_fraction_threshold:
+            flags.append("subnormal_heavy")
+        row["flags"] = tuple(flags)
+    for row in rows:
+        if row["downcast_from"] is not None:
+            row["flags"] += ("downcast",)
+    attrs = {
+        "max_fraction": float(max_fraction),
+        "subnormal_fraction_threshold": float(subnormal_fraction_threshold),
+        "num_audited_ops": len(audited),
+        "num_ops": len(rows),
+        "not_audited": not_audited,
+    }
+    return rows, attrs
+
+
+def dtype_range(
+    trace: Trace, *, max_fraction: float = 0.9, subnormal_fraction_threshold: float = 0.1
+) -> DTypeRangeReport:
+    """Audit saved activations for non-finite, near-max, subnormal-heavy and downcast hazards.
+
+    Args:
+        trace: any trace (a PartialTrace too); value hazards need saved outputs.
+        max_fraction: flag finite magnitudes at or above this fraction of the dtype's max.
+        subnormal_fraction_threshold: flag outputs with at least this fraction of subnormal
+            elements.
+
+    Returns:
+        A :class:`~torchlens_nb.report.DTypeRangeReport`: findings, coverage
+        (``num_audited_ops`` / ``num_ops``) and one table row per op.
+
+    Raises:
+        DiagnosticArgumentError: a threshold outside (0, 1].
+
+    Cost: two reductions per saved floating output, two host syncs per device in all.
+
+    Example:
+        >>> import torch, torchlens_nb as tl
+        >>> t = tl.trace(torch.nn.ReLU(), torch.tensor([[-1.0, 2.0]]))
+        >>> audit = tl.debug.dtype_range(t)
+        >>> len(audit.findings), audit.num_audited_ops, audit.num_ops
+        (0, 2, 2)
+    """
+    rows, attrs = dtype_range_rows(
+        trace, max_fraction=max_fraction, subnormal_fraction_threshold=subnormal_fraction_threshold
+    )
+    findings = _findings(trace, rows)
+    audited, total = attrs["num_audited_ops"], attrs["num_ops"]
+    serious = [f for f in findings if f.severity != "info"]
+    if serious:
+        status = "found"
+        lead = f"{len(serious)} range hazards in {audited} of {total} audited ops."
+    elif audited:
+        status = "clean"
+        lead = (
+            f"no non-finite, near-max or subnormal-heavy value in the {audited} audited "
+            f"ops (of {total})."
+        )
+    else:
+        status, lead = "unknown", f"none of the {total} ops had a saved floating-point output."
+    disclosures = []
+    if audited < total:
+        missing = attrs["not_audited"]
+        disclosures.append(
+            f"{total - audited} ops were not audited for values ({missing['not_saved']} not "
+            f"saved, {missing['not_floating']} not floating point); downcasts "
+            "are read from recorded dtypes for every op."
+        )
+    return DTypeRangeReport(
+        subject=f"{trace.model_type} ({total} ops)",
+        status=status,
+        lead=lead,
+        findings=tuple(findings),
+        tables=(
+            Table.from_dicts(
+                "dtype_range", rows, DTYPE_RANGE_COLUMNS, {**attrs, **ROW_ACTION_ATTRS}
+            ),
+        ),
+        disclosures=tuple(disclosures),
+        actions=row_actions(trace),
+        num_audited_ops=audited,
+        num_ops=total,
+        max_fraction=attrs["max_fraction"],
+        subnormal_fraction_threshold=attrs["subnormal_fraction_threshold"],
+    )
+
+
+def _dtype(name: str | None) -> torch.dtype | None:
+    dtype = getattr(torch, name, None) if name else None
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
+
+
+def _downcast_from(op: Op) -> str | None:
+    """The first floating input dtype with more range or precision than the output's."""
+    out = _dtype(op.dtype)
+    if out is None:
+        return None
+    narrow = torch.finfo(out)
+    for _, name in op.arg_meta:
+        source = _dtype(name)
+        if source is not None:
+            wide = torch.finfo(source)
+            if wide.max > narrow.max or wide.eps < narrow.eps:
+                return name
+    return None
+
+
+def _subnormal_count(tensors: list[torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        counts = [((t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)).sum() for t in tensors]
+        return torch.stack(counts).sum()
+
+
+def _findings(trace: Trace, rows: list[dict[str, Any]]) -> list[Finding]:
+    findings = []
+    nonfinite = [r for r in rows if "nonfinite" in r["flags"]]
+    if nonfinite:
+        first = nonfinite[0]
+        findings.append(
+            Finding(
+                code="nonfinite_values",
+                severity="critical",
+                message=(
+                    f"{len(nonfinite)} saved outputs hold NaN or Inf; the first is {first['op']} "
+                    f"({first['nan_count']} NaN, {first['inf_count']} Inf of {first['numel']})."
+                ),
+                where=where_of(trace[first["op"]]),
+                remedy="tl.debug.nonfinite_origin(trace) names the op where they are born.",
+                fields={"count": len(nonfinite), "ops": [r["op"] for r in nonfinite[:20]]},
+            )
+        )
+    for row in rows:
+        where = where_of(trace[row["op"]])
+        if "near_max" in row["flags"]:
+            findings.append(
+                Finding(
+                    code="near_dtype_max",
+                    severity="warning",
+                    message=(
+                        f"{row['op']} reaches {row['max_abs']:.6g}, "
+                        f"{row['max_abs'] / row['dtype_max']:.0%} of {row['dtype']}'s finite "
+                        f"max {row['dtype_max']:.6g}."
+                    ),
+                    where=where,
+                    remedy=(
+                        "compute this op in a wider dtype (float32/bfloat16) or "
+                        "rescale its inputs; one more multiply may overflow to Inf."
+                    ),
+                    fields={"max_abs": row["max_abs"], "dtype_max": row["dtype_max"]},
+                )
+            )
+        if "subnormal_heavy" in row["flags"]:
+            findings.append(
+                Finding(
+                    code="subnormal_heavy",
+                    severity="warning",
+                    message=(
+                        f"{row['subnormal_frac']:.0%} of {row['op']}'s {row['numel']} values "
+                        f"are subnormal in {row['dtype']} (precision is lost below "
+                        f"{torch.finfo(getattr(torch, row['dtype'])).tiny:.3g})."
+                    ),
+                    where=where,
+                    remedy="rescale the values or keep this op in a wider dtype.",
+                    fields={"subnormal_frac": row["subnormal_frac"]},
+                )
+            )
+        if "downcast" in row["flags"]:
+            findings.append(
+                Finding(
+                    code="downcast",
+                    severity="info",
+                    message=f"{row['op']} outputs {row['dtype']} from a {row['downcast_from']} input.",
+                    where=where,
+                    remedy="expected under autocast; otherwise check the explicit cast.",
+                    fields={"from": row["downcast_from"], "to": row["dtype"]},
+                )
+            )
+    return findings

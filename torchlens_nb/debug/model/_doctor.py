@@ -1,0 +1,290 @@
+"""``tl.report.doctor``: environment and model compatibility rows.
+
+The doctor never runs the model: it inspects the installed stack, the model's parameters,
+wrappers and tensors, and the input tree. Statuses are ``pass``, ``known_broken``, ``scope`` and
+``not_tested``; severities ``ok``, ``info``, ``warning`` and ``error``. The report classes live in
+``report/_model.py``; the spec spells the call ``tl.report.doctor``, served from here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import shutil
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ...report import Finding, Table, frozen_mapping
+from ...report._model import FINDING_SEVERITY, DoctorCheck, DoctorReport
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def capabilities() -> dict[str, bool]:
+    """Feature flags of the running torch, probed without side effects."""
+    dynamo = sys.modules.get("torch._dynamo")
+    return {
+        "HAS_TORCH_FUNCTION_MODE": hasattr(torch.overrides, "TorchFunctionMode"),
+        "HAS_GLOBAL_MODULE_HOOKS_ALWAYS_CALL": "always_call"
+        in torch.nn.modules.module.register_module_forward_hook.__code__.co_varnames,
+        "HAS_SET_STANCE": hasattr(torch.compiler, "set_stance"),
+        "HAS_DYNAMO_COMPILE_COUNTERS": dynamo is not None
+        or importlib.util.find_spec("torch._dynamo") is not None,
+        "HAS_MULTI_GRAD_HOOK": hasattr(torch.autograd.graph, "register_multi_grad_hook"),
+        "HAS_POST_ACCUMULATE_GRAD_HOOK": hasattr(
+            torch.Tensor, "register_post_accumulate_grad_hook"
+        ),
+        "HAS_FOREACH_NORM": hasattr(torch, "_foreach_norm"),
+        "HAS_FLOP_COUNTER": importlib.util.find_spec("torch.utils.flop_counter") is not None,
+        "HAS_CUDA": torch.cuda.is_available(),
+        "HAS_DISTRIBUTED": torch.distributed.is_available(),
+        "HAS_GRAPHVIZ_DOT": shutil.which("dot") is not None,
+        "HAS_GRAPHVIZ_PY": importlib.util.find_spec("graphviz") is not None,
+        "HAS_PANDAS": importlib.util.find_spec("pandas") is not None,
+        "HAS_PLOTLY": importlib.util.find_spec("plotly") is not None,
+        "HAS_ANYWIDGET": importlib.util.find_spec("anywidget") is not None,
+        "HAS_TRANSFORMERS": importlib.util.find_spec("transformers") is not None,
+    }
+
+
+def _env_rows(caps: Mapping[str, bool]) -> list[DoctorCheck]:
+
+    rows = [DoctorCheck("pytorch", "PyTorch", "pass", "ok", True, f"torch {torch.__version__}", "")]
+    missing = sorted(k for k, v in caps.items() if not v and k not in _OPTIONAL_CAPS)
+    optional = sorted(k for k, v in caps.items() if not v and k in _OPTIONAL_CAPS)
+    rows.append(
+        DoctorCheck(
+            "torch_capabilities",
+            "torch capabilities",
+            "known_broken" if missing else "pass",
+            "error" if missing else "ok",
+            not missing,
+            f"{sum(caps.values())}/{len(caps)} available"
+            + (f"; missing: {', '.join(missing)}" if missing else "")
+            + (f"; optional absent: {', '.join(optional)}" if optional else ""),
+            "upgrade torch (tested on 2.13)" if missing else "",
+        )
+    )
+    rows.append(
+        DoctorCheck(
+            "cuda",
+            "CUDA",
+            "pass" if caps["HAS_CUDA"] else "scope",
+            "info",
+            caps["HAS_CUDA"],
+            "available" if caps["HAS_CUDA"] else "no CUDA device: CPU only",
+            "",
+        )
+    )
+    rows.append(
+        DoctorCheck(
+            "graphviz",
+            "Graphviz dot",
+            "pass" if caps["HAS_GRAPHVIZ_DOT"] else "known_broken",
+            "ok" if caps["HAS_GRAPHVIZ_DOT"] else "warning",
+            caps["HAS_GRAPHVIZ_DOT"],
+            shutil.which("dot") or "the dot binary is not on PATH",
+            ""
+            if caps["HAS_GRAPHVIZ_DOT"]
+            else "install graphviz (apt-get install graphviz) for sketch_grad_fn file renders",
+        )
+    )
+    for key, dist, purpose in _EXTRAS:
+        version = _version(dist)
+        rows.append(
+            DoctorCheck(
+                f"extra_{key}",
+                dist,
+                "pass" if version else "not_tested",
+                "ok" if version else "info",
+                version is not None,
+                f"{dist} {version}" if version else f"{dist} not installed",
+                "" if version else f"optional: pip install {dist} ({purpose})",
+            )
+        )
+    return rows
+
+
+_OPTIONAL_CAPS = frozenset({"HAS_CUDA", "HAS_TRANSFORMERS", "HAS_GRAPHVIZ_DOT", "HAS_PLOTLY"})
+_EXTRAS = (
+    ("anywidget", "anywidget", "live panels"),
+    ("pandas", "pandas", "to_pandas() tables"),
+    ("plotly", "plotly", "figure() charts"),
+    ("transformers", "transformers", "Hugging Face models"),
+    ("safetensors", "safetensors", "checkpoint scans"),
+)
+
+
+def _model_rows(model: Any, inputs: Any) -> list[DoctorCheck]:
+    from torch import nn
+
+    if not isinstance(model, nn.Module):
+        return [
+            DoctorCheck(
+                "model_type",
+                "model",
+                "known_broken",
+                "error",
+                False,
+                f"{type(model).__name__} is not an nn.Module",
+                "pass the nn.Module itself",
+            )
+        ]
+    rows: list[DoctorCheck] = []
+    compiled = hasattr(model, "_orig_mod")
+    rows.append(
+        DoctorCheck(
+            "wrapper_compile",
+            "torch.compile wrapper",
+            "scope" if compiled else "pass",
+            "info" if compiled else "ok",
+            compiled,
+            "compiled: capture records the eager original" if compiled else "not compiled",
+            "",
+        )
+    )
+    wrapped = type(model).__name__ in (
+        "DistributedDataParallel",
+        "DataParallel",
+        "FullyShardedDataParallel",
+    )
+    rows.append(
+        DoctorCheck(
+            "wrapper_distributed",
+            "distributed wrapper",
+            "scope" if wrapped else "pass",
+            "info" if wrapped else "ok",
+            wrapped,
+            type(model).__name__ if wrapped else "none",
+            "",
+        )
+    )
+    params = list(model.parameters())
+    meta = [p for p in params if p.device.type == "meta"]
+    odd = [p for p in params if p.is_sparse or p.is_quantized]
+    rows.append(
+        DoctorCheck(
+            "tensor_variants",
+            "parameter tensor variants",
+            "known_broken" if meta or odd else "pass",
+            "warning" if meta or odd else "ok",
+            bool(meta or odd),
+            f"{len(params)} parameters; {len(meta)} on meta; {len(odd)} sparse/quantized",
+            "materialise meta parameters (model.to_empty(device=...) and load weights) before "
+            "capture"
+            if meta
+            else "",
+        )
+    )
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params})
+    rows.append(
+        DoctorCheck(
+            "param_dtypes",
+            "parameter dtypes",
+            "pass",
+            "ok",
+            True,
+            ", ".join(dtypes) or "no parameters",
+            "",
+        )
+    )
+    dist_on = torch.distributed.is_available() and torch.distributed.is_initialized()
+    rows.append(
+        DoctorCheck(
+            "distributed_state",
+            "torch.distributed",
+            "scope" if dist_on else "pass",
+            "info" if dist_on else "ok",
+            dist_on,
+            "process group initialised" if dist_on else "not initialised",
+            "",
+        )
+    )
+    if inputs is not None:
+        tensors = _input_tensors(inputs)
+        rows.append(
+            DoctorCheck(
+                "inputs",
+                "inputs",
+                "pass" if tensors else "known_broken",
+                "ok" if tensors else "warning",
+                bool(tensors),
+                f"{len(tensors)} tensors: "
+                + ", ".join(
+                    f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in tensors[:4]
+                ),
+                "" if tensors else "pass a tensor, a tuple or a dict of keyword arguments",
+            )
+        )
+    return rows
+
+
+def _input_tensors(value: Any, depth: int = 0) -> list[Any]:
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth > 4 or isinstance(value, (str, bytes)):
+        return []
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _input_tensors(item, depth + 1)]
+    return []
+
+
+def doctor(model: Any = None, inputs: Any = None) -> DoctorReport:
+    """Check the environment and, optionally, a model's compatibility (the model is not run).
+
+    Example:
+        >>> report = doctor()
+        >>> report.check("pytorch").status
+        'pass'
+    """
+
+    caps = capabilities()
+    rows = _env_rows(caps)
+    if model is not None:
+        rows += _model_rows(model, inputs)
+    findings = tuple(
+        Finding(
+            f"doctor_{row.key}",
+            FINDING_SEVERITY[row.severity],
+            row.details,
+            remedy=row.suggestion or None,
+            fields={"status": row.status},
+        )
+        for row in rows
+        if row.severity in ("warning", "error")
+    )
+    broken = [row for row in rows if row.status == "known_broken"]
+    table = Table.from_dicts(
+        "checks",
+        [vars(row) for row in rows],
+        ("key", "label", "status", "severity", "is_detected", "details", "suggestion"),
+    )
+    return DoctorReport(
+        subject=f"torch {torch.__version__}"
+        + (f", {type(model).__name__}" if model is not None else ""),
+        status="warn" if broken else "ok",
+        lead=(
+            f"{len(broken)} of {len(rows)} rows known broken"
+            if broken
+            else f"all {len(rows)} rows pass or are out of scope"
+        ),
+        findings=findings,
+        tables=(table,),
+        checks=tuple(rows),
+        torch_version=torch.__version__,
+        model_type=None
+        if model is None
+        else f"{type(model).__module__}.{type(model).__qualname__}",
+        capabilities=frozen_mapping(caps),
+    )

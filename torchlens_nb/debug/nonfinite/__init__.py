@@ -1,0 +1,14 @@
+"""NaN forensics: where a NaN/Inf was born, forward (find_nan, bisect_nan, nonfinite_origin) or backward (bisect_nan_backward)."""
+
+from ._backward import bisect_nan_backward
+from ._find import bisect_nan, find_nan, find_nan_in_trace
+from ._origin import amp_scaled_grads_hint, nonfinite_origin
+
+__all__ = [
+    "amp_scaled_grads_hint",
+    "bisect_nan",
+    "bisect_nan_backward",
+    "find_nan",
+    "find_nan_in_trace",
+    "nonfinite_origin",
+]

@@ -1,0 +1,50 @@
+"""The ``trace.audit()`` roll-up: what each trace-local diagnostic found, and what it skipped.
+
+Built by ``debug/audit/``; findings of every diagnostic that ran are merged, each carrying
+``fields["check"]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ._base import Report, Unavailable
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """How one diagnostic of ``trace.audit()`` ended."""
+
+    check: str
+    """Diagnostic name, e.g. ``"dtype_range"``."""
+    report_type: str
+    status: str
+    lead: str
+    num_findings: int
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class HealthReport(Report):
+    """What ``trace.audit()`` ran, what each found, and what it skipped (never counted as run).
+
+    ``findings`` merge the findings of every diagnostic that ran; each carries
+    ``fields["check"]``. The full sub-report of a check opens with
+    ``run_action("open", check=name)``.
+    """
+
+    report_type = "health"
+    checks_run: tuple[str, ...] = ()
+    outcomes: tuple[CheckOutcome, ...] = ()
+
+    @property
+    def skipped(self) -> tuple[Unavailable, ...]:
+        """Diagnostics not run on this trace, each with its reason (``check``, ``reason``)."""
+        return self.unavailable
+
+    def _data(self) -> dict[str, Any]:
+        return {
+            "checks_run": list(self.checks_run),
+            "outcomes": [dataclasses.asdict(o) for o in self.outcomes],
+        }

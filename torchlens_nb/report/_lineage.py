@@ -1,0 +1,117 @@
+"""``LineageReport``: the ancestors and/or descendants of one op, ring by ring.
+
+A node carries what a person needs to judge it without the trace: op, module, source line,
+shape, dtype, finiteness and (where the value was saved) its statistics. The payload ships at most
+:data:`MAX_PAYLOAD_NODES` nodes, nearest rings first; the panel asks for the next ring of a node
+through the report's ``expand`` action, so a 5,000-op trace never ships whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import OpNotFoundError
+from ._base import Report, Where
+from ._nonfinite import ValueStats
+
+Direction = Literal["ancestors", "descendants", "both"]
+Relation = Literal["root", "ancestor", "descendant"]
+Finiteness = Literal["finite", "nonfinite", "unknown"]
+CheckedBy = Literal["saved", "live", "dtype"]
+"""How finiteness is known: a saved value, a live check during the forward, an integer dtype."""
+
+MAX_PAYLOAD_NODES = 400
+"""Nodes shipped to a panel per report: 400 nodes is about 200 KB of JSON, the most a notebook
+cell should carry; the rest stays one ``expand`` away."""
+
+
+@dataclass(frozen=True)
+class LineageNode:
+    """One op in a lineage walk."""
+
+    label: str
+    index: int
+    """Position of the op in execution order."""
+    func: str
+    module: str
+    relation: Relation
+    depth: int
+    """Edges from the root (0 for the root itself)."""
+    file: str | None
+    line: int | None
+    code: str | None
+    shape: tuple[int, ...] | None
+    dtype: str | None
+    finiteness: Finiteness
+    checked_by: CheckedBy | None
+    """None when finiteness is ``unknown`` (value not saved, not checked live)."""
+    parents: tuple[str, ...]
+    """Every parent label in the trace (not only those in this report)."""
+    children: tuple[str, ...]
+    is_frontier: bool
+    """It has neighbours in the walk's direction that this report does not include."""
+    stats: ValueStats | None = None
+
+    def where(self) -> Where:
+        return Where(
+            op=self.label, module=self.module, file=self.file, line=self.line, code=self.code
+        )
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)  # keep Report's short repr
+class LineageReport(Report):
+    """``tl.debug.lineage``: nodes in walk order (root first, then ring by ring)."""
+
+    report_type = "lineage"
+    root: str
+    direction: Direction
+    max_depth: int | None
+    nodes: tuple[LineageNode, ...]
+    message: str
+    """One sentence: how many ancestors/descendants within which depth."""
+    highlight: str | None = None
+    """Label the panel marks (the NaN origin, when the lineage was opened from a NaN report)."""
+    highlight_role: str | None = None
+    """What the marked node is, in words: ``origin``, ``first non-finite seen``, ..."""
+
+    def node(self, label: str) -> LineageNode:
+        """The node labelled ``label``."""
+        for item in self.nodes:
+            if item.label == label:
+                return item
+        raise OpNotFoundError(
+            f"{label!r} is not in this lineage; its labels start with "
+            f"{[n.label for n in self.nodes[:8]]}. Expand a frontier node "
+            "(report.run_action('expand', label=...)) to reach further."
+        )
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(n.label for n in self.nodes)
+
+    def _data(self) -> dict[str, Any]:
+        shipped = self.nodes[:MAX_PAYLOAD_NODES]
+        return {
+            "root": self.root,
+            "direction": self.direction,
+            "max_depth": self.max_depth,
+            "message": self.message,
+            "highlight": self.highlight,
+            "highlight_role": self.highlight_role,
+            "nodes": [dataclasses.asdict(n) for n in shipped],
+            "num_nodes": len(self.nodes),
+            "num_shipped": len(shipped),
+        }
+
+
+__all__ = [
+    "MAX_PAYLOAD_NODES",
+    "CheckedBy",
+    "Direction",
+    "Finiteness",
+    "LineageNode",
+    "LineageReport",
+    "Relation",
+]

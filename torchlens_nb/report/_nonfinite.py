@@ -1,0 +1,282 @@
+"""Reports of the NaN forensics: where a non-finite value first appeared, forward or backward.
+
+One vocabulary serves every NaN tool: :class:`FirstBadThing` names the first bad value (phase,
+kind, op, module, file:line and the code text, whether its inputs were proven finite), and
+:class:`ValueStats` holds the value statistics computed in Python (never in a panel). The
+forward scans (``find_nan``, ``bisect_nan``, ``nonfinite_origin``) share
+:class:`NonfiniteScanReport`; ``bisect_nan_backward`` returns :class:`BackwardNanReport`.
+Lineage lives in ``report/lineage.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._base import Report, Where, frozen_mapping
+
+if TYPE_CHECKING:
+    from ._lineage import LineageNode
+
+NonfiniteKind = Literal["nan", "inf", "-inf", "mixed"]
+"""``nan``, ``inf``, ``-inf``: only that kind of non-finite value; ``mixed``: more than one."""
+Phase = Literal["forward", "backward"]
+Coverage = Literal["full", "partial", "none"]
+"""``full``: every floating-point value in scope was checked; ``none``: nothing could be."""
+Transition = Literal["clean", "birth", "propagated", "healed", "root_seed", "unchecked"]
+"""How one grad_fn fire changed finiteness, from its incoming to its outgoing gradients."""
+
+
+@dataclass(frozen=True)
+class ValueStats:
+    """Counts and finite-value statistics of one tensor (several outputs: all of them)."""
+
+    numel: int
+    nan_count: int
+    posinf_count: int
+    neginf_count: int
+    finite_min: float | None
+    """Smallest finite element (None when no element is finite)."""
+    finite_max: float | None
+    finite_mean: float | None
+    """Mean over the finite elements only."""
+
+    @property
+    def is_finite(self) -> bool:
+        return self.nan_count == 0 and self.posinf_count == 0 and self.neginf_count == 0
+
+    @property
+    def kind(self) -> NonfiniteKind | None:
+        """The non-finite kind present, ``mixed`` for several, None when all finite."""
+        present = [
+            name
+            for name, count in (
+                ("nan", self.nan_count),
+                ("inf", self.posinf_count),
+                ("-inf", self.neginf_count),
+            )
+            if count
+        ]
+        if not present:
+            return None
+        return present[0] if len(present) == 1 else "mixed"  # type: ignore[return-value]
+
+    def text(self) -> str:
+        """``nan=2 +inf=0 -inf=0 of 4; finite min/mean/max -1 / 0.5 / 2``."""
+        head = (
+            f"nan={self.nan_count} +inf={self.posinf_count} -inf={self.neginf_count} "
+            f"of {self.numel}"
+        )
+        if self.finite_min is None:
+            return head + "; no finite element"
+        return (
+            f"{head}; finite min/mean/max {self.finite_min:.4g} / {self.finite_mean:.4g} / "
+            f"{self.finite_max:.4g}"
+        )
+
+
+@dataclass(frozen=True)
+class FirstBadThing:
+    """The first non-finite value a NaN tool found, in the vocabulary shared by every phase."""
+
+    phase: Phase
+    """``forward``: an op output; ``backward``: a gradient a grad_fn fire sent on."""
+    kind: NonfiniteKind
+    op: str | None
+    """Trace label of the forward op (for backward: the op the grad_fn differentiates)."""
+    func: str | None
+    module: str | None
+    """Innermost module address (``""`` is the root module)."""
+    file: str | None
+    line: int | None
+    code: str | None
+    """Text of the op's own source line."""
+    is_proven: bool
+    """True when every input of it was checked finite, so it is where the value was born."""
+    node: str | None = None
+    """grad_fn class name of the backward fire, e.g. ``SqrtBackward0`` (backward only)."""
+    fire_order: int | None = None
+    """Position of that fire in measured fire order (backward only)."""
+    stats: ValueStats | None = None
+    """Statistics of the bad value (the forward output, or the outgoing gradient)."""
+
+    def where(self) -> Where:
+        return Where(op=self.op, module=self.module, file=self.file, line=self.line, code=self.code)
+
+    def text(self) -> str:
+        """``nan at div_1 in enc.head (model.py:12: `return a / b`)``."""
+        subject = f"{self.node} (fire {self.fire_order}) for {self.op}" if self.node else self.op
+        place = f" in {self.module}" if self.module else ""
+        source = f" ({_file_name(self.file)}:{self.line}: `{self.code}`)" if self.file else ""
+        return f"{self.kind} at {subject}{place}{source}"
+
+
+def _file_name(path: str | None) -> str:
+    return (path or "?").replace("\\", "/").rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)  # keep Report's short repr
+class NonfiniteScanReport(Report):
+    """Fields every forward NaN scan reports: what it found and how much it checked."""
+
+    report_type = "nonfinite_scan"
+    found: bool
+    """A non-finite op output was seen."""
+    kind: NonfiniteKind | None
+    first_bad_thing: FirstBadThing | None
+    mode: Literal["live", "saved"]
+    """``live``: values checked while the forward ran; ``saved``: a trace's saved payloads."""
+    num_ops: int
+    """Ops in scope (for a live run that stopped: the ops run before the stop)."""
+    num_checked: int
+    """Floating-point op outputs whose values were checked."""
+    num_unchecked: int
+    """Floating-point op outputs that could not be checked (not saved)."""
+    num_exact: int
+    """Integer and bool outputs: finite by dtype, no check needed."""
+    coverage: Coverage
+    uncertainty_zone: tuple[str, ...] = ()
+    """Unchecked ops any of which, instead of ``first_bad_thing.op``, may be the origin."""
+    lineage_nodes: tuple[LineageNode, ...] = ()
+    """The first ring both ways around the bad op (the panel's lineage view starts here)."""
+    lineage_role: str | None = None
+    """What the bad op is in that view: ``origin`` when proven, else ``first non-finite seen``."""
+
+    @property
+    def op(self) -> str | None:
+        """Label of the first non-finite op output (None when clean)."""
+        return self.first_bad_thing.op if self.first_bad_thing else None
+
+    @property
+    def is_certain(self) -> bool:
+        """True when the result holds for every op: full coverage, or a proven origin."""
+        if self.found:
+            return bool(self.first_bad_thing and self.first_bad_thing.is_proven)
+        return self.coverage == "full"
+
+    def _data(self) -> dict[str, Any]:
+        data = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in _BASE_FIELDS
+        }
+        data.update(op=self.op, is_certain=self.is_certain)
+        return data
+
+
+_BASE_FIELDS = frozenset(f.name for f in dataclasses.fields(Report))
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class FindNanReport(NonfiniteScanReport):
+    """``tl.debug.find_nan`` (live) and ``trace.find_nan()`` (saved payloads)."""
+
+    report_type = "find_nan"
+    is_stopped_early: bool = False
+    """A live run stopped right after the first non-finite output (later ops never ran)."""
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class BisectNanReport(NonfiniteScanReport):
+    """``tl.debug.bisect_nan``: the first saved op with a NaN or Inf output."""
+
+    report_type = "bisect_nan"
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class NonfiniteReport(NonfiniteScanReport):
+    """``tl.debug.nonfinite_origin``: the op where the non-finite value was born."""
+
+    report_type = "nonfinite"
+    num_nonfinite: int = 0
+    """Checked op outputs holding a non-finite value."""
+    num_propagated: int = 0
+    """Non-finite outputs downstream of a non-finite input (they merely carry it on)."""
+    num_unattributed: int = 0
+    """Non-finite outputs whose inputs were not checked (born there or carried through)."""
+    other_births: tuple[str, ...] = ()
+    """Later ops that also turned finite inputs into a non-finite output."""
+    nonfinite_params: tuple[str, ...] = ()
+    """Parameters/buffers of the origin op that are non-finite (live form only)."""
+    reaches_output: bool | None = None
+    """The non-finite value reached a model output (None when not known)."""
+    amp_hint: str = ""
+    anomaly_recipe: str = ""
+    """The ``torch.autograd.set_detect_anomaly`` recipe for what this tool cannot see."""
+
+    @property
+    def origin(self) -> FirstBadThing | None:
+        """The origin op (alias of ``first_bad_thing``)."""
+        return self.first_bad_thing
+
+
+@dataclass(frozen=True)
+class TransitionRow:
+    """One grad_fn fire of a backward pass and how it changed finiteness."""
+
+    order: int
+    node: str
+    transition: Transition
+    ops: tuple[str, ...]
+    """Forward ops the node differentiates (empty for internal nodes such as AccumulateGrad)."""
+    incoming: Literal["finite", "nonfinite", "unknown", "none"]
+    """Finiteness of the gradients flowing in (``none``: no incoming tensor)."""
+    outgoing: Literal["finite", "nonfinite", "unknown", "none"]
+    kind: NonfiniteKind | None
+    """Kind of the outgoing non-finite values, when there are any."""
+
+
+TRANSITION_COLUMNS = ("order", "node", "transition", "ops", "incoming", "outgoing", "kind")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class BackwardNanReport(Report):
+    """``tl.debug.bisect_nan_backward``: the fire ledger of one backward pass."""
+
+    report_type = "backward_nan"
+    bwd: int
+    """Index of the backward pass in ``trace.backward_passes``."""
+    found: bool
+    kind: NonfiniteKind | None
+    first_bad_thing: FirstBadThing | None
+    """The earliest provable birth (or a non-finite root seed), joined to its forward op."""
+    transitions: tuple[TransitionRow, ...]
+    counts: Mapping[str, int] = dataclasses.field(default_factory=frozen_mapping)
+    """Transition -> number of fires (every transition present, zeros included)."""
+    coverage: Coverage = "full"
+    grad_scale: float | None = None
+    """The loss scale the caller disclosed (``scaler.get_scale()``), if any."""
+    amp_hint: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "counts", frozen_mapping(self.counts))
+
+    def _data(self) -> dict[str, Any]:
+        # the ledger ships once, as the "transitions" table
+        data = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in _BASE_FIELDS and f.name != "transitions"
+        }
+        data["birth_order"] = self.first_bad_thing.fire_order if self.first_bad_thing else None
+        return data
+
+
+__all__ = [
+    "TRANSITION_COLUMNS",
+    "BackwardNanReport",
+    "BisectNanReport",
+    "Coverage",
+    "FindNanReport",
+    "FirstBadThing",
+    "NonfiniteKind",
+    "NonfiniteReport",
+    "NonfiniteScanReport",
+    "Phase",
+    "Transition",
+    "TransitionRow",
+    "ValueStats",
+]
