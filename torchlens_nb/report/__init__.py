@@ -45,6 +45,7 @@ from ._grad_fn import (
     GradFnGroup,
     GradFnNode,
     GradFnOutput,
+    GradFnReport,
     GradFnSketch,
     SavedShape,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "GradFnGroup",
     "GradFnNode",
     "GradFnOutput",
+    "GradFnReport",
     "GradFnSketch",
     "GradHealthReport",
     "GradientFlowReport",

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from ._base import Report
+from ._base import Report, payload_head
+from ._status import tones
 
 RANGE_COLUMNS = (
     "label",
@@ -307,10 +308,10 @@ class RangeReport(Report):
     """Declared activation ranges against what a :class:`RangeProbe` observed."""
 
     report_type = "range"
+    status_tones = tones({"found": "findings", "clean": "ok", "no_sites": "warning"})
+    status: Literal["found", "clean", "no_sites"]
+    """``no_sites``: no selected site produced a value, so nothing was observed."""
     stats: tuple[RangeStat, ...] = ()
-
-    def _data(self) -> dict[str, Any]:
-        return {"stats": self.stats}
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -318,10 +319,9 @@ class LivenessReport(Report):
     """Per-site zero fraction and running maxima from a :class:`LivenessProbe`."""
 
     report_type = "liveness"
+    status_tones = tones({"measured": "info", "no_sites": "warning"})
+    status: Literal["measured", "no_sites"]
     stats: tuple[LivenessStat, ...] = ()
-
-    def _data(self) -> dict[str, Any]:
-        return {"stats": self.stats}
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -329,23 +329,22 @@ class DeadReport(Report):
     """``tl.dead``: units zero in every sample seen, an upper bound on dead units."""
 
     report_type = "dead"
+    status_tones = tones({"found": "findings", "none_found": "ok", "unavailable": "warning"})
+    payload_properties = ("units_total",)
+    status: Literal["found", "none_found", "unavailable"]
     samples: int = 0
     """Traces (forward passes) compared."""
     batch_rows: int = 0
     """Batch rows over all samples (the leading dimension of each trace's first input)."""
-    units: tuple[DeadUnits, ...] = ()
+    units: tuple[DeadUnits, ...] = field(default=(), metadata=payload_head(MAX_PAYLOAD_ITEMS))
     """Every op scanned, with its dead-unit count (zero included)."""
     ops_not_common: int = 0
     """Ops skipped because they were not saved (or not float) in every trace."""
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "samples": self.samples,
-            "batch_rows": self.batch_rows,
-            "units": self.units[:MAX_PAYLOAD_ITEMS],
-            "units_total": len(self.units),
-            "ops_not_common": self.ops_not_common,
-        }
+    @property
+    def units_total(self) -> int:
+        """Ops scanned (the payload lists at most :data:`MAX_PAYLOAD_ITEMS` of them)."""
+        return len(self.units)
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -353,22 +352,23 @@ class ThresholdReport(Report):
     """``tl.threshold``: saved ops holding values outside ``[low, high]``, in execution order."""
 
     report_type = "threshold"
+    status_tones = tones({"found": "findings", "clean": "ok", "unavailable": "warning"})
+    payload_properties = ("violations_total",)
+    status: Literal["found", "clean", "unavailable"]
     low: float = -math.inf
     high: float = math.inf
     ops_scanned: int = 0
     ops_unsaved: int = 0
     """Ops of the trace (matching the selector) whose output was not saved: not scanned."""
-    violations: tuple[RangeViolation, ...] = ()
+    violations: tuple[RangeViolation, ...] = field(
+        default=(), metadata=payload_head(MAX_PAYLOAD_ITEMS)
+    )
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "low": self.low,
-            "high": self.high,
-            "ops_scanned": self.ops_scanned,
-            "ops_unsaved": self.ops_unsaved,
-            "violations": self.violations[:MAX_PAYLOAD_ITEMS],
-            "violations_total": len(self.violations),
-        }
+    @property
+    def violations_total(self) -> int:
+        """Ops holding values outside the range (the payload lists at most
+        :data:`MAX_PAYLOAD_ITEMS`)."""
+        return len(self.violations)
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -376,6 +376,9 @@ class DeadNeuronsReport(Report):
     """Units that are zero at every position, one row per op a module (or the model) returned."""
 
     report_type = "dead_neurons"
+    status_tones = tones({"found": "findings", "clean": "ok", "unknown": "warning"})
+    status: Literal["found", "clean", "unknown"]
+    """``unknown``: no row could be counted (nothing saved or nothing floating point)."""
     dim: int | None
     """The unit axis forced by the caller, or None for the per-op rules."""
     max_activation: float
@@ -384,35 +387,20 @@ class DeadNeuronsReport(Report):
     """Rows whose output was saved and floating point (the others have no count)."""
     total_dead: int
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "dim": self.dim,
-            "max_activation": self.max_activation,
-            "num_rows": self.num_rows,
-            "num_counted": self.num_counted,
-            "total_dead": self.total_dead,
-        }
-
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class DTypeRangeReport(Report):
     """Numeric-range and precision hazards of saved activations, with audited coverage."""
 
     report_type = "dtype_range"
+    status_tones = tones({"found": "findings", "clean": "ok", "unknown": "warning"})
+    status: Literal["found", "clean", "unknown"]
     num_audited_ops: int
     """Ops whose saved floating-point output was inspected."""
     num_ops: int
     """Every op of the trace (unsaved and non-float outputs are counted here, not audited)."""
     max_fraction: float
     subnormal_fraction_threshold: float
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "num_audited_ops": self.num_audited_ops,
-            "num_ops": self.num_ops,
-            "max_fraction": self.max_fraction,
-            "subnormal_fraction_threshold": self.subnormal_fraction_threshold,
-        }
 
 
 __all__ = [

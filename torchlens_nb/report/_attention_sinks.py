@@ -18,10 +18,11 @@ import math
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import ReportOptionError
-from ._base import Report, frozen_mapping
+from ._base import Report, frozen_mapping, payload_as
+from ._status import tones
 
 
 @dataclass(frozen=True)
@@ -106,25 +107,52 @@ class PatternBlock:
         ]
 
 
+PATTERN_ENCODING = "zlib(uint8 round(levels * sqrt(p)))"
+"""How the pattern bytes encode probabilities (the panel inverts it)."""
+
+
+@dataclass(frozen=True)
+class ResidualSummary:
+    """What the payload says of one residual site."""
+
+    label: str
+    module: str
+    dims: int
+    median_mean_abs: float
+    outliers: tuple[OutlierDim, ...]
+
+
+@dataclass(frozen=True)
+class PatternSummary:
+    """What the payload says of the pattern block."""
+
+    layers: int
+    heads: int
+    positions: int
+    levels: int
+    encoding: str
+    bytes: int
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class AttentionSinksReport(Report):
     """``tl.debug.attention_sinks``: sink heads per layer, outlier residual dims, patterns."""
 
     report_type = "attention_sinks"
+    status_tones = tones({"flagged": "info", "none_flagged": "ok", "unavailable": "warning"})
+    status: Literal["flagged", "none_flagged", "unavailable"]
+    """``flagged``: sink heads or outlier dimensions were found (statistics, normal in trained
+    models: info); ``unavailable``: the attention probabilities could not be observed."""
     tokens: tuple[str, ...] = ()
     """Token strings of the shown sample, one per position (padding included)."""
     sample: int = 0
     """Batch index whose patterns and tokens are shown (statistics pool the whole batch)."""
     layers: tuple[AttentionLayer, ...] = ()
-    residual: tuple[ResidualLayer, ...] = ()
+    residual: tuple[ResidualLayer, ...] = field(default=(), metadata=payload_as("residual_summary"))
     sink_heads: tuple[SinkHead, ...] = ()
     outlier_dims: tuple[OutlierDim, ...] = ()
     thresholds: Mapping[str, float] = field(default_factory=frozen_mapping)
-    patterns: PatternBlock | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "thresholds", frozen_mapping(self.thresholds))
+    patterns: PatternBlock | None = field(default=None, metadata=payload_as("pattern_summary"))
 
     def pattern(self, layer: int, head: int) -> list[list[float]]:
         """The shown sample's attention pattern of ``head`` in attention layer ``layer``."""
@@ -134,6 +162,30 @@ class AttentionSinksReport(Report):
                 f"{self.status!r}); see its unavailable entries."
             )
         return self.patterns.decode(layer, head)
+
+    @property
+    def residual_summary(self) -> tuple[ResidualSummary, ...]:
+        """Per residual site: its outlier dimensions and median, not every dimension (those
+        travel as the binary ``residual_mean_abs`` array)."""
+        return tuple(
+            ResidualSummary(r.label, r.module, len(r.mean_abs), r.median_mean_abs, r.outliers)
+            for r in self.residual
+        )
+
+    @property
+    def pattern_summary(self) -> PatternSummary | None:
+        """Shape and encoding of the pattern block (its bytes travel as a binary array)."""
+        if self.patterns is None:
+            return None
+        block = self.patterns
+        return PatternSummary(
+            block.layers,
+            block.heads,
+            block.positions,
+            block.levels,
+            PATTERN_ENCODING,
+            self.pattern_bytes,
+        )
 
     @property
     def pattern_bytes(self) -> int:
@@ -153,36 +205,6 @@ class AttentionSinksReport(Report):
         if self.residual and len({len(r.mean_abs) for r in self.residual}) == 1:
             arrays["residual_mean_abs"] = [list(r.mean_abs) for r in self.residual]
         return arrays
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "tokens": self.tokens,
-            "sample": self.sample,
-            "thresholds": self.thresholds,
-            "layers": self.layers,
-            "residual": [
-                {
-                    "label": r.label,
-                    "module": r.module,
-                    "dims": len(r.mean_abs),
-                    "median_mean_abs": r.median_mean_abs,
-                    "outliers": r.outliers,
-                }
-                for r in self.residual
-            ],
-            "sink_heads": self.sink_heads,
-            "outlier_dims": self.outlier_dims,
-            "patterns": None
-            if self.patterns is None
-            else {
-                "layers": self.patterns.layers,
-                "heads": self.patterns.heads,
-                "positions": self.patterns.positions,
-                "levels": self.patterns.levels,
-                "encoding": "zlib(uint8 round(levels * sqrt(p)))",
-                "bytes": self.pattern_bytes,
-            },
-        }
 
 
 def heads_rows(

@@ -6,11 +6,11 @@ Built by ``debug/audit/``; findings of every diagnostic that ran are merged, eac
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 from ._base import Report, Unavailable
+from ._status import tones
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class HealthReport(Report):
     """
 
     report_type = "health"
+    status_tones = tones({"found": "findings", "clean": "ok", "partial": "warning"})
+    status: Literal["found", "clean", "partial"]
+    """``partial``: clean where checked, some values were not (an unsaved op, no backward)."""
     checks_run: tuple[str, ...] = ()
     outcomes: tuple[CheckOutcome, ...] = ()
 
@@ -42,9 +45,3 @@ class HealthReport(Report):
     def skipped(self) -> tuple[Unavailable, ...]:
         """Diagnostics not run on this trace, each with its reason (``check``, ``reason``)."""
         return self.unavailable
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "checks_run": list(self.checks_run),
-            "outcomes": [dataclasses.asdict(o) for o in self.outcomes],
-        }

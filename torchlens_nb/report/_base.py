@@ -23,12 +23,14 @@ import inspect
 import json
 import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._jsonsafe import to_jsonable
 from ..errors import ReportOptionError
 from . import _display
+from ._status import Tone, ToneRule, printable, resolve_tone, status_phrase, tones
 
 if TYPE_CHECKING:
     import pandas
@@ -191,21 +193,48 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+PAYLOAD_EXCLUDED: Mapping[str, Any] = types.MappingProxyType({"payload": False})
+"""Field metadata of a report field that does not travel in the payload's ``data`` (it reaches
+the panel another way, e.g. as a table, or is too large): ``field(metadata=PAYLOAD_EXCLUDED)``."""
+
+
+def payload_head(limit: int) -> Mapping[str, Any]:
+    """Field metadata: the payload carries the first ``limit`` items of this tuple field (a
+    payload stays small; the report keeps every item). Counts travel as properties."""
+    return types.MappingProxyType({"payload_head": limit})
+
+
+def payload_as(name: str) -> Mapping[str, Any]:
+    """Field metadata: the field travels as the value of the report's property ``name`` (a
+    summary of the same facts, e.g. per-layer statistics instead of every dimension)."""
+    return types.MappingProxyType({"payload_as": name})
+
+
 @dataclass(frozen=True, kw_only=True)
 class Report:
     """Base of every torchlens_nb report; subclasses add typed fields and set ``report_type``.
 
-    Subclasses are ``@dataclass(frozen=True, kw_only=True)``, set ``report_type`` and override
-    :meth:`_data` to put their typed fields in the payload's ``data`` member.
+    Subclasses are ``@dataclass(frozen=True, kw_only=True)``; each sets ``report_type``, narrows
+    ``status`` to a ``Literal`` of its statuses and maps each to a tone in ``status_tones``.
+    The payload's ``data`` member is derived from the subclass's own fields (marked ones
+    excluded or cut, see :data:`PAYLOAD_EXCLUDED` and :func:`payload_head`) plus the properties
+    named in ``payload_properties``: no subclass writes its payload by hand.
     Views never raise on display; explicit calls (``to_pandas`` on a report with no table) do.
     """
 
     report_type: ClassVar[str] = "report"
+    status_tones: ClassVar[Mapping[str, ToneRule]] = tones(
+        {"clean": "ok", "ok": "ok", "found": "findings", "warn": "warning", "info": "info"}
+    )
+    """Every status this report type can have -> its tone (or ``"findings"``: the most severe
+    finding's). The generic vocabulary here serves plain ``Report`` objects."""
+    payload_properties: ClassVar[tuple[str, ...]] = ()
+    """Computed properties that travel in the payload's ``data`` beside the fields."""
 
     subject: str
     """What was examined, e.g. ``"Sequential (12 ops)"``."""
     status: str
-    """The verdict word, e.g. ``"found"``, ``"clean"``, ``"warn"``."""
+    """The verdict word, one of ``status_tones`` (e.g. ``"found"``, ``"clean"``)."""
     lead: str
     """The card's first line: the verdict in one sentence."""
     findings: tuple[Finding, ...] = ()
@@ -220,11 +249,32 @@ class Report:
     """Follow-ups a panel may request by name; excluded from equality, repr and payload."""
 
     def __post_init__(self) -> None:
+        if self.status not in self.status_tones:
+            raise ReportOptionError(
+                f"{type(self).__name__} has no status {self.status!r}; its statuses are "
+                f"{sorted(self.status_tones)} (declare a new one in status_tones)."
+            )
         for name in ("findings", "tables", "disclosures", "unavailable", "exits"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        for item in dataclass_fields(self):  # a subclass's dicts and lists are frozen too
+            value = getattr(self, item.name)
+            if isinstance(value, Mapping) and not isinstance(value, types.MappingProxyType):
+                object.__setattr__(self, item.name, frozen_mapping(value))
+            elif isinstance(value, list):
+                object.__setattr__(self, item.name, tuple(value))
         ordered = sorted(self.findings, key=lambda f: SEVERITY_ORDER[f.severity])
         object.__setattr__(self, "findings", tuple(ordered))
         object.__setattr__(self, "actions", types.MappingProxyType(dict(self.actions)))
+
+    @property
+    def tone(self) -> Tone:
+        """How the verdict is shown (``critical``, ``warning``, ``ok``, ``info``), decided here."""
+        return resolve_tone(self.status_tones[self.status], (f.severity for f in self.findings))
+
+    @property
+    def status_label(self) -> str:
+        """The status as a phrase (``none_flagged`` -> ``none flagged``)."""
+        return status_phrase(self.status)
 
     # ----- views -----------------------------------------------------------------------------
     def card(self, max_findings: int = MAX_CARD_FINDINGS) -> str:
@@ -257,7 +307,7 @@ class Report:
         return self.card()
 
     def __repr__(self) -> str:
-        return (
+        return printable(
             f"<{type(self).__name__} {self.status} {self.subject!r}: {len(self.findings)} findings>"
         )
 
@@ -268,6 +318,8 @@ class Report:
             "report_type": self.report_type,
             "subject": self.subject,
             "status": self.status,
+            "status_label": self.status_label,
+            "tone": self.tone,
             "lead": self.lead,
             "card": self.card(),
             "findings": list(self.findings),
@@ -351,8 +403,29 @@ class Report:
         return _display.mimebundle(self)
 
     def _data(self) -> dict[str, Any]:
-        """Typed fields of the subclass for the payload's ``data`` member."""
-        return {}
+        """The payload's ``data``: the subclass's fields and ``payload_properties``."""
+        data: dict[str, Any] = {}
+        for item in payload_fields(type(self)):
+            value = getattr(self, item.name)
+            head = item.metadata.get("payload_head")
+            if "payload_as" in item.metadata:
+                value = getattr(self, item.metadata["payload_as"])
+            data[item.name] = value if head is None else value[:head]
+        for name in self.payload_properties:
+            data[name] = getattr(self, name)
+        return data
+
+
+_BASE_FIELDS = frozenset(f.name for f in dataclass_fields(Report))
+
+
+def payload_fields(cls: type[Report]) -> tuple[Field[Any], ...]:
+    """The fields of ``cls`` that travel in the payload's ``data`` (base fields never do)."""
+    return tuple(
+        f
+        for f in dataclass_fields(cls)
+        if f.name not in _BASE_FIELDS and f.metadata.get("payload", True)
+    )
 
 
 CARD_LINE_MAX_CHARS = 240
@@ -360,6 +433,7 @@ CARD_LINE_MAX_CHARS = 240
 
 
 def _clip(line: str) -> str:
+    line = printable(line)
     return line if len(line) <= CARD_LINE_MAX_CHARS else line[: CARD_LINE_MAX_CHARS - 1] + "…"
 
 

@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from .._jsonsafe import to_jsonable
 from ..errors import ReportOptionError
-from ._base import Report, Table, frozen_mapping
+from ._base import PAYLOAD_EXCLUDED, Report, Table, frozen_mapping
+from ._status import tones
 
 CHECK_REPORT_SCHEMA_VERSION = 1
 """Version of the ``CheckReport`` record shape (``counters``, ``ledgers``, ``checks_run``)."""
@@ -79,6 +80,10 @@ class CheckReport(Report):
     """
 
     report_type = "checks"
+    status_tones = tones(
+        {"clean": "ok", "found": "findings", "raised": "critical", "incomplete": "warning"}
+    )
+    status: CheckStatus
     schema_version: int = CHECK_REPORT_SCHEMA_VERSION
     checks_run: tuple[CheckRun, ...] = ()
     counters: Mapping[str, Any] = field(default_factory=frozen_mapping)
@@ -88,12 +93,6 @@ class CheckReport(Report):
     exit_reason: str | None = None
     """``"completed"``, ``"raised CheckViolationError"``, ``"exception ValueError"``; None while
     the session is still attached."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "checks_run", tuple(self.checks_run))
-        object.__setattr__(self, "counters", frozen_mapping(self.counters))
-        object.__setattr__(self, "ledgers", frozen_mapping(self.ledgers))
 
     def check(self, name: str) -> CheckRun:
         """The registered check called ``name``."""
@@ -125,16 +124,6 @@ class CheckReport(Report):
         return {
             "series": {"dtype": "float32", "shape": [len(rows), 4], "data": values},
             "series_present": {"dtype": "uint8", "shape": [len(rows), 2], "data": present},
-        }
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "checks_run": [r.as_dict() for r in self.checks_run],
-            "counters": dict(self.counters),
-            "ledgers": dict(self.ledgers),
-            "is_final": self.is_final,
-            "exit_reason": self.exit_reason,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -245,7 +234,11 @@ class ParamHealthReport(Report):
     """A one-shot scan of a module's tensors or of any name -> tensor mapping."""
 
     report_type = "param_health"
-    rows: tuple[ParamHealthRow, ...] = ()
+    status_tones = tones({"clean": "ok", "found": "findings", "incomplete": "warning"})
+    status: Literal["clean", "found", "incomplete"]
+    """``incomplete``: some tensors were skipped (meta, sparse, quantized) or nothing was scanned."""
+    rows: tuple[ParamHealthRow, ...] = field(default=(), metadata=PAYLOAD_EXCLUDED)
+    """One row per tensor (they travel as the ``params`` table)."""
     checks_run: tuple[str, ...] = ()
     """The rules evaluated: ``nonfinite``, ``bounds``, ``dtype_headroom``, ``subnormal``,
     ``fill``."""
@@ -256,10 +249,6 @@ class ParamHealthReport(Report):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "rows", tuple(self.rows))
-        object.__setattr__(self, "checks_run", tuple(self.checks_run))
-        object.__setattr__(self, "coverage", frozen_mapping(self.coverage))
-        object.__setattr__(self, "thresholds", frozen_mapping(self.thresholds))
         if not self.tables:
             table = Table(
                 "param_health",
@@ -280,10 +269,3 @@ class ParamHealthReport(Report):
             if candidate.name == name:
                 return candidate
         raise ReportOptionError(f"no tensor {name!r} in this scan; {len(self.rows)} rows.")
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "checks_run": list(self.checks_run),
-            "coverage": to_jsonable(dict(self.coverage)),
-            "thresholds": to_jsonable(dict(self.thresholds)),
-        }

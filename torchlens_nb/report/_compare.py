@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from ._base import Report, Table, frozen_mapping
+from ._base import PAYLOAD_EXCLUDED, Report, Table, frozen_mapping
+from ._status import tones
 
 RowStatus = Literal[
     "match",
@@ -169,7 +170,24 @@ SeedVerdict = Literal["seed_sensitive", "seed_insensitive", "not_run", "inconclu
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class CompareReport(Report):
+class _SideBySideReport(Report):
+    """A report the compare panel shows side by side: its ``mode`` and divergence ``view``."""
+
+    payload_properties = ("mode", "view")
+
+    @property
+    def mode(self) -> str:
+        """Which side-by-side view the panel draws (the report type)."""
+        return self.report_type
+
+    @property
+    def view(self) -> dict[str, Any]:
+        """The panel's view of the first divergence (see :func:`divergence_view`)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class CompareReport(_SideBySideReport):
     """Two traces aligned on op labels in execution order (``tl.debug.compare``).
 
     ``to_pandas()`` is the ``comparison`` table; its ``attrs`` carry the counts
@@ -177,6 +195,8 @@ class CompareReport(Report):
     """
 
     report_type = "compare"
+    status_tones = tones({"match": "ok", "diverged": "warning"})
+    status: Literal["match", "diverged"]
     rtol: float
     atol: float
     first_divergence: str | None = None
@@ -190,30 +210,16 @@ class CompareReport(Report):
     coverage: str = ""
     """The card's coverage line: compared / aligned ops and the alignments used."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "counts", frozen_mapping(self.counts))
-        object.__setattr__(self, "alignment", frozen_mapping(self.alignment))
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "mode": "compare",
-            "rtol": self.rtol,
-            "atol": self.atol,
-            "first_divergence": self.first_divergence,
-            "first_divergence_status": self.first_divergence_status,
-            "counts": dict(self.counts),
-            "alignment": dict(self.alignment),
-            "coverage": self.coverage,
-            "view": divergence_view(
-                self.table("comparison").dicts(),
-                self.tables,
-                self.first_divergence,
-                side_a="trace_a",
-                side_b="trace_b",
-                sides=_compare_sides,
-            ),
-        }
+    @property
+    def view(self) -> dict[str, Any]:
+        return divergence_view(
+            self.table("comparison").dicts(),
+            self.tables,
+            self.first_divergence,
+            side_a="trace_a",
+            side_b="trace_b",
+            sides=_compare_sides,
+        )
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -221,24 +227,14 @@ class CompareParamsReport(Report):
     """Two models' parameters (and optionally buffers) aligned on qualified names."""
 
     report_type = "compare_params"
+    status_tones = tones({"match": "ok", "diverged": "warning"})
+    status: Literal["match", "diverged"]
     rtol: float
     atol: float
     include_buffers: bool
     counts: Mapping[str, int] = field(default_factory=frozen_mapping)
     """``matched`` (names in both), ``compared``, ``value_diverged``, ``skipped``,
     ``only_in_a``, ``only_in_b``."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "counts", frozen_mapping(self.counts))
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "rtol": self.rtol,
-            "atol": self.atol,
-            "include_buffers": self.include_buffers,
-            "counts": dict(self.counts),
-        }
 
 
 @dataclass(frozen=True)
@@ -272,10 +268,13 @@ class SkippedOp:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class BisectPrecisionReport(Report):
+class BisectPrecisionReport(_SideBySideReport):
     """The first op whose native output separates from a high-precision reference run."""
 
     report_type = "bisect_precision"
+    status_tones = tones({"found": "findings", "clean": "ok"})
+    payload_properties = ("mode", "view", "first_divergence")
+    status: Literal["found", "clean"]
     found: bool
     op: str | None = None
     """Label of the first diverged op."""
@@ -286,32 +285,26 @@ class BisectPrecisionReport(Report):
     """The first divergence is a random op: likely a mask mismatch, not precision loss."""
     reference_dtype: str = "float64"
     seed: int = 0
-    rows: tuple[PrecisionRow, ...] = ()
-    """Every compared op in execution order."""
+    rows: tuple[PrecisionRow, ...] = field(default=(), metadata=PAYLOAD_EXCLUDED)
+    """Every compared op in execution order (the panel reads them as the table)."""
     skipped: tuple[SkippedOp, ...] = ()
     """Ops not compared, with the reason (disclosed, never counted as agreeing)."""
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "mode": "bisect_precision",
-            "found": self.found,
-            "op": self.op,
-            "func_name": self.func_name,
-            "module": self.module,
-            "is_stochastic": self.is_stochastic,
-            "reference_dtype": self.reference_dtype,
-            "seed": self.seed,
-            "first_divergence": self.op,
-            "skipped": [asdict(s) for s in self.skipped],
-            "view": divergence_view(
-                [asdict(r) for r in self.rows],
-                self.tables,
-                self.op,
-                side_a="native",
-                side_b=self.reference_dtype,
-                sides=lambda row: (row["dtype"], self.reference_dtype),
-            ),
-        }
+    @property
+    def first_divergence(self) -> str | None:
+        """The first diverged op (``op``), under the name every side-by-side view reads."""
+        return self.op
+
+    @property
+    def view(self) -> dict[str, Any]:
+        return divergence_view(
+            [asdict(r) for r in self.rows],
+            self.tables,
+            self.op,
+            side_a="native",
+            side_b=self.reference_dtype,
+            sides=lambda row: (row["dtype"], self.reference_dtype),
+        )
 
 
 @dataclass(frozen=True)
@@ -325,10 +318,18 @@ class RngOp:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class DeterminismReport(Report):
+class DeterminismReport(_SideBySideReport):
     """Do N isolated same-seed runs agree? (``tl.debug.check_determinism``)."""
 
     report_type = "determinism"
+    status_tones = tones(
+        {
+            "repeatable_under_test": "ok",
+            "nondeterminism_observed": "critical",
+            "inconclusive": "warning",
+        }
+    )
+    status: Verdict
     verdict: Verdict
     seed_verdict: SeedVerdict = "not_run"
     runs: int = 2
@@ -345,33 +346,16 @@ class DeterminismReport(Report):
     """Witnesses: deterministic algorithms, cuDNN flags, CUBLAS_WORKSPACE_CONFIG, threads."""
     rng_ops: tuple[RngOp, ...] = ()
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "environment", frozen_mapping(self.environment))
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "mode": "determinism",
-            "verdict": self.verdict,
-            "seed_verdict": self.seed_verdict,
-            "runs": self.runs,
-            "seed": self.seed,
-            "total_runs": self.total_runs,
-            "rtol": self.rtol,
-            "atol": self.atol,
-            "first_divergence": self.first_divergence,
-            "divergent_runs": list(self.divergent_runs),
-            "environment": dict(self.environment),
-            "rng_ops": [asdict(r) for r in self.rng_ops],
-            "view": divergence_view(
-                self.table("comparison").dicts() if self.tables else [],
-                self.tables,
-                self.first_divergence,
-                side_a=f"run {self._shown_run()}",
-                side_b="run 0",
-                sides=_compare_sides,
-            ),
-        }
+    @property
+    def view(self) -> dict[str, Any]:
+        return divergence_view(
+            self.table("comparison").dicts() if self.tables else [],
+            self.tables,
+            self.first_divergence,
+            side_a=f"run {self._shown_run()}",
+            side_b="run 0",
+            sides=_compare_sides,
+        )
 
     def _shown_run(self) -> int:
         return int(self.tables[0].attrs.get("run", 1)) if self.tables else 1

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._base import Report, frozen_mapping
+from ._status import tones
 
 Metric = Literal["flops", "memory", "duration", "device_time"]
 """What ``hot_path`` ranks by."""
@@ -54,6 +55,8 @@ class HotPathReport(Report):
     """Source lines ranked by forward FLOPs, activation memory or duration."""
 
     report_type = "hot_path"
+    status_tones = tones({"ranked": "info", "empty": "info"})
+    status: Literal["ranked", "empty"]
     metric: Metric
     unit: str
     total: float
@@ -61,20 +64,14 @@ class HotPathReport(Report):
     excluded: int
     """Ops left out of the ranking (no formula, no source line); reasons in the table attrs."""
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric,
-            "unit": self.unit,
-            "total": self.total,
-            "excluded": self.excluded,
-        }
-
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class RecomputeReport(Report):
     """Ops ranked by activation bytes per forward FLOP, with the greedy set for a budget."""
 
     report_type = "recompute"
+    status_tones = tones({"ranked": "findings", "empty": "info"})
+    status: Literal["ranked", "empty"]
     total_bytes: int
     """Activation bytes of every recorded op (the forward's activation footprint)."""
     budget_bytes: int | None = None
@@ -84,15 +81,6 @@ class RecomputeReport(Report):
     """Forward FLOPs spent again to recompute them."""
     is_budget_reached: bool | None = None
     """None without a budget."""
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "total_bytes": self.total_bytes,
-            "budget_bytes": self.budget_bytes,
-            "selected_bytes": self.selected_bytes,
-            "selected_flops": self.selected_flops,
-            "is_budget_reached": self.is_budget_reached,
-        }
 
 
 WitnessState = Literal["passed", "failed"]
@@ -109,6 +97,8 @@ class FlopsVsDispatchReport(Report):
     """
 
     report_type = "flops_vs_dispatch"
+    status_tones = tones({"agree": "ok", "disagree": "warning", "refused": "critical"})
+    status: Literal["agree", "disagree", "refused"]
     witness: WitnessState
     """Whether the raw run reproduced the captured run's outputs bitwise."""
     ours_total: int | None = None
@@ -120,19 +110,3 @@ class FlopsVsDispatchReport(Report):
     unknown_ops: int = 0
     """Ops without a formula of ours: listed in the ``unknown_ops`` table, counted as unknown."""
     family_totals: Mapping[str, Any] = field(default_factory=frozen_mapping)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "family_totals", frozen_mapping(self.family_totals))
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "witness": self.witness,
-            "ours_total": self.ours_total,
-            "native_total": self.native_total,
-            "delta": self.delta,
-            "comparable_ours": self.comparable_ours,
-            "comparable_delta": self.comparable_delta,
-            "unknown_ops": self.unknown_ops,
-            "family_totals": dict(self.family_totals),
-        }

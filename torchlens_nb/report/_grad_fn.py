@@ -1,4 +1,4 @@
-"""``GradFnSketch``: the autograd graph of a tensor, as structure only.
+"""``GradFnReport`` (the spec's ``GradFnSketch``): the autograd graph of a tensor, as structure only.
 
 The sketch is what ``tl.debug.walk_grad_fn`` read from ``tensor.grad_fn`` and
 ``next_functions``: one node per autograd node (``AccumulateGrad`` nodes stand for the leaf
@@ -13,12 +13,12 @@ first and unfolds on demand.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ReportOptionError
-from ._base import Finding, Report, Table
+from ._base import PAYLOAD_EXCLUDED, Finding, Report, Table, payload_as
+from ._status import tones
 
 STRUCTURE_ONLY_LEGEND = (
     "STRUCTURE-ONLY: read from grad_fn/next_functions; no values, no timing, no verification."
@@ -132,13 +132,29 @@ class GradFnOutput:
     dtype: str
 
 
+@dataclass(frozen=True)
+class LayoutBudget:
+    """The panel's layout budget, in layout units (see :data:`LAYOUT_MAX_UNITS`)."""
+
+    max_units: int
+    initial_units: int
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
-class GradFnSketch(Report):
-    """The autograd graph of one or more tensors; nodes and edges are also the tables."""
+class GradFnReport(Report):
+    """The autograd graph of one or more tensors; nodes and edges are also the tables.
+
+    The spec calls it ``GradFnSketch``; that name is kept as an alias.
+    """
 
     report_type = "grad_fn"
-    nodes: tuple[GradFnNode, ...] = ()
-    edges: tuple[GradFnEdge, ...] = ()
+    status_tones = tones({"complete": "findings", "truncated": "warning"})
+    payload_properties = ("legend", "num_nodes", "num_edges", "node_columns", "node_rows", "layout")
+    status: Literal["complete", "truncated"]
+    """``complete``: every node was walked (its tone is its findings': unreached parameters warn)."""
+    nodes: tuple[GradFnNode, ...] = field(default=(), metadata=PAYLOAD_EXCLUDED)
+    """Every node (they travel as ``node_rows``, one row per node in ``node_columns`` order)."""
+    edges: tuple[GradFnEdge, ...] = field(default=(), metadata=payload_as("edge_pairs"))
     groups: tuple[GradFnGroup, ...] = ()
     """Every group, parents before children."""
     outputs: tuple[GradFnOutput, ...] = ()
@@ -159,26 +175,44 @@ class GradFnSketch(Report):
             )
         return self.nodes[node_id]
 
+    # The panel needs every node and edge; tables reach it cut to a page (and may be replaced
+    # by a cut copy), so the graph travels in the payload too.
+    @property
+    def legend(self) -> str:
+        return STRUCTURE_ONLY_LEGEND
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.edges)
+
+    @property
+    def node_columns(self) -> tuple[str, ...]:
+        return NODE_COLUMNS
+
+    @property
+    def node_rows(self) -> tuple[tuple[Any, ...], ...]:
+        return tuple(_node_row(n) for n in self.nodes)
+
+    @property
+    def edge_pairs(self) -> tuple[tuple[int, int], ...]:
+        """``(src, dst)`` node ids of every edge."""
+        return tuple((e.src, e.dst) for e in self.edges)
+
+    @property
+    def layout(self) -> LayoutBudget:
+        return LayoutBudget(LAYOUT_MAX_UNITS, LAYOUT_INITIAL_UNITS)
+
     def to_dot(self, *, clusters: bool = True) -> str:
         """DOT source of the sketch (forward edges, leaves named, groups as nested clusters)."""
         return dot_source(self, clusters=clusters)
 
-    def _data(self) -> dict[str, Any]:
-        # The panel needs every node and edge; tables reach it cut to a page (and may be
-        # replaced by a cut copy), so the graph travels here too, built from the typed fields.
-        return {
-            "legend": STRUCTURE_ONLY_LEGEND,
-            "truncated": self.truncated,
-            "max_nodes": self.max_nodes,
-            "num_nodes": len(self.nodes),
-            "num_edges": len(self.edges),
-            "groups": [dataclasses.asdict(g) for g in self.groups],
-            "outputs": [dataclasses.asdict(o) for o in self.outputs],
-            "node_columns": list(NODE_COLUMNS),
-            "node_rows": [_node_row(n) for n in self.nodes],
-            "edges": [(e.src, e.dst) for e in self.edges],
-            "layout": {"max_units": LAYOUT_MAX_UNITS, "initial_units": LAYOUT_INITIAL_UNITS},
-        }
+
+GradFnSketch = GradFnReport
+"""The spec's name of :class:`GradFnReport` (``tl.debug.walk_grad_fn`` returns one)."""
 
 
 def grad_fn_tables(
@@ -281,7 +315,7 @@ def sketch_findings(
 _FILL = {"op": "lightgrey", "leaf": "lightblue", "output": "darkolivegreen1"}
 
 
-def dot_source(sketch: GradFnSketch, *, clusters: bool = True) -> str:
+def dot_source(sketch: GradFnReport, *, clusters: bool = True) -> str:
     """Build the DOT text of ``sketch``: one statement per line, deterministic order."""
     legend = STRUCTURE_ONLY_LEGEND
     if sketch.truncated:

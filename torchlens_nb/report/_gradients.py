@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._base import Report, frozen_mapping
+from ._status import tones
 
 if TYPE_CHECKING:
     import plotly.graph_objects
@@ -68,6 +69,10 @@ class GradHealthReport(Report):
     """
 
     report_type = "grad_health"
+    status_tones = tones({"found": "findings", "clean": "ok", "unknown": "warning"})
+    payload_properties = ("verdicts", "flag_verdicts")
+    status: Literal["found", "clean", "unknown"]
+    """``unknown``: magnitudes could not be judged (unknown loss scale, nothing saved)."""
     bwd: int
     """Index of the backward pass in ``trace.backward_passes``."""
     basis: Basis
@@ -81,9 +86,15 @@ class GradHealthReport(Report):
     """Labels of the frontier ops, in execution order."""
     verdict_counts: Mapping[str, int] = field(default_factory=frozen_mapping)
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "verdict_counts", frozen_mapping(self.verdict_counts))
+    @property
+    def verdicts(self) -> tuple[Verdict, ...]:
+        """Every verdict a row can have (the panel's legend order)."""
+        return VERDICTS
+
+    @property
+    def flag_verdicts(self) -> tuple[Verdict, ...]:
+        """The verdicts that flag a row."""
+        return FLAG_VERDICTS
 
     def figure(self) -> plotly.graph_objects.Figure:
         """The per-op gradient-norm profile as a plotly figure (needs plotly).
@@ -166,21 +177,6 @@ class GradHealthReport(Report):
         columns["ops"] = _bytes("\n".join(r["op"] for r in rows).encode())
         columns["modules"] = _bytes("\n".join(modules).encode())
         return columns
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "bwd": self.bwd,
-            "basis": self.basis,
-            "vanishing_threshold": self.vanishing_threshold,
-            "exploding_threshold": self.exploding_threshold,
-            "grad_scale": self.grad_scale,
-            "scale_provenance": self.scale_provenance,
-            "stage": self.stage,
-            "frontier": list(self.frontier),
-            "verdict_counts": dict(self.verdict_counts),
-            "verdicts": list(VERDICTS),
-            "flag_verdicts": list(FLAG_VERDICTS),
-        }
 
 
 def _floats(values: list[float | None]) -> dict[str, Any]:

@@ -8,17 +8,18 @@ through the report's ``expand`` action, so a 5,000-op trace never ships whole.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
 from ..errors import OpNotFoundError
-from ._base import Report, Where
+from ._base import Report, Where, payload_head
 from ._nonfinite import ValueStats
+from ._status import tones
 
 Direction = Literal["ancestors", "descendants", "both"]
 Relation = Literal["root", "ancestor", "descendant"]
 Finiteness = Literal["finite", "nonfinite", "unknown"]
+LineageStatus = Literal["found", "partial", "clean"]
 CheckedBy = Literal["saved", "live", "dtype"]
 """How finiteness is known: a saved value, a live check during the forward, an integer dtype."""
 
@@ -65,10 +66,14 @@ class LineageReport(Report):
     """``tl.debug.lineage``: nodes in walk order (root first, then ring by ring)."""
 
     report_type = "lineage"
+    payload_properties = ("num_nodes", "num_shipped")
+    status_tones = tones({"found": "critical", "partial": "warning", "clean": "ok"})
+    status: LineageStatus
+    """``found``: a non-finite value is among the nodes; ``partial``: some were not checked."""
     root: str
     direction: Direction
     max_depth: int | None
-    nodes: tuple[LineageNode, ...]
+    nodes: tuple[LineageNode, ...] = field(metadata=payload_head(MAX_PAYLOAD_NODES))
     message: str
     """One sentence: how many ancestors/descendants within which depth."""
     highlight: str | None = None
@@ -91,19 +96,15 @@ class LineageReport(Report):
     def labels(self) -> tuple[str, ...]:
         return tuple(n.label for n in self.nodes)
 
-    def _data(self) -> dict[str, Any]:
-        shipped = self.nodes[:MAX_PAYLOAD_NODES]
-        return {
-            "root": self.root,
-            "direction": self.direction,
-            "max_depth": self.max_depth,
-            "message": self.message,
-            "highlight": self.highlight,
-            "highlight_role": self.highlight_role,
-            "nodes": [dataclasses.asdict(n) for n in shipped],
-            "num_nodes": len(self.nodes),
-            "num_shipped": len(shipped),
-        }
+    @property
+    def num_nodes(self) -> int:
+        """Nodes in the report (the payload ships at most :data:`MAX_PAYLOAD_NODES`)."""
+        return len(self.nodes)
+
+    @property
+    def num_shipped(self) -> int:
+        """Nodes the payload carries."""
+        return min(len(self.nodes), MAX_PAYLOAD_NODES)
 
 
 __all__ = [

@@ -5,11 +5,12 @@ never run), ``guess_input_shape`` and ``graph_breaks`` (probes run on a copy). B
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
 from ..errors import ReportOptionError
-from ._base import Report, frozen_mapping
+from ._base import PAYLOAD_EXCLUDED, Report, frozen_mapping
+from ._status import tones
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class GuessInputShapeReport(Report):
     """A verified synthetic input shape for a model, or the diagnostic of why none was found."""
 
     report_type = "guess_input_shape"
+    status_tones = tones({"found": "ok", "not_found": "warning"})
+    status: Literal["found", "not_found"]
     found: bool
     shape: tuple[int, ...] | None = None
     """The first probed shape the forward accepted (batch first), or None."""
@@ -45,17 +48,6 @@ class GuessInputShapeReport(Report):
     """Every probe, in the order tried."""
     max_probes: int = 64
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "found": self.found,
-            "shape": self.shape,
-            "dtype": self.dtype,
-            "output_shape": self.output_shape,
-            "first_layer": self.first_layer,
-            "probes": [asdict(p) for p in self.probes],
-            "max_probes": self.max_probes,
-        }
-
 
 BREAK_COLUMNS = ("index", "reason", "source_line", "code")
 
@@ -65,17 +57,12 @@ class GraphBreaksReport(Report):
     """Where ``torch.compile`` (Dynamo) splits a model's forward into several graphs."""
 
     report_type = "graph_breaks"
+    status_tones = tones({"single_graph": "ok", "breaks": "findings"})
+    status: Literal["single_graph", "breaks"]
     graph_count: int
     graph_break_count: int
     op_count: int
     """Ops Dynamo captured into graphs."""
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "graph_count": self.graph_count,
-            "graph_break_count": self.graph_break_count,
-            "op_count": self.op_count,
-        }
 
 
 DoctorStatus = Literal["pass", "known_broken", "scope", "not_tested"]
@@ -105,7 +92,10 @@ class DoctorReport(Report):
     """Environment rows (always) and model rows (when a model was given)."""
 
     report_type = "doctor"
-    checks: tuple[DoctorCheck, ...] = ()
+    status_tones = tones({"ok": "ok", "warn": "warning"})
+    status: Literal["ok", "warn"]
+    checks: tuple[DoctorCheck, ...] = field(default=(), metadata=PAYLOAD_EXCLUDED)
+    """Every row (they travel as the table)."""
     torch_version: str = ""
     model_type: str | None = None
     capabilities: Mapping[str, bool] = field(default_factory=frozen_mapping)
@@ -144,13 +134,6 @@ class DoctorReport(Report):
 
     def __str__(self) -> str:
         return self.card() + "\n" + self.table_text()
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "torch_version": self.torch_version,
-            "model_type": self.model_type,
-            "capabilities": dict(self.capabilities),
-        }
 
 
 def _md(text: str) -> str:

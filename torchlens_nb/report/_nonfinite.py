@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from ._base import Report, Where, frozen_mapping
+from ._base import PAYLOAD_EXCLUDED, Report, Where, frozen_mapping
+from ._status import tones
 
 if TYPE_CHECKING:
     from ._lineage import LineageNode
@@ -25,6 +26,12 @@ NonfiniteKind = Literal["nan", "inf", "-inf", "mixed"]
 Phase = Literal["forward", "backward"]
 Coverage = Literal["full", "partial", "none"]
 """``full``: every floating-point value in scope was checked; ``none``: nothing could be."""
+ScanStatus = Literal["found", "clean", "partial", "unchecked"]
+"""``found``: a non-finite value was seen; ``clean``: every value in scope was checked finite;
+``partial``: finite where checked, some values were not; ``unchecked``: nothing could be checked."""
+SCAN_TONES = tones(
+    {"found": "critical", "clean": "ok", "partial": "warning", "unchecked": "warning"}
+)
 Transition = Literal["clean", "birth", "propagated", "healed", "root_seed", "unchecked"]
 """How one grad_fn fire changed finiteness, from its incoming to its outgoing gradients."""
 
@@ -122,6 +129,9 @@ class NonfiniteScanReport(Report):
     """Fields every forward NaN scan reports: what it found and how much it checked."""
 
     report_type = "nonfinite_scan"
+    status_tones = SCAN_TONES
+    payload_properties = ("op", "is_certain")
+    status: ScanStatus
     found: bool
     """A non-finite op output was seen."""
     kind: NonfiniteKind | None
@@ -155,18 +165,6 @@ class NonfiniteScanReport(Report):
         if self.found:
             return bool(self.first_bad_thing and self.first_bad_thing.is_proven)
         return self.coverage == "full"
-
-    def _data(self) -> dict[str, Any]:
-        data = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in _BASE_FIELDS
-        }
-        data.update(op=self.op, is_certain=self.is_certain)
-        return data
-
-
-_BASE_FIELDS = frozenset(f.name for f in dataclasses.fields(Report))
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -236,13 +234,17 @@ class BackwardNanReport(Report):
     """``tl.debug.bisect_nan_backward``: the fire ledger of one backward pass."""
 
     report_type = "backward_nan"
+    status_tones = SCAN_TONES
+    payload_properties = ("birth_order",)
+    status: ScanStatus
     bwd: int
     """Index of the backward pass in ``trace.backward_passes``."""
     found: bool
     kind: NonfiniteKind | None
     first_bad_thing: FirstBadThing | None
     """The earliest provable birth (or a non-finite root seed), joined to its forward op."""
-    transitions: tuple[TransitionRow, ...]
+    transitions: tuple[TransitionRow, ...] = dataclasses.field(metadata=PAYLOAD_EXCLUDED)
+    """The fire ledger (it reaches the panel once, as the ``transitions`` table)."""
     counts: Mapping[str, int] = dataclasses.field(default_factory=frozen_mapping)
     """Transition -> number of fires (every transition present, zeros included)."""
     coverage: Coverage = "full"
@@ -250,19 +252,10 @@ class BackwardNanReport(Report):
     """The loss scale the caller disclosed (``scaler.get_scale()``), if any."""
     amp_hint: str = ""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "counts", frozen_mapping(self.counts))
-
-    def _data(self) -> dict[str, Any]:
-        # the ledger ships once, as the "transitions" table
-        data = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in _BASE_FIELDS and f.name != "transitions"
-        }
-        data["birth_order"] = self.first_bad_thing.fire_order if self.first_bad_thing else None
-        return data
+    @property
+    def birth_order(self) -> int | None:
+        """Fire order of the birth (None when clean)."""
+        return self.first_bad_thing.fire_order if self.first_bad_thing else None
 
 
 __all__ = [

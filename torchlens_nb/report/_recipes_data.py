@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._base import Finding, Report
+from ._status import tones
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -22,6 +23,35 @@ if TYPE_CHECKING:
 RecipeStatus = Literal["pass", "warn", "fail", "inconclusive", "running"]
 """``fail``: a critical finding; ``warn``: a warning; ``pass``: neither; ``inconclusive``: the
 recipe could not decide (it says why); ``running``: a live interim report (overfit_one_batch)."""
+
+
+RECIPE_TONES = tones(
+    {
+        "pass": "ok",
+        "warn": "warning",
+        "fail": "critical",
+        "inconclusive": "warning",
+        "running": "info",
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class RecipeReport(Report):
+    """The base of every ``tl.recipes`` report: the recipe statuses, and the panel's charts."""
+
+    report_type = "recipe"
+    status_tones = RECIPE_TONES
+    status: RecipeStatus
+
+    @property
+    def charts(self) -> list[dict[str, Any]]:
+        """The panel's chart specs (``payload_properties`` of the recipes that draw them)."""
+        return self.chart_specs()
+
+    def chart_specs(self) -> list[dict[str, Any]]:
+        """Chart specs drawn by the recipe panel (none by default)."""
+        return []
 
 
 def recipe_status(findings: Iterable[Finding]) -> RecipeStatus:
@@ -124,7 +154,7 @@ class FieldSummary:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class DataSanityReport(Report):
+class DataSanityReport(RecipeReport):
     """Per-field shape, dtype, range, mean, std and NaN/Inf counts of a batch or loader."""
 
     report_type = "data_sanity"
@@ -141,9 +171,6 @@ class DataSanityReport(Report):
             f"Value histograms over {self.num_batches} batch(es)",
         )
 
-    def _data(self) -> dict[str, Any]:
-        return {"fields": self.fields, "num_batches": self.num_batches}
-
 
 # ----- class_balance -------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -156,10 +183,11 @@ class ClassCount:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class ClassBalanceReport(Report):
+class ClassBalanceReport(RecipeReport):
     """Class counts, the majority:minority ratio, and its verdict."""
 
     report_type = "class_balance"
+    payload_properties = ("charts",)
     counts: tuple[ClassCount, ...] = ()
     """Every class, most frequent first (classes of ``num_classes`` never seen count 0)."""
     total: int = 0
@@ -201,17 +229,6 @@ class ClassBalanceReport(Report):
             )
         ]
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "counts": self.counts,
-            "total": self.total,
-            "ratio": self.ratio,
-            "warn_ratio": self.warn_ratio,
-            "critical_ratio": self.critical_ratio,
-            "is_multilabel": self.is_multilabel,
-            "charts": self.chart_specs(),
-        }
-
 
 # ----- init_loss and random_input_test -------------------------------------------------------
 LossKind = Literal["cross_entropy", "nll", "bce", "bce_logits", "mse", "l1", "unknown"]
@@ -219,10 +236,11 @@ LossKind = Literal["cross_entropy", "nll", "bce", "bce_logits", "mse", "l1", "un
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class InitLossReport(Report):
+class InitLossReport(RecipeReport):
     """The loss at initialisation against the value random predictions give."""
 
     report_type = "init_loss"
+    payload_properties = ("charts",)
     loss: float
     expected: float | None
     """The loss of uninformed predictions (None for an unknown loss family)."""
@@ -271,26 +289,13 @@ class InitLossReport(Report):
             )
         ]
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "charts": self.chart_specs(),
-            "loss": self.loss,
-            "expected": self.expected,
-            "basis": self.basis,
-            "loss_kind": self.loss_kind,
-            "ratio": self.ratio,
-            "band": self.band,
-            "num_classes": self.num_classes,
-            "output_shape": self.output_shape,
-            "target_shape": self.target_shape,
-        }
-
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class RandomInputReport(Report):
+class RandomInputReport(RecipeReport):
     """The loss on the real inputs against the loss on random noise of the same shape."""
 
     report_type = "random_input_test"
+    payload_properties = ("charts",)
     real_loss: float
     noise_loss: float
     """Mean over the noise trials."""
@@ -329,19 +334,6 @@ class RandomInputReport(Report):
             )
         ]
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "charts": self.chart_specs(),
-            "real_loss": self.real_loss,
-            "noise_loss": self.noise_loss,
-            "noise_losses": self.noise_losses,
-            "relative_gap": self.relative_gap,
-            "chance_loss": self.chance_loss,
-            "loss_kind": self.loss_kind,
-            "output_change": self.output_change,
-            "is_input_constant": self.is_input_constant,
-        }
-
 
 # ----- confident_errors ----------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -360,10 +352,14 @@ class ConfidentError:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class ConfidentErrorsReport(Report):
+class ConfidentErrorsReport(RecipeReport):
     """The most confident wrong predictions over a loader."""
 
     report_type = "confident_errors"
+    payload_properties = (
+        "charts",
+        "accuracy",
+    )
     errors: tuple[ConfidentError, ...]
     num_examples: int
     num_errors: int
@@ -399,12 +395,3 @@ class ConfidentErrorsReport(Report):
                 y_label="confidence",
             )
         ]
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "charts": self.chart_specs(),
-            "errors": self.errors,
-            "num_examples": self.num_examples,
-            "num_errors": self.num_errors,
-            "accuracy": self.accuracy,
-        }

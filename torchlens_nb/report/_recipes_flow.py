@@ -10,10 +10,11 @@ broadcast with prime-sized dimensions). Data, loss and training recipes live in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
-from ._base import Report
+from ._base import payload_as
+from ._recipes_data import RecipeReport
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -35,7 +36,7 @@ class Leak:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class DependencyReport(Report):
+class DependencyReport(RecipeReport):
     """Gradient of every output index with respect to every input index, and the leaks."""
 
     report_type = "dependency"
@@ -90,18 +91,6 @@ class DependencyReport(Report):
         )
         return fig
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "check": self.check,
-            "size": self.size,
-            "dim": self.dim,
-            "probed": self.probed,
-            "matrix": self.matrix,
-            "leaks": self.leaks,
-            "blind": self.blind,
-            "rtol": self.rtol,
-        }
-
 
 # ----- leakage_poison --------------------------------------------------------------------------
 LeakageVerdict = Literal["leak", "suspect", "clean", "inconclusive"]
@@ -136,7 +125,7 @@ class StageResult:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class LeakageReport(Report):
+class LeakageReport(RecipeReport):
     """Per-stage result of poisoning the forbidden rows and running the real pipeline."""
 
     report_type = "leakage_poison"
@@ -146,15 +135,6 @@ class LeakageReport(Report):
     """Rows ``[cutoff:]`` of X and y were poisoned; rows ``[:cutoff]`` must stay untouched."""
     num_rows: int
     sentinel: float
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "stages": self.stages,
-            "cutoff": self.cutoff,
-            "num_rows": self.num_rows,
-            "sentinel": self.sentinel,
-        }
 
 
 # ----- prime_dims ------------------------------------------------------------------------------
@@ -192,12 +172,12 @@ class BroadcastSite:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class PrimeDimsReport(Report):
+class PrimeDimsReport(RecipeReport):
     """The model run with ordinary and with distinct prime sizes for every free dimension."""
 
     report_type = "prime_dims"
-    baseline_sizes: tuple[tuple[str, int], ...]
-    prime_sizes: tuple[tuple[str, int], ...]
+    baseline_sizes: tuple[tuple[str, int], ...] = field(metadata=payload_as("baseline_size_map"))
+    prime_sizes: tuple[tuple[str, int], ...] = field(metadata=payload_as("prime_size_map"))
     is_baseline_ok: bool
     is_prime_ok: bool
     broke: ShapeBreak | None
@@ -206,13 +186,12 @@ class PrimeDimsReport(Report):
     output_dims: tuple[str, ...]
     """The prime run's output shape with each free size replaced by its name (``"batch"``)."""
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "baseline_sizes": dict(self.baseline_sizes),
-            "prime_sizes": dict(self.prime_sizes),
-            "is_baseline_ok": self.is_baseline_ok,
-            "is_prime_ok": self.is_prime_ok,
-            "broke": self.broke,
-            "broadcasts": self.broadcasts,
-            "output_dims": self.output_dims,
-        }
+    @property
+    def baseline_size_map(self) -> dict[str, int]:
+        """Dimension name -> size of the baseline run."""
+        return dict(self.baseline_sizes)
+
+    @property
+    def prime_size_map(self) -> dict[str, int]:
+        """Dimension name -> prime size of the probe run."""
+        return dict(self.prime_sizes)

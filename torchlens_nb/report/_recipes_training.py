@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._base import Report
-from ._recipes_data import Histogram, TensorStats, chart, histogram_grid
+from ._recipes_data import Histogram, RecipeReport, TensorStats, chart, histogram_grid
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -25,10 +24,14 @@ not fall; ``diverged``: it became non-finite or grew; ``running``: a live interi
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class OverfitReport(Report):
+class OverfitReport(RecipeReport):
     """Loss and gradient norm per step of training a copy of the model on one batch."""
 
     report_type = "overfit_one_batch"
+    payload_properties = (
+        "charts",
+        "steps_run",
+    )
     verdict: OverfitVerdict
     steps: int
     """Steps requested."""
@@ -76,19 +79,6 @@ class OverfitReport(Report):
         fig.update_layout(title=f"Overfit one batch: {self.verdict}", xaxis2_title="step")
         return fig
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "steps": self.steps,
-            "steps_run": self.steps_run,
-            "lr": self.lr,
-            "losses": self.losses,
-            "grad_norms": self.grad_norms,
-            "target_loss": self.target_loss,
-            "elapsed_s": self.elapsed_s,
-            "charts": self.chart_specs(),
-        }
-
 
 # ----- gradient_flow -------------------------------------------------------------------------
 ParamGradVerdict = Literal[
@@ -129,10 +119,11 @@ class FrontierOp:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class GradientFlowReport(Report):
+class GradientFlowReport(RecipeReport):
     """Per-parameter gradient statistics plus grad_health's frontier, from one backward."""
 
     report_type = "gradient_flow"
+    payload_properties = ("charts",)
     loss: float
     params: tuple[ParamGrad, ...]
     frontier: tuple[FrontierOp, ...]
@@ -178,17 +169,6 @@ class GradientFlowReport(Report):
             )
         ]
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "charts": self.chart_specs(),
-            "loss": self.loss,
-            "params": self.params,
-            "frontier": self.frontier,
-            "vanishing_threshold": self.vanishing_threshold,
-            "exploding_threshold": self.exploding_threshold,
-            "spread_decades": self.spread_decades,
-        }
-
 
 # ----- weight_distribution -------------------------------------------------------------------
 WeightVerdict = Literal[
@@ -213,10 +193,11 @@ class ParamWeights:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class WeightDistributionReport(Report):
+class WeightDistributionReport(RecipeReport):
     """Per-parameter weight statistics and histograms, with param_health's findings."""
 
     report_type = "weight_distribution"
+    payload_properties = ("charts",)
     params: tuple[ParamWeights, ...]
     huge_abs: float
     collapsed_std: float
@@ -244,15 +225,6 @@ class WeightDistributionReport(Report):
             f"Weight histograms ({len(shown)} of {len(self.params)})",
         )
 
-    def _data(self) -> dict[str, Any]:
-        return {
-            "charts": self.chart_specs(),
-            "params": self.params,
-            "huge_abs": self.huge_abs,
-            "collapsed_std": self.collapsed_std,
-            "usual_std": self.usual_std,
-        }
-
 
 # ----- update_ratio --------------------------------------------------------------------------
 RatioVerdict = Literal["ok", "too_high", "too_low", "unknown"]
@@ -274,10 +246,11 @@ class LayerRatio:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class UpdateRatioReport(Report):
+class UpdateRatioReport(RecipeReport):
     """Per-layer update-to-weight ratios over training steps against the 1e-3 target."""
 
     report_type = "update_ratio"
+    payload_properties = ("charts",)
     layers: tuple[LayerRatio, ...]
     target_log10: float
     tolerance_decades: float
@@ -326,12 +299,3 @@ class UpdateRatioReport(Report):
             yaxis_title="log10(||dw|| / ||w||)",
         )
         return fig
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            "charts": self.chart_specs(),
-            "layers": self.layers,
-            "target_log10": self.target_log10,
-            "tolerance_decades": self.tolerance_decades,
-            "steps": self.steps,
-        }

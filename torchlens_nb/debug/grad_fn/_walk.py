@@ -33,7 +33,7 @@ from ...report._grad_fn import (
     GradFnGroup,
     GradFnNode,
     GradFnOutput,
-    GradFnSketch,
+    GradFnReport,
     SavedShape,
     sketch_findings,
 )
@@ -55,7 +55,7 @@ def walk_grad_fn(
     params: Mapping[str, torch.Tensor] | None = None,
     model: nn.Module | None = None,
     max_nodes: int = MAX_NODES_DEFAULT,
-) -> GradFnSketch:
+) -> GradFnReport:
     """Walk the autograd graph above ``outputs`` into a frozen, structure-only sketch.
 
     Args:
@@ -67,7 +67,7 @@ def walk_grad_fn(
             nearest the outputs are kept); ``truncated`` is then set and disclosed.
 
     Returns:
-        A :class:`~torchlens_nb.report.GradFnSketch`: nodes in breadth-first order, forward
+        A :class:`~torchlens_nb.report.GradFnReport`: nodes in breadth-first order, forward
         edges (producer -> consumer), groups, outputs, ``truncated``.
 
     Raises:
@@ -145,7 +145,7 @@ def _sketch(
     truncated: bool,
     max_nodes: int,
     unreached: tuple[str, ...],
-) -> GradFnSketch:
+) -> GradFnReport:
     shapes = ", ".join(_shape_text(o.shape) for o in outs[:3]) + (", ..." if len(outs) > 3 else "")
     subject = (
         f"1 output, shape {shapes}" if len(outs) == 1 else f"{len(outs)} outputs, shapes {shapes}"
@@ -163,7 +163,7 @@ def _sketch(
             "ops of parameter-free submodules (Dropout, activations) sit in "
             "their parent."
         )
-    return GradFnSketch(
+    return GradFnReport(
         subject=subject,
         status="truncated" if truncated else "complete",
         lead=lead,
