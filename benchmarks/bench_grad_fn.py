@@ -121,7 +121,7 @@ PAINT = """async ([src, payload]) => {
 
 
 def browser_paint_ms(payload: dict) -> dict[str, float] | None:
-    bundle = widgets.STATIC_DIR / "grad_graph.js"
+    bundle = widgets.STATIC_DIR / "grad_fn.js"
     if not (Path(CHROMIUM).exists() and bundle.is_file()):
         return None
     from playwright.sync_api import sync_playwright
@@ -200,8 +200,8 @@ def main() -> None:
         payload_file = out_dir / "payload.json"
         payload_file.write_text(json.dumps(payload))
         script = NODE_LAYOUT % {
-            "model": (ROOT / "js/panels/grad_graph/model.js").as_uri(),
-            "layout": (ROOT / "js/panels/grad_graph/layout.js").as_uri(),
+            "model": (ROOT / "js/panels/grad_fn/model.js").as_uri(),
+            "layout": (ROOT / "js/panels/grad_fn/layout.js").as_uri(),
         }
         done = subprocess.run(
             ["node", "--input-type=module", "-e", script, str(payload_file)],

@@ -7,7 +7,7 @@ parameter names were known, and saved-tensor SHAPES. It holds no tensor, no valu
 and it verifies nothing: every view carries :data:`STRUCTURE_ONLY_LEGEND`.
 
 Views: ``card()``; ``to_pandas("nodes")`` / ``to_pandas("edges")``; ``to_dot()`` (the DOT source
-``tl.debug.sketch_grad_fn`` renders); the ``grad_graph`` panel, which lays out folded groups
+``tl.debug.sketch_grad_fn`` renders); the ``grad_fn`` panel, which lays out folded groups
 first and unfolds on demand.
 """
 

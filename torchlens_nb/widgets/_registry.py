@@ -35,7 +35,7 @@ PANELS: dict[str, str] = {
     "attention_sinks": "attention_sinks",
     "doctor": TABLE_PANEL,
     "find_nan": "nonfinite",
-    "grad_fn": "grad_graph",
+    "grad_fn": "grad_fn",
     "lineage": "lineage",
     "nonfinite": "nonfinite",
     "grad_health": "grad_health",

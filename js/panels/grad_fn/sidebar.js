@@ -1,4 +1,4 @@
-// The grad_graph side parts: the module-group tree (fold/unfold buttons with aria-expanded) and
+// The grad_fn side parts: the module-group tree (fold/unfold buttons with aria-expanded) and
 // the details of the selected node (type, parameter name and shape, saved shapes, neighbours).
 import { h, listen } from "../../shared/dom.js";
 import { formatShape } from "../../shared/format.js";

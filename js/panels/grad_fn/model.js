@@ -1,4 +1,4 @@
-// The grad_graph panel's view model: nodes and groups read from the payload, the fold state
+// The grad_fn panel's view model: nodes and groups read from the payload, the fold state
 // (a set of unfolded group addresses) turned into the boxes and nodes to lay out, and search.
 // Pure functions of the payload: no DOM, no thresholds (the budgets come from Python).
 

@@ -1,4 +1,4 @@
-"""Fast browser tier of the grad_graph panel: fold/unfold, search, node details, budgets.
+"""Fast browser tier of the grad_fn panel: fold/unfold, search, node details, budgets.
 
 Payloads come from real sketches: a GPT-2 with the 12 blocks of GPT-2 small (785 autograd nodes
 in eval mode, 822 with dropout; the width does not change the graph) and the test MLP.
@@ -47,7 +47,7 @@ def test_opens_at_the_deepest_level_that_fits_and_unfolds_a_box_on_click(
     panel_page, gpt2_small_shaped
 ) -> None:
     sketch = gpt2_small_shaped
-    root = panel_page.mount("grad_graph", widgets.panel_payload(sketch))
+    root = panel_page.mount("grad_fn", widgets.panel_payload(sketch))
 
     expect(root.locator(".tln-gg-legend")).to_have_text(
         "STRUCTURE-ONLY read from grad_fn/next_functions; no values, no timing, no verification."
@@ -62,7 +62,7 @@ def test_opens_at_the_deepest_level_that_fits_and_unfolds_a_box_on_click(
     expect(attn).to_have_attribute(
         "aria-label", "group transformer.h.0.attn, 36 nodes, folded: activate to unfold"
     )
-    panel_page.screenshot("grad_graph_open_light", root)
+    panel_page.screenshot("grad_fn_open_light", root)
 
     attn.click()
 
@@ -76,7 +76,7 @@ def test_opens_at_the_deepest_level_that_fits_and_unfolds_a_box_on_click(
 
 def test_the_group_tree_and_toolbar_fold_and_unfold(panel_page, gpt2_small_shaped) -> None:
     sketch = gpt2_small_shaped
-    root = panel_page.mount("grad_graph", widgets.panel_payload(sketch))
+    root = panel_page.mount("grad_fn", widgets.panel_payload(sketch))
 
     root.get_by_role("button", name="Fold transformer.h.3 (62 nodes)").click()
     _expect_units(root, _expected_units(sketch, _level(sketch, 3) - {"transformer.h.3"}))
@@ -85,13 +85,13 @@ def test_the_group_tree_and_toolbar_fold_and_unfold(panel_page, gpt2_small_shape
     root.get_by_role("button", name="Unfold every group").click()
     # 785 units: about 1 s of layout on an idle CPU, several on a busy one
     _expect_units(root, len(sketch.nodes), timeout_ms=20_000)
-    panel_page.screenshot("grad_graph_unfolded_light", root)
+    panel_page.screenshot("grad_fn_unfolded_light", root)
 
 
 def test_search_reveals_a_parameter_inside_folded_groups_and_shows_its_details(
     panel_page, gpt2_small_shaped
 ) -> None:
-    root = panel_page.mount("grad_graph", widgets.panel_payload(gpt2_small_shaped))
+    root = panel_page.mount("grad_fn", widgets.panel_payload(gpt2_small_shaped))
 
     root.get_by_role("searchbox", name="Search nodes by name").fill("h.3.attn.c_attn.weight")
     results = root.get_by_role("region", name="Search results")
@@ -109,11 +109,11 @@ def test_search_reveals_a_parameter_inside_folded_groups_and_shows_its_details(
     assert "Parameter\ntransformer.h.3.attn.c_attn.weight" in text
     assert "Shape\n(32, 96) float32" in text
     assert "Module group\ntransformer.h.3.attn.c_attn (Conv1D)" in text
-    panel_page.screenshot("grad_graph_search_light", root)
+    panel_page.screenshot("grad_fn_search_light", root)
 
 
 def test_clicking_an_op_shows_type_and_saved_shapes(panel_page, gpt2_small_shaped) -> None:
-    root = panel_page.mount("grad_graph", widgets.panel_payload(gpt2_small_shaped))
+    root = panel_page.mount("grad_fn", widgets.panel_payload(gpt2_small_shaped))
     softmax = next(n for n in gpt2_small_shaped.nodes if n.name == "SoftmaxBackward0")
     root.get_by_role("searchbox", name="Search nodes by name").fill(f"#{softmax.id}")
     root.get_by_role("searchbox", name="Search nodes by name").press("Enter")
@@ -133,7 +133,7 @@ def test_an_unfold_beyond_the_layout_budget_is_refused_with_the_way_out(
 ) -> None:
     payload = widgets.panel_payload(gpt2_small_shaped)
     payload["data"]["layout"]["max_units"] = 100  # a smaller budget than Python's default
-    root = panel_page.mount("grad_graph", payload)
+    root = panel_page.mount("grad_fn", payload)
 
     root.get_by_role("button", name="Unfold every group").click()
 
@@ -146,7 +146,7 @@ def test_an_unfold_beyond_the_layout_budget_is_refused_with_the_way_out(
 def test_a_truncated_sketch_says_so_and_the_offline_copy_needs_no_kernel(panel_page) -> None:
     model = models.mlp()
     sketch = tl.debug.walk_grad_fn(model(torch.randn(2, 8)).sum(), model=model, max_nodes=4)
-    root = panel_page.mount("grad_graph", widgets.panel_payload(sketch), offline=True)
+    root = panel_page.mount("grad_fn", widgets.panel_payload(sketch), offline=True)
 
     expect(root.locator(".tln-gg-truncated")).to_have_text(
         "▲ TRUNCATED: the walk stopped at max_nodes=4; dashed nodes have inputs that are not shown."
@@ -165,12 +165,12 @@ def test_a_truncated_sketch_says_so_and_the_offline_copy_needs_no_kernel(panel_p
 def test_cleanup_releases_every_listener_and_dark_theme_renders(
     panel_page, gpt2_small_shaped
 ) -> None:
-    root = panel_page.mount("grad_graph", widgets.panel_payload(gpt2_small_shaped))
+    root = panel_page.mount("grad_fn", widgets.panel_payload(gpt2_small_shaped))
     panel_page.set_theme("dark")
     root.locator('[data-key="g:transformer.h.1.mlp"]').focus()
     panel_page.page.keyboard.press("Enter")  # boxes are keyboard-reachable buttons
     expect(root.locator('[data-key="g:transformer.h.1.mlp.c_fc"]')).to_have_count(1)
-    panel_page.screenshot("grad_graph_dark", root)
+    panel_page.screenshot("grad_fn_dark", root)
 
     panel_page.cleanup()
 

@@ -1,9 +1,9 @@
-"""End-to-end tier: the grad_graph panel of a sketch made in an earlier cell, in real JupyterLab.
+"""End-to-end tier: the grad_fn panel of a sketch made in an earlier cell, in real JupyterLab.
 
 One scenario: a 12-block GPT-2 loss is computed in cell 0 (as in a notebook, nothing captured),
 cell 1 displays ``walk_grad_fn`` of it; in the page, a block is unfolded from its box, a node is
 found by search inside folded groups, its details show its shapes, and the tree folds the block
-again. Screenshot: tests/artifacts/lab_grad_graph.png.
+again. Screenshot: tests/artifacts/lab_grad_fn.png.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ CELLS = [
 ]
 
 
-def test_grad_graph_panel_folds_searches_and_shows_details_in_lab(lab_notebook) -> None:
-    nb = lab_notebook(CELLS, name="grad_graph.ipynb")
+def test_grad_fn_panel_folds_searches_and_shows_details_in_lab(lab_notebook) -> None:
+    nb = lab_notebook(CELLS, name="grad_fn.ipynb")
     nb.run_cell(0)
     outputs = nb.run_cell(1)
     assert outputs[0]["data"]["text/plain"].startswith(
@@ -62,4 +62,4 @@ def test_grad_graph_panel_folds_searches_and_shows_details_in_lab(lab_notebook) 
     # fold the block again from the tree
     panel.get_by_role("button", name="Fold transformer.h.5.mlp (16 nodes)").click()
     expect(panel.locator('[data-key="g:transformer.h.5.mlp"]')).to_have_count(1)
-    nb.screenshot("lab_grad_graph")
+    nb.screenshot("lab_grad_fn")

@@ -1,4 +1,4 @@
-// The grad_graph drawing surface: an SVG of laid-out units with pan (drag, arrow keys) and zoom
+// The grad_fn drawing surface: an SVG of laid-out units with pan (drag, arrow keys) and zoom
 // (wheel, +/-), focusable units activated by click or Enter, and selection/match highlights.
 import { listen } from "../../shared/dom.js";
 import { unitLabel } from "./layout.js";

@@ -1,4 +1,4 @@
-// The grad_graph panel: the autograd graph of a GradFnSketch, explorable. Module groups start
+// The grad_fn panel: the autograd graph of a GradFnSketch, explorable. Module groups start
 // folded to the deepest level that fits `data.layout.initial_units` and unfold on demand (click
 // a box, or the group tree); search reveals a node inside folded groups; a click shows a node's
 // details. The STRUCTURE-ONLY legend and the truncation note stay above the graph. Python
@@ -7,10 +7,10 @@ import { reportCard } from "../shared/card.js";
 import { h, listen } from "../shared/dom.js";
 import { mountPanel } from "../shared/panel.js";
 import { setStatus, statusLine } from "../shared/status.js";
-import { createCanvas } from "./grad_graph/canvas.js";
-import { layoutVisible } from "./grad_graph/layout.js";
-import { countUnits, deepestLevel, framesOf, lineage, readGraph, search, unfoldedTo, unitKey, visibleGraph } from "./grad_graph/model.js";
-import { groupTree, nodeDetails } from "./grad_graph/sidebar.js";
+import { createCanvas } from "./grad_fn/canvas.js";
+import { layoutVisible } from "./grad_fn/layout.js";
+import { countUnits, deepestLevel, framesOf, lineage, readGraph, search, unfoldedTo, unitKey, visibleGraph } from "./grad_fn/model.js";
+import { groupTree, nodeDetails } from "./grad_fn/sidebar.js";
 
 /** Search results listed at once (the count of the rest is shown). */
 const MAX_RESULTS = 20;
@@ -34,7 +34,7 @@ function view(payload, ctx) {
   /** @type {Set<string>} */
   let expanded = state.get("expanded") ?? unfoldedTo(graph,
     deepestLevel(graph, Math.min(data.layout.initial_units, data.layout.max_units)));
-  /** @type {Map<string, import("./grad_graph/layout.js").Layout>} */
+  /** @type {Map<string, import("./grad_fn/layout.js").Layout>} */
   const layouts = state.get("layouts") ?? new Map();
   state.set("layouts", layouts);
 
@@ -198,7 +198,7 @@ function view(payload, ctx) {
 }
 
 function render(/** @type {any} */ props) {
-  return mountPanel(props, view, { name: "grad_graph", render });
+  return mountPanel(props, view, { name: "grad_fn", render });
 }
 
 export default { render };
