@@ -51,6 +51,7 @@ lint: setup
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
+	cd js && node_modules/.bin/tsc -p jsconfig.json
 
 bench: setup
 	$(BIN)/python benchmarks/run.py
