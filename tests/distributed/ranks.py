@@ -233,7 +233,7 @@ class Recorder:
         self.snapshot: dict[str, Any] | None = None
 
     def open(self, snapshot: Any) -> Recorder:
-        """What ``report._display.live_view`` would do: keep the snapshot's panel payload."""
+        """What ``tl.report.live_dashboard`` would do: keep the snapshot's panel payload."""
         self.snapshot = tl.widgets.panel_payload(snapshot)
         return self
 
@@ -252,8 +252,8 @@ def live_scenario(rank: int) -> dict[str, Any]:
     session = tl.debug.ChecksSession(ddp, optimizer, scaler=None)
     session.register_nonfinite_grad_check()
     recorder = Recorder()
-    original = tl.checks._live._display.live_view, tl.checks._feed.MIN_INTERVAL_S
-    tl.checks._live._display.live_view = recorder.open
+    original = tl.checks._live.live_dashboard, tl.checks._feed.MIN_INTERVAL_S
+    tl.checks._live.live_dashboard = recorder.open
     tl.checks._feed.MIN_INTERVAL_S = 0.0  # every offer is sent: the test sees each increment
     try:
         session.dashboard()
@@ -266,7 +266,7 @@ def live_scenario(rank: int) -> dict[str, Any]:
                 ddp(batch(rank, step)).square().mean().backward()
                 optimizer.step()
     finally:
-        tl.checks._live._display.live_view, tl.checks._feed.MIN_INTERVAL_S = original
+        tl.checks._live.live_dashboard, tl.checks._feed.MIN_INTERVAL_S = original
     return {
         "snapshot": recorder.snapshot,
         "increments": recorder.messages,

@@ -38,7 +38,7 @@ from ._compare import (
     SkippedOp,
 )
 from ._cost import FlopsVsDispatchReport, HotPathReport, RecomputeReport
-from ._display import live_panel
+from ._display import live_dashboard, live_panel
 from ._grad_fn import (
     STRUCTURE_ONLY_LEGEND,
     GradFnEdge,
@@ -184,6 +184,7 @@ __all__ = [
     "capabilities",
     "doctor",
     "frozen_mapping",
+    "live_dashboard",
     "live_panel",
 ]
 

@@ -69,7 +69,7 @@ def live_panel(report: Report) -> Any:
         return None
 
 
-def live_view(report: Report) -> Any:
+def live_dashboard(report: Report) -> Any:
     """The live dashboard widget of a ``ChecksSession`` snapshot ``report``, or None.
 
     None outside a Jupyter kernel (the session then prints its final report instead). Like
@@ -77,9 +77,9 @@ def live_view(report: Report) -> Any:
     None.
     """
     try:
-        from ..widgets._dashboard import dashboard_for
+        from .. import widgets
 
-        return dashboard_for(report)
+        return widgets.dashboard_for(report)
     except Exception as exc:  # display never raises; the session degrades to text
         _warn_once(
             "live:" + report.report_type,

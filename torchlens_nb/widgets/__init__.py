@@ -4,6 +4,7 @@ Reports display themselves (``report._repr_mimebundle_`` builds the widget); use
 to build a panel explicitly, register a panel for a new report type, or encode arrays.
 """
 
+from ._dashboard import LiveChecksWidget, dashboard_for
 from ._html import standalone_html
 from ._paging import MAX_PAGE_ROWS, TablePager
 from ._payload import (
@@ -38,10 +39,12 @@ __all__ = [
     "REPORT_PANEL",
     "STATIC_DIR",
     "TABLE_PANEL",
+    "LiveChecksWidget",
     "ReportWidget",
     "TablePager",
     "available_panels",
     "bundle_path",
+    "dashboard_for",
     "encode_array",
     "panel_arrays",
     "panel_name",

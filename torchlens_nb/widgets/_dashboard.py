@@ -1,7 +1,7 @@
 """The live checks dashboard: the ``checks`` panel plus increments while the loop runs.
 
 ``ChecksSession.dashboard()`` (and ``display(session)``) builds one through
-``report._display.live_view``. The widget starts from a snapshot ``CheckReport`` (its
+``tl.report.live_dashboard``. The widget starts from a snapshot ``CheckReport`` (its
 ``payload``), receives throttled increments in its ``live`` trait while the training loop runs
 in the same cell (one trait update per message, at most 10 per second, built by
 ``checks._feed``), and ends with the final report's payload and arrays. The increments carry the
