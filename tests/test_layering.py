@@ -10,16 +10,20 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "torchlens_nb"
 
 # layer -> the layers of our own code it may import
+BASE = {"errors", "_jsonsafe", "_validate"}
+"""Layer-free modules every layer may import."""
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_jsonsafe": set(),
-    "options": {"errors"},
-    "capture": {"options", "errors"},
-    "report": {"errors", "_jsonsafe"},
-    "debug": {"capture", "report", "options", "errors", "checks", "_jsonsafe"},
-    "checks": {"report", "errors", "_jsonsafe"},
-    "widgets": {"report", "errors", "_jsonsafe"},
-    "recipes": {"capture", "report", "options", "errors", "checks", "debug", "_jsonsafe"},
+    "_validate": {"errors"},
+    "options": BASE | {"errors"},
+    "capture": BASE | {"options"},
+    "report": BASE,
+    "debug": BASE | {"capture", "report", "options", "checks"},
+    "checks": BASE | {"report"},
+    "widgets": BASE | {"report"},
+    "recipes": BASE | {"capture", "report", "options", "checks", "debug"},
+    "integrations": BASE | {"checks", "report"},
 }
 # The upward edges the layering allows, each imported inside the one function that needs it
 # (never at import time), with the reason it exists.
