@@ -65,4 +65,4 @@ def test_one_batched_norm_per_backward_and_one_host_read_per_attempt(monkeypatch
     # one call per backward over the 4 gradients that arrived (6), plus the before/after weight
     # norms of the one step the movement sampler took (accepted step 0 of every 50): 8
     assert calls == [4, 4, 4, 4, 4, 4, 4, 4]
-    assert session._engine.evidence.host_reads == 3  # one per attempt, at S-B
+    assert session._engine.host_reads == 3  # one per attempt, at S-B

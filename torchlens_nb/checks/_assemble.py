@@ -43,12 +43,7 @@ _ALWAYS_UNAVAILABLE = Unavailable(
 
 def counters(engine: Engine) -> dict[str, Any]:
     """``report.counters`` now."""
-    pending = (
-        engine.evidence.pending_count
-        + len(engine.carry)
-        + (len(engine.block.records) if engine.block is not None else 0)
-    )
-    return engine.ledger.counters(engine.sites.backwards, engine.sites.arrivals, pending)
+    return engine.ledger.counters(engine.backwards, engine.arrivals, engine.pending_backwards)
 
 
 def ledgers(engine: Engine) -> dict[str, Any]:
@@ -165,14 +160,14 @@ def _disclosures(engine: Engine, count: dict[str, Any], paused_spans: int) -> li
             "use `with session.step(global_step=..., micro_batches=...)` for exact "
             "accepted/skipped attribution."
         )
-    if engine.sites.needs_norms:
+    if engine.needs_norms:
         notes.append(
             "Gradient norms are read at S-A (pre-clip) after each backward; under "
             "accumulation they are norms of the accumulated gradient."
         )
-    if engine.sampler is not None:
+    if engine.sample_every is not None:
         notes.append(
-            f"Update ratios and movement are sampled every {engine.sampler.every} "
+            f"Update ratios and movement are sampled every {engine.sample_every} "
             "accepted step(s) (a weight snapshot each time)."
         )
     if engine.roster.unoptimized:

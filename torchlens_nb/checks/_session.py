@@ -31,7 +31,7 @@ from ._assemble import build_report, counters, live_state
 from ._change import ChangeCheck
 from ._check import Check
 from ._distributed import RankContext
-from ._engine import Block, Engine
+from ._engine import Engine
 from ._feed import DashboardFeed, LiveView
 from ._ledger import ScalerKind
 from ._live import open_live_view
@@ -40,7 +40,7 @@ from ._nonfinite import NonfiniteGradCheck
 from ._param_scan import ParamScanCheck
 from ._params import Roster
 from ._scan import scan_tensors
-from ._update_ratio import UpdateRatioCheck, UpdateSampler
+from ._update_ratio import UpdateRatioCheck
 from ._watchdog import NoAcceptedStepsCheck
 
 
@@ -108,12 +108,18 @@ class ChecksSession:
                 f"loss_scale must be a positive finite number and cannot be combined with a "
                 f"GradScaler, got loss_scale={loss_scale!r} with scaler={scaler!r}."
             )
-        self._engine = Engine(roster, optimizer, scaler, kind, loss_scale)
-        self._engine.raise_violation = self._raise
-        self._engine.on_progress = self._progress
         self._ranks = RankContext.detect(model, distributed)
+        self._engine = Engine(
+            roster,
+            optimizer,
+            scaler,
+            kind,
+            loss_scale,
+            raise_violation=self._raise,
+            on_progress=self._progress,
+            agree=self._ranks.agree if self._ranks.is_active else None,
+        )
         if self._ranks.is_active:
-            self._engine.agree = self._ranks.agree
             self._ranks.read_counters = functools.partial(counters, self._engine)
         self._model_ref = weakref.ref(model)
         self._subject = (
@@ -258,12 +264,7 @@ class ChecksSession:
             raise DiagnosticArgumentError(
                 "this session is finalized; create a new ChecksSession to register checks."
             )
-        engine = self._engine
-        engine.checks[check.name] = check
-        engine.sites.needs_norms = any(c.needs_norms for c in engine.checks.values())
-        if sample_every is not None:
-            every = min(sample_every, engine.sampler.every) if engine.sampler else sample_every
-            engine.sampler = UpdateSampler(engine.roster, every)
+        self._engine.register(check, sample_every=sample_every)
 
     # ----- scope ------------------------------------------------------------------------------
     def attach(self) -> ChecksSession:
@@ -276,10 +277,7 @@ class ChecksSession:
             raise DiagnosticArgumentError("this session is already attached.")
         stack = contextlib.ExitStack()
         try:
-            self._engine.sites.install(stack)
-            optimizer = self._engine.optimizer
-            stack.callback(optimizer.register_step_pre_hook(self._engine.on_step_pre).remove)
-            stack.callback(optimizer.register_step_post_hook(self._engine.on_step_post).remove)
+            self._engine.install(stack)
         except BaseException:
             stack.close()  # roll back a half-installed set
             raise
@@ -338,35 +336,24 @@ class ChecksSession:
                 f"micro_batches must be >= 1, got {micro_batches!r}; pass the int number of "
                 "backwards in this step."
             )
-        engine = self._engine
-        if engine.block is not None:
+        if self._engine.is_in_step:
             raise DiagnosticArgumentError("session.step() blocks do not nest.")
-        engine.carry.extend(engine.resolve())
-        engine.block = Block(global_step, micro_batches)
-        if micro_batches is not None:
-            engine.ledger.declared_micro_batches = micro_batches
+        self._engine.begin_step(global_step, micro_batches)
         try:
             yield
         finally:
-            block, engine.block = engine.block, None
-            engine.close_block(block)
+            self._engine.end_step()
 
     def disable(self) -> None:
         """Stop observing: hooks stay installed but return at once; the open attempt's
         evidence is dropped, never judged half-seen."""
-        engine = self._engine
-        if engine.sites.is_enabled:
+        if self._engine.is_enabled:
             self._paused_spans += 1
-        engine.sites.is_enabled = False
-        engine.evidence.discard()
-        engine.carry.clear()
-        engine.in_flight = None
-        if engine.sampler is not None:
-            engine.sampler.discard()
+        self._engine.pause()
 
     def enable(self) -> None:
         """Resume observing from the next backward."""
-        self._engine.sites.is_enabled = True
+        self._engine.resume()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -417,7 +404,7 @@ class ChecksSession:
             scan_tensors(tensors, [None] * len(tensors))
             best = min(best, time.perf_counter() - start)
         attempts = self._engine.ledger.attempts
-        site_ms = (self._engine.site_ns + self._engine.sites.norm_ns) / 1e6
+        site_ms = self._engine.site_ms
         return SessionOverhead(
             scan_ms=best * 1e3,
             scanned_tensors=len(tensors),
@@ -438,7 +425,7 @@ class ChecksSession:
         """
         if self._feed is None:
             view = open_live_view(self._build(is_final=False, exit_reason=None))
-            self._engine.series.is_feeding = True
+            self._engine.start_feeding()
             self._feed = DashboardFeed(view, self._live_state)
             if self._final is not None:
                 self._feed.finish(self._final)
@@ -468,10 +455,7 @@ class ChecksSession:
 
     # ----- internals --------------------------------------------------------------------------
     def _settle(self) -> None:
-        engine = self._engine
-        engine.carry_or_block(engine.resolve())
-        if engine.block is None:
-            engine.settle_hook_only(engine.observe_live_scale())
+        self._engine.settle()
 
     def _build(self, *, is_final: bool, exit_reason: str | None) -> CheckReport:
         return self._ranks.annotate(
