@@ -22,6 +22,10 @@ ALLOWED: dict[str, set[str]] = {
     "recipes": {"capture", "report", "options", "errors", "checks", "debug", "_jsonsafe"},
 }
 DISPLAY_EDGE = ("report/_display.py", "widgets")  # the one upward edge, inside the display call
+# CheckViolationError.investigate() replays the kept batch with tl.debug.investigate: an explicit
+# follow-up the user calls on a raised error, so errors.py imports debug inside that method only
+# (the session never captures).
+INVESTIGATE_EDGE = ("errors.py", "debug")
 
 
 def _layer(path: pathlib.Path) -> str:
@@ -66,6 +70,9 @@ def test_module_imports_only_allowed_layers(path: pathlib.Path) -> None:
             continue
         if (rel, imported) == DISPLAY_EDGE:
             assert is_local, "report/_display.py must import widgets inside the display call"
+            continue
+        if (rel, imported) == INVESTIGATE_EDGE:
+            assert is_local, "errors.py must import debug inside CheckViolationError.investigate"
             continue
         assert imported in ALLOWED[layer], f"{rel} ({layer}) imports {imported}"
         assert not is_local, f"{rel} imports {imported} inside a function: fix the layering"

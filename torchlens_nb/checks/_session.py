@@ -4,8 +4,9 @@ Two modes, both first-class:
 
 * hook-only (zero loop edits): ``with session:`` around the loop; attempts are grouped from the
   hooks (``step_provenance="inferred"``);
-* boundary: ``with session.step(global_step=..., micro_batches=...):`` around each optimizer
-  attempt for exact accepted / skipped attribution and the caller's step ids.
+* boundary: ``with session.step(global_step=..., micro_batches=..., inputs=...):`` around each
+  optimizer attempt for exact accepted / skipped attribution, the caller's step ids, and the
+  batch kept for ``CheckViolationError.investigate()``.
 
 The four sites: S-A gradient arrival (post-accumulate-grad hooks: pre-clip, scaled under a
 GradScaler; counting only), S-B optimizer step pre-hook (post-clip, unscaled: the last point
@@ -18,13 +19,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-import weakref
 from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
 
-from ..errors import CheckViolationError, DiagnosticArgumentError
+from ..errors import CheckViolationError, DiagnosticArgumentError, ModelTypeError
 from ..report import Finding
 from ..report.checks import Action, CheckReport, SessionOverhead
 from ._assemble import build_report, counters, live_state
@@ -37,8 +37,10 @@ from ._ledger import ScalerKind
 from ._live import open_live_view
 from ._magnitude import MagnitudeCheck
 from ._nonfinite import NonfiniteGradCheck
+from ._optimizer import ATTACHED, unwrap_optimizer, wrapper_scaler
 from ._param_scan import ParamScanCheck
 from ._params import Roster
+from ._replay import Replay
 from ._scan import scan_tensors
 from ._update_ratio import UpdateRatioCheck
 from ._watchdog import NoAcceptedStepsCheck
@@ -63,9 +65,12 @@ class ChecksSession:
 
     Args:
         model: the trained module (a ``torch.compile``'d module is fine).
-        optimizer: its optimizer (S-B / S-C are its step hooks).
-        scaler: the GradScaler, or ``None`` to DECLARE that no scaler runs. Left out, the loss
-            scale is unknown: magnitude verdicts become unknown and the skip ledger unavailable.
+        optimizer: its optimizer (S-B / S-C are its step hooks), or a wrapper exposing it as
+            ``.optimizer`` (accelerate's ``AcceleratedOptimizer``, a Hugging Face Trainer's
+            ``trainer.optimizer``): the real one is hooked and its param groups are read.
+        scaler: the GradScaler, or ``None`` to DECLARE that no scaler runs. Left out, a
+            wrapper's ``.scaler`` is the declaration; otherwise the loss scale is unknown:
+            magnitude verdicts become unknown and the skip ledger unavailable.
         loss_scale: a constant the loss is multiplied by before backward (manual loss scaling);
             gradient magnitudes are divided by it (``scale_provenance="explicit"``).
         distributed: ``None`` (default) runs the per-step S-B agreement when ``model`` is a
@@ -96,7 +101,16 @@ class ChecksSession:
         loss_scale: float | None = None,
         distributed: bool | None = None,
     ) -> None:
-        roster = Roster(model, optimizer)
+        if not isinstance(model, torch.nn.Module):
+            raise ModelTypeError(
+                f"ChecksSession needs an nn.Module as model, got {type(model).__name__}; "
+                "pass the module you train (a torch.compile'd module is fine)."
+            )
+        real = unwrap_optimizer(optimizer)
+        is_declared, wrapped_scaler = wrapper_scaler(optimizer, real)
+        if scaler is UNDECLARED and is_declared:
+            scaler = wrapped_scaler
+        roster = Roster(model, real)
         kind = _scaler_kind(scaler)
         if loss_scale is not None and (
             kind == "gradscaler"
@@ -109,9 +123,10 @@ class ChecksSession:
                 f"GradScaler, got loss_scale={loss_scale!r} with scaler={scaler!r}."
             )
         self._ranks = RankContext.detect(model, distributed)
+        self._optimizer = real
         self._engine = Engine(
             roster,
-            optimizer,
+            real,
             scaler,
             kind,
             loss_scale,
@@ -121,10 +136,9 @@ class ChecksSession:
         )
         if self._ranks.is_active:
             self._ranks.read_counters = functools.partial(counters, self._engine)
-        self._model_ref = weakref.ref(model)
         self._subject = (
-            f"{type(model).__name__} with {type(optimizer).__name__} "
-            f"({len(roster)} parameters)"
+            f"{type(model).__name__} with {type(real).__name__} "
+            f"({len(roster.optimized)} parameters)"
             + (f" on rank {self._ranks.rank}" if self._ranks.is_active else "")
         )
         self._hooks: contextlib.ExitStack | None = None
@@ -268,7 +282,13 @@ class ChecksSession:
 
     # ----- scope ------------------------------------------------------------------------------
     def attach(self) -> ChecksSession:
-        """Install the hooks (S-A per parameter, S-B and S-C on the optimizer)."""
+        """Install the hooks (S-A per parameter, S-B and S-C on the optimizer).
+
+        Raises:
+            DiagnosticArgumentError: the session is finalized or attached, or another attached
+                session watches the same optimizer (it would stop on evidence this one never
+                sees).
+        """
         if self._final is not None:
             raise DiagnosticArgumentError(
                 "this session is finalized (its scope exited); create a new ChecksSession."
@@ -277,6 +297,7 @@ class ChecksSession:
             raise DiagnosticArgumentError("this session is already attached.")
         stack = contextlib.ExitStack()
         try:
+            stack.callback(ATTACHED.claim(self._optimizer, self._subject))
             self._engine.install(stack)
         except BaseException:
             stack.close()  # roll back a half-installed set
@@ -315,13 +336,32 @@ class ChecksSession:
 
     @contextlib.contextmanager
     def step(
-        self, *, global_step: int | None = None, micro_batches: int | None = None
+        self,
+        *,
+        global_step: int | None = None,
+        micro_batches: int | None = None,
+        inputs: Any = None,
     ) -> Iterator[None]:
         """One optimizer attempt (boundary mode): exact accepted/skipped and the caller's ids.
 
         Args:
             global_step: the caller's step id, carried by every record of this attempt.
             micro_batches: declared accumulation factor K (backwards in this block).
+            inputs: the attempt's batch, kept so a raise can be replayed
+                (``CheckViolationError.investigate()``): any object ``tl.trace`` accepts as
+                inputs. With ``micro_batches=K > 1``, the list (or tuple) of the K micro-batches
+                in the order their backwards run; the one whose backward first produced the
+                non-finite gradient is kept on the error. The session holds a reference (no
+                copy) and the RNG states at each micro-batch's start for this attempt only,
+                released when the block exits (``torchlens_nb/checks/_replay.py``).
+
+        Example:
+            >>> with session:
+            ...     for i, batch in enumerate(loader):
+            ...         with session.step(global_step=i, inputs=batch):
+            ...             optimizer.zero_grad()
+            ...             loss_fn(model(batch)).backward()
+            ...             optimizer.step()
         """
         if self._hooks is None:
             raise DiagnosticArgumentError(
@@ -336,9 +376,25 @@ class ChecksSession:
                 f"micro_batches must be >= 1, got {micro_batches!r}; pass the int number of "
                 "backwards in this step."
             )
+        if (
+            micro_batches is not None
+            and micro_batches > 1
+            and inputs is not None
+            and not (isinstance(inputs, (list, tuple)) and len(inputs) == micro_batches)
+        ):
+            seen = (
+                f"a {type(inputs).__name__} of {len(inputs)}"
+                if isinstance(inputs, (list, tuple))
+                else f"a {type(inputs).__name__}"
+            )
+            raise DiagnosticArgumentError(
+                f"with micro_batches={micro_batches}, inputs= must be the list of the "
+                f"{micro_batches} micro-batches (one per backward, in order), got {seen}; pass "
+                "inputs=[mb_0, ..., mb_K-1], or leave inputs out to keep no batch."
+            )
         if self._engine.is_in_step:
             raise DiagnosticArgumentError("session.step() blocks do not nest.")
-        self._engine.begin_step(global_step, micro_batches)
+        self._engine.begin_step(global_step, micro_batches, inputs)
         try:
             yield
         finally:
@@ -397,7 +453,8 @@ class ChecksSession:
         """Measure now: the scan kernel over the parameters and gradients (min of ``repeats``),
         plus the time the session's sites spent so far."""
         roster = self._engine.roster
-        tensors = list(roster.tensors) + [t.grad for t in roster.tensors if t.grad is not None]
+        params = [roster.tensors[i] for i in roster.optimized]
+        tensors = params + [t.grad for t in params if t.grad is not None]
         best = float("inf")
         for _ in range(max(1, repeats)):
             start = time.perf_counter()
@@ -478,12 +535,14 @@ class ChecksSession:
         if self._feed is not None:
             self._feed.offer()
 
-    def _raise(self, finding: Finding) -> None:
-        report = self._build(is_final=False, exit_reason=None)
+    def _raise(self, finding: Finding, replay: Replay | None) -> None:
+        """Raise ``finding``; the error's report is final (the raise is its exit reason) while
+        the session itself may go on if the loop catches the error."""
+        report = self._build(is_final=True, exit_reason=f"raised {CheckViolationError.__name__}")
         if self._feed is not None:
             self._feed.flush()
         raise CheckViolationError(
-            f"{finding.code}: {finding.message} {finding.remedy or ''}", finding, report
+            f"{finding.code}: {finding.message} {finding.remedy or ''}", finding, report, replay
         )
 
 

@@ -37,6 +37,10 @@ CheckState = Literal["clean", "collecting", "warned", "raised", "unavailable"]
 ``warned`` / ``raised``: emitted; ``unavailable``: the evidence does not exist in this run."""
 StepProvenance = Literal["inferred", "explicit"]
 """How attempts were grouped: from hooks alone (``inferred``) or by ``session.step()``."""
+SkipCause = Literal["scaler", "loop", "unknown"]
+"""Who skipped an attempt that never reached the optimizer's write: the GradScaler (its scale
+backed off), the training loop itself (no scale decrement, or no scaler), or unknown (no
+``scaler=`` declared, so a GradScaler skip looks like a loop skip)."""
 CheckStatus = Literal["clean", "found", "raised", "incomplete"]
 """``clean`` only when every registered check was evaluated and nothing was found or unknown."""
 
