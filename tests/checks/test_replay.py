@@ -68,13 +68,20 @@ def test_the_raise_keeps_the_attempts_batch_and_the_rng_state_at_its_start() -> 
     assert replay.micro_batches is None
 
 
-def test_with_accumulation_the_micro_batch_that_produced_the_nan_is_kept() -> None:
+@pytest.mark.parametrize("clean_steps", [0, 3], ids=["first-step", "stable-graph"])
+def test_with_accumulation_the_micro_batch_that_produced_the_nan_is_kept(clean_steps) -> None:
     model = dropout_mlp()
     session, optimizer = session_on(model)
     micro = [torch.randn(2, 8) for _ in range(4)]
-    micro[2][0, 0] = math.nan  # the third micro-batch's backward is the first non-finite one
     states = []
     with session, pytest.raises(CheckViolationError) as caught:
+        for step in range(clean_steps):  # after 3 identical backwards S-A keeps two hooks
+            with session.step(global_step=step, micro_batches=4, inputs=micro):
+                for x in micro:
+                    (loss_of(model, x) / 4).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        micro[2][0, 0] = math.nan  # the third micro-batch's backward is the first non-finite one
         with session.step(global_step=7, micro_batches=4, inputs=micro):
             for x in micro:
                 states.append(torch.get_rng_state())  # what the session must keep for x

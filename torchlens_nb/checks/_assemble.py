@@ -2,8 +2,9 @@
 
 Pure host work on numbers the sites already read: assembling a report adds no device work.
 Status rule: ``raised`` when a check raised; ``found`` when a warning or critical finding exists;
-``incomplete`` when no check is registered, a registered check judged nothing, or a registered
-check's evidence is unavailable (unknown never passes); ``clean`` otherwise.
+``incomplete`` when no check is registered (the default watchdog alone judges no gradient), a
+registered check judged nothing, or a registered check's evidence is unavailable (unknown never
+passes); ``clean`` otherwise.
 """
 
 from __future__ import annotations

@@ -60,8 +60,9 @@ class ChecksSession:
 
     Construction is silent and device-free: it reads parameter metadata only (no hook, no sync,
     no output). Hooks are installed by ``attach()`` / ``with session:`` and all removed on exit,
-    exceptions included. Register checks with the ``register_*`` methods; read the result with
-    :meth:`report`.
+    exceptions included. Register checks with the ``register_*`` methods (the death-spiral
+    watchdog runs by default); read the result with :meth:`report`. One attached session per
+    optimizer.
 
     Args:
         model: the trained module (a ``torch.compile``'d module is fine).
@@ -243,8 +244,9 @@ class ChecksSession:
     def register_no_accepted_steps_check(
         self, *, threshold_attempts: int = 20, action: Action = "warn"
     ) -> None:
-        """The death-spiral watchdog: warn when ``K x threshold_attempts`` backwards pass
-        without an accepted step (counting tier, no tensor read)."""
+        """The death-spiral watchdog: warn (``check_no_accepted_steps``) when
+        ``K x threshold_attempts`` backwards pass without an accepted step (counting tier, no
+        tensor read). It runs by default with these arguments; call this to change them."""
         self._register(
             NoAcceptedStepsCheck(
                 self._engine.roster, threshold_attempts=threshold_attempts, action=action

@@ -218,22 +218,32 @@ class GradSites:
         for index in lean or ():
             self._hook(index)
 
-    def _changed(self) -> tuple[int, ...]:
+    def _changed(self) -> tuple[list[int], list[torch.Tensor]]:
         """Lean S-D: the watched parameters whose gradient this backward changed (a new
-        tensor, or the recorded one with a new ``_version``), in roster order."""
+        tensor, or the recorded one with a new ``_version``), in roster order, and those
+        gradients."""
         lean = self._lean or ()
         tensors = self._roster.tensors
         grads = [tensors[i].grad for i in lean]
         if not self._snapshots and not self._merged:
-            return tuple(i for i, g in zip(lean, grads) if g is not None)
-        changed = []
-        for index, grad in zip(lean, grads):
-            if grad is None:
-                continue
-            held = self._held(index)
-            if held is None or held[0] is not grad or held[1] != grad._version:
-                changed.append(index)
-        return tuple(changed)
+            pairs = [(i, g) for i, g in zip(lean, grads) if g is not None]
+        else:
+            held = self._held_map()
+            pairs = []
+            for index, grad in zip(lean, grads):
+                if grad is None:
+                    continue
+                record = held.get(index)
+                if record is None or record[0] is not grad or record[1] != grad._version:
+                    pairs.append((index, grad))
+        return [i for i, _ in pairs], [g for _, g in pairs]
+
+    def _held_map(self) -> dict[int, tuple[torch.Tensor, int]]:
+        """Roster index -> (gradient, version) of its latest snapshot."""
+        held = dict(self._merged)
+        for snapshot in self._snapshots:
+            held.update(zip(snapshot.indices, zip(snapshot.grads, snapshot.versions)))
+        return held
 
     def _on_grad_arrival(self, index: int, param: torch.Tensor) -> None:
         """S-A: count the arrival; open the backward on its first arrival. No tensor reads."""
@@ -275,18 +285,19 @@ class GradSites:
         if not self.is_enabled or not fired:
             return
         if self._lean is not None:
-            fired = self._changed()
+            indices, grads = self._changed()
+            fired = tuple(indices)
             if frozenset(fired) != self._expected:
                 self._leave_lean()
         else:
             self._learn(fired)
+            tensors = self._roster.tensors
+            indices = list(fired)
+            arrived = [tensors[i].grad for i in fired]
+            if any(g is None for g in arrived):
+                indices = [i for i, g in zip(fired, arrived) if g is not None]
+            grads = cast("list[torch.Tensor]", [g for g in arrived if g is not None])
         self.arrivals += len(fired)
-        tensors = self._roster.tensors
-        indices = list(fired)
-        arrived = [tensors[i].grad for i in fired]
-        if any(g is None for g in arrived):
-            indices = [i for i, g in zip(fired, arrived) if g is not None]
-        grads = cast("list[torch.Tensor]", [g for g in arrived if g is not None])
         norms: DeviceNorms = ()
         if self.needs_norms:
             start = time.perf_counter_ns()
@@ -337,9 +348,7 @@ class GradSites:
                     [g._version for g in snapshot.grads] == snapshot.versions
                 ):
                     return list(snapshot.indices), []
-        held = dict(self._merged)
-        for snapshot in self._snapshots:
-            held.update(zip(snapshot.indices, zip(snapshot.grads, snapshot.versions)))
+        held = self._held_map()
         covered: list[int] = []
         unmeasured: list[tuple[int, torch.Tensor]] = []
         is_unseen = False

@@ -75,9 +75,10 @@ class CheckRun:
 class CheckReport(Report):
     """What a ``ChecksSession`` observed: findings, checks run, counters and ledgers.
 
-    ``counters`` holds ``attempts``, ``accepted``, ``skipped``, ``raised``, ``pending_backwards``,
-    ``backwards``, ``grad_arrivals``, ``step_pre_fires``, ``step_post_fires``,
-    ``accumulation_factor`` and ``step_provenance``. ``ledgers["scale"]`` is the skip ledger
+    ``counters`` holds ``attempts``, ``accepted``, ``skipped`` (and ``skipped_by_scaler`` /
+    ``skipped_by_loop`` / ``skipped_by_unknown``: see ``SkipCause``), ``raised``,
+    ``pending_backwards``, ``backwards``, ``grad_arrivals``, ``step_pre_fires``,
+    ``step_post_fires``, ``accumulation_factor`` and ``step_provenance``. ``ledgers["scale"]`` is the skip ledger
     (GradScaler scale decrements) and ``ledgers["steps"]`` the per-attempt records (most recent
     first-in order, bounded; ``ledgers["steps_truncated"]`` counts what was dropped).
     """
