@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from itertools import repeat
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -226,6 +227,8 @@ class GradSites:
         tensors = self._roster.tensors
         grads = [tensors[i].grad for i in lean]
         if not self._snapshots and not self._merged:
+            if all(map(operator.is_not, grads, repeat(None))):  # C speed, no pair objects
+                return list(lean), cast("list[torch.Tensor]", grads)
             pairs = [(i, g) for i, g in zip(lean, grads) if g is not None]
         else:
             held = self._held_map()
