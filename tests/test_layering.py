@@ -33,6 +33,8 @@ LAZY_EDGES: dict[tuple[str, str], str] = {
     "methods; the analyses live in tl.debug",
     ("report/__init__.py", "debug"): "the spec spells tl.report.doctor, tl.report.capabilities "
     "and tl.report.flops_vs_dispatch; the analyses live in tl.debug",
+    ("errors.py", "debug"): "CheckViolationError.investigate() replays the kept batch with "
+    "tl.debug.investigate: an explicit follow-up on a raised error (the session never captures)",
 }
 
 

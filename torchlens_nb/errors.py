@@ -78,18 +78,59 @@ class UnavailableError(TorchlensNbError, RuntimeError):
 class CheckViolationError(TorchlensNbError, RuntimeError):
     """A ``ChecksSession`` check with ``action="raise"`` stopped the loop at a safe site.
 
-    Raised before ``optimizer.step()`` writes (site S-B) or right after it wrote (site S-C), never
-    mid-step. ``finding`` is the :class:`~torchlens_nb.report.Finding`, ``code`` its stable
-    ``fields["code"]``, ``report`` the partial ``CheckReport`` at the moment of the raise.
+    Raised before ``optimizer.step()`` writes (site S-B) or right after it wrote (site S-C); the
+    one exception is a ``step(closure)`` optimizer that re-evaluates its closure (LBFGS), stopped
+    before it uses the re-evaluated gradient (``fields["is_mid_step"]``). ``finding`` is the
+    :class:`~torchlens_nb.report.Finding`, ``code`` its stable ``fields["code"]``, ``report``
+    the ``CheckReport`` at the moment of the raise (final: ``is_final`` with the raise as its
+    exit reason), ``replay`` the kept batch of the raised attempt (a frozen
+    ``torchlens_nb.checks.Replay``: weak reference to the model, the micro-batch's inputs, the
+    RNG states at its start, global_step, attempt, micro-batch index) or None when the session
+    kept none (hook-only mode, or ``session.step()`` without ``inputs=``).
     """
 
-    def __init__(self, message: str, finding: Any, report: Any) -> None:
+    def __init__(self, message: str, finding: Any, report: Any, replay: Any = None) -> None:
         super().__init__(message)
         self.finding = finding
         self.report = report
+        self.replay = replay
         self.code: str = finding.fields["code"]
         self.fields = finding.fields
         self.remedy: str | None = finding.remedy
+
+    def investigate(self, loss_fn: Any = None) -> Any:
+        """Replay the kept micro-batch and say where the non-finite value was born.
+
+        Calls ``tl.debug.investigate(model, replay.inputs, loss_fn=loss_fn,
+        rng_state=replay.rng_state)``, which replays under the saved RNG state and restores
+        everything it touched; this method restores nothing itself.
+
+        Raises:
+            UnavailableError: no batch was kept (``code="no_kept_batch"``) or the model was
+                garbage-collected (``code="model_collected"``).
+        """
+        if self.replay is None:
+            raise UnavailableError(
+                "this raise kept no batch to replay: keep it with "
+                "`with session.step(global_step=i, inputs=batch):` around the attempt, or replay "
+                "a batch yourself with tl.debug.investigate(model, batch, loss_fn=...).",
+                "no_kept_batch",
+            )
+        model = self.replay.model()
+        if model is None:
+            raise UnavailableError(
+                "the model of this raise was garbage-collected; replay the kept batch yourself "
+                "with tl.debug.investigate(model, err.replay.inputs, loss_fn=..., "
+                "rng_state=err.replay.rng_state).",
+                "model_collected",
+            )
+        # errors -> debug: the one upward edge of this module, only in this explicit
+        # follow-up call (tests/test_layering.py lists it); the session itself never captures.
+        from .debug import investigate  # type: ignore[attr-defined]  # debug/ adds it
+
+        return investigate(
+            model, self.replay.inputs, loss_fn=loss_fn, rng_state=self.replay.rng_state
+        )
 
 
 class GradFnWalkError(TorchlensNbError, ValueError):

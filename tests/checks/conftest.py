@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
+import torchlens_nb as tl
 from tests import models
 
 
@@ -18,25 +20,46 @@ def mlp_adamw() -> tuple[nn.Sequential, torch.optim.AdamW]:
     return model, torch.optim.AdamW(model.parameters())
 
 
+def poison_next_backward(param: torch.Tensor, value: float) -> RemovableHandle:
+    """The next backward writes ``value`` into element 0 of ``param``'s incoming gradient (a
+    tensor hook that removes itself when it fires); returns the hook's handle."""
+
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        handle.remove()
+        bad = grad.clone()
+        bad.view(-1)[0] = value
+        return bad
+
+    handle = param.register_hook(hook)
+    return handle
+
+
 @pytest.fixture
 def poison() -> Iterator[Callable[[torch.Tensor, float], None]]:
-    """``poison(param, value)``: the next backward writes ``value`` into ``param``'s gradient
-    at element 0 (a tensor hook, removed after that backward or at teardown)."""
-    handles = []
-
-    def install(param: torch.Tensor, value: float) -> None:
-        def hook(grad: torch.Tensor) -> torch.Tensor:
-            handle.remove()
-            bad = grad.clone()
-            bad.view(-1)[0] = value
-            return bad
-
-        handle = param.register_hook(hook)
-        handles.append(handle)
-
-    yield install
+    """``poison(param, value)``: :func:`poison_next_backward`, with the hook also removed at
+    teardown when no backward fired it."""
+    handles: list[RemovableHandle] = []
+    yield lambda param, value: handles.append(poison_next_backward(param, value))
     for handle in handles:
         handle.remove()
+
+
+ChangeRun = tuple[torch.optim.Optimizer, "tl.debug.ChecksSession"]
+
+
+def nonfinite_session(model: nn.Module, optimizer: torch.optim.Optimizer) -> tl.debug.ChecksSession:
+    """A session that declares no GradScaler and runs the non-finite check (raise at S-B)."""
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    session.register_nonfinite_grad_check()
+    return session
+
+
+def change_session(model: nn.Module, *, window: int, min_hits: int) -> ChangeRun:
+    """SGD(lr=0.1) on ``model`` and a session collecting the change check on that window."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    session.register_change_check(window=window, min_hits=min_hits, action="collect")
+    return optimizer, session
 
 
 def clip_recipe_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> None:

@@ -89,9 +89,10 @@ def test_watchdog_warns_when_no_attempt_is_ever_accepted() -> None:
         _run(session, model, optimizer, scaler, set(range(5)), attempts=5, boundary=False)
     report = session.report()
     assert report.counters["accepted"] == 0 and report.ledgers["scale"]["skipped"] == 5
-    finding = next(f for f in report.findings if f.code == "no_accepted_steps")
-    # K is not recovered before the first accepted step, so the limit is 1 x 3 backwards
-    assert (finding.fields["backwards_since_accepted"], finding.fields["limit"]) == (4, 3)
+    finding = next(f for f in report.findings if f.code == "check_no_accepted_steps")
+    # K = 4 is recovered from the first skipped attempt (closed when attempt 1's first backward
+    # starts from reset gradients), so the limit is 4 x 3 = 12 backwards, passed at the 13th
+    assert (finding.fields["backwards_since_accepted"], finding.fields["limit"]) == (13, 12)
     assert sum("no_accepted_steps" in str(w.message) for w in caught) == 1
 
 

@@ -43,6 +43,7 @@ def test_to_dict_is_strict_json_with_the_public_export_keys() -> None:
         "nonfinite_grad",
         "update_ratio",
         "change",
+        "no_accepted_steps",  # the watchdog runs by default
     ]
     assert payload["report_type"] == "checks" and json.loads(report.to_json()) == payload
 

@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import torchlens_nb as tl
+from tests.checks.conftest import poison_next_backward
 
 COLLECTIVES = (
     "all_reduce",
@@ -63,18 +64,6 @@ def digest(tensors: Any) -> str:
     for tensor in tensors:
         sha.update(tensor.detach().contiguous().numpy().tobytes())
     return sha.hexdigest()
-
-
-def poison_next_backward(param: torch.Tensor, value: float) -> None:
-    """The next backward writes ``value`` into element 0 of ``param``'s LOCAL gradient."""
-
-    def hook(grad: torch.Tensor) -> torch.Tensor:
-        handle.remove()
-        bad = grad.clone()
-        bad.view(-1)[0] = value
-        return bad
-
-    handle = param.register_hook(hook)
 
 
 class CollectiveCounter:

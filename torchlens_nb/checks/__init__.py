@@ -4,6 +4,7 @@ Public names are re-exported by ``tl.debug``; this package never imports the cap
 """
 
 from ._param_health import param_health, param_health_rows
+from ._replay import Replay, RngState
 from ._session import ChecksSession
 
-__all__ = ["ChecksSession", "param_health", "param_health_rows"]
+__all__ = ["ChecksSession", "Replay", "RngState", "param_health", "param_health_rows"]

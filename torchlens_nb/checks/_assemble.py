@@ -2,8 +2,9 @@
 
 Pure host work on numbers the sites already read: assembling a report adds no device work.
 Status rule: ``raised`` when a check raised; ``found`` when a warning or critical finding exists;
-``incomplete`` when no check is registered, a registered check judged nothing, or a registered
-check's evidence is unavailable (unknown never passes); ``clean`` otherwise.
+``incomplete`` when no check is registered (the default watchdog alone judges no gradient), a
+registered check judged nothing, or a registered check's evidence is unavailable (unknown never
+passes); ``clean`` otherwise.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from ..report import Exit, Finding, Table, Unavailable
 from ..report._checks import CheckReport, CheckRun, CheckStatus
 from ._engine import Engine
+from ._nonfinite import INVESTIGATE_CALL
 from ._series import SERIES_COLUMNS
 from ._update_ratio import UpdateRatioCheck
 
@@ -43,12 +45,7 @@ _ALWAYS_UNAVAILABLE = Unavailable(
 
 def counters(engine: Engine) -> dict[str, Any]:
     """``report.counters`` now."""
-    pending = (
-        engine.evidence.pending_count
-        + len(engine.carry)
-        + (len(engine.block.records) if engine.block is not None else 0)
-    )
-    return engine.ledger.counters(engine.sites.backwards, engine.sites.arrivals, pending)
+    return engine.ledger.counters(engine.backwards, engine.arrivals, engine.pending_backwards)
 
 
 def ledgers(engine: Engine) -> dict[str, Any]:
@@ -75,6 +72,7 @@ class _Verdict:
 def _verdict(engine: Engine) -> _Verdict:
     findings = [f for check in engine.checks.values() for f in check.findings()]
     findings += engine.session_findings
+    findings += _first_seen(engine)
     unavailable = [u for check in engine.checks.values() for u in check.unavailable()]
     runs = [check.run() for check in engine.checks.values()]
     status: CheckStatus = "clean"
@@ -82,7 +80,7 @@ def _verdict(engine: Engine) -> _Verdict:
         status = "raised"
     elif any(f.severity != "info" for f in findings):
         status = "found"
-    elif not runs or unavailable or any(run.evaluations == 0 for run in runs):
+    elif not engine.registered or unavailable or any(run.evaluations == 0 for run in runs):
         status = "incomplete"
     count = counters(engine)
     lead = (
@@ -94,7 +92,7 @@ def _verdict(engine: Engine) -> _Verdict:
             f"{len(findings)} finding(s)."
             if findings
             else "no findings."
-            if runs
+            if engine.registered
             else "no check registered."
         )
     )
@@ -131,7 +129,8 @@ def _params_table(engine: Engine) -> Table:
     attempt = engine.last_attempt
     updates = next((c for c in engine.checks.values() if isinstance(c, UpdateRatioCheck)), None)
     rows = []
-    for info in engine.roster.infos:
+    infos = engine.roster.infos
+    for info in (infos[i] for i in engine.roster.optimized):
         ratio, normalized, at = (None, None, None)
         if updates is not None and info.index in updates.last:
             ratio, normalized, at = updates.last[info.index]
@@ -141,7 +140,9 @@ def _params_table(engine: Engine) -> Table:
                 "group": info.group,
                 "numel": info.numel,
                 "dtype": info.dtype,
-                "grad_fact": attempt.fact(info.index) if attempt and attempt.backwards else None,
+                "grad_fact": attempt.fact(info.index)
+                if attempt and attempt.backward_count
+                else None,
                 "grad_norm_raw": attempt.final_norms.get(info.index) if attempt else None,
                 "grad_stage": attempt.stage if attempt else None,
                 "grad_scale_provenance": attempt.scale_provenance if attempt else None,
@@ -165,20 +166,30 @@ def _disclosures(engine: Engine, count: dict[str, Any], paused_spans: int) -> li
             "use `with session.step(global_step=..., micro_batches=...)` for exact "
             "accepted/skipped attribution."
         )
-    if engine.sites.needs_norms:
+    if engine.needs_norms:
         notes.append(
             "Gradient norms are read at S-A (pre-clip) after each backward; under "
             "accumulation they are norms of the accumulated gradient."
         )
-    if engine.sampler is not None:
+    if engine.sample_every is not None:
         notes.append(
-            f"Update ratios and movement are sampled every {engine.sampler.every} "
+            f"Update ratios and movement are sampled every {engine.sample_every} "
             "accepted step(s) (a weight snapshot each time)."
         )
-    if engine.roster.unoptimized:
+    outside = engine.roster.outside
+    if outside:
         notes.append(
-            f"{len(engine.roster.unoptimized)} parameter(s) require grad but are not in "
-            "the optimizer and are not checked: " + ", ".join(engine.roster.unoptimized[:3])
+            f"{len(outside)} parameter(s) require grad but are not in the optimizer: their "
+            "gradients are watched at S-A (a non-finite one is named, since clipping over "
+            "every parameter spreads it) but no training check judges them: "
+            + ", ".join(outside[:3])
+        )
+    if engine.unobserved_backwards:
+        notes.append(
+            f"{engine.unobserved_backwards} backward(s) ran while S-A kept one hook (the "
+            "graph had been stable) and gave the hooked parameter no gradient: their "
+            "gradients were judged at the step site but not counted as backwards (every "
+            "hook is back since)."
         )
     if engine.attempts_without_backward:
         notes.append(
@@ -228,14 +239,36 @@ def _mandatory_unavailable(engine: Engine, count: dict[str, Any]) -> list[Unavai
     return entries
 
 
-def _exits(findings: list[Any]) -> list[Exit]:
+def _exits(findings: list[Finding]) -> list[Exit]:
     codes = {f.code for f in findings}
     exits = []
     if "param_received_no_gradient" in codes:
         exits.append(Exit("Find the gradient frontier", "tl.debug.grad_health(trace)"))
-    if "nonfinite_grad" in codes:
-        exits.append(Exit("Find where the value was born", "tl.debug.bisect_nan_backward(trace)"))
+    nonfinite = [f for f in findings if f.code == "nonfinite_grad"]
+    if nonfinite:
+        raised = [f for f in nonfinite if f.fields.get("is_step_stopped")]
+        call = (raised or nonfinite)[-1].fields.get("next_step", INVESTIGATE_CALL)
+        exits.append(Exit("Find where the value was born", call))
     return exits
+
+
+def _first_seen(engine: Engine) -> list[Finding]:
+    """``param_first_seen``: the parameters that joined the roster while the session ran."""
+    seen = engine.roster.first_seen
+    if not seen:
+        return []
+    names = [row["param"] for row in seen]
+    return [
+        Finding(
+            "param_first_seen",
+            "info",
+            f"{len(seen)} parameter(s) joined the optimizer's work after the session started "
+            f"and are judged from attempt {seen[0]['attempt']} on: "
+            + ", ".join(names[:5])
+            + (f" and {len(names) - 5} more." if len(names) > 5 else "."),
+            fields={"code": "param_first_seen", "params": [dict(row) for row in seen]},
+        )
+    ]
 
 
 def live_state(engine: Engine) -> dict[str, Any]:

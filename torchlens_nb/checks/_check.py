@@ -59,8 +59,14 @@ class Check:
         """S-B, before the optimizer writes: judge the attempt's S-A evidence."""
         return None
 
+    def on_reevaluated(self, attempt: Attempt) -> Finding | None:
+        """Inside ``step(closure)``: a re-evaluation's gradients, before the optimizer uses them
+        (``attempt.is_mid_step``)."""
+        return None
+
     def on_skipped(self, attempt: Attempt) -> None:
-        """An attempt the GradScaler skipped (its S-B never fired)."""
+        """An attempt that never reached the write (S-B never fired); ``attempt.skip_cause``
+        says who skipped it."""
 
     def on_written(self, attempt: Attempt, sample: UpdateSample | None) -> Finding | None:
         """S-C, after the optimizer wrote."""

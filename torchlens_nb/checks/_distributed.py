@@ -41,6 +41,9 @@ SUMMED_COUNTERS = (
     "skipped",
     "raised",
     "failed",
+    "skipped_by_scaler",
+    "skipped_by_loop",
+    "skipped_by_unknown",
     "pending_backwards",
     "backwards",
     "grad_arrivals",
@@ -91,8 +94,9 @@ class RankContext:
     """The DDP module was built with ``gradient_as_bucket_view=True``."""
     agreements: int = 0
     agree_ns: int = 0
-    remote_findings: list[Finding] = dataclasses.field(default_factory=list)
-    """``check_raised_on_other_rank`` findings of this rank (kept in its report)."""
+    remote_findings: dict[tuple[int, ...], Finding] = dataclasses.field(default_factory=dict)
+    """This rank's ``check_raised_on_other_rank`` finding per set of raising ranks (repeats
+    collapse into one with ``fields["count"]``)."""
     read_counters: Callable[[], Mapping[str, Any]] = dict
     """This rank's counters now (the session wires the engine's); read once per agreement."""
     live_rows: list[dict[str, int]] = dataclasses.field(default_factory=list)
@@ -129,48 +133,63 @@ class RankContext:
         """S-B: one ``all_reduce`` of one :data:`ROW_WIDTH` int64 row per rank (its raise flag
         and counters; every rank ends with every row, kept in :attr:`live_rows`); every rank
         returns a finding when any rank has one (its own, with ``rank`` added, or
-        ``check_raised_on_other_rank``)."""
+        ``check_raised_on_other_rank``).
+
+        The flag is 2 when this rank's own gradient ARRIVED non-finite (S-A evidence: the value
+        was born here) and 1 when only its step-site gradient is (after the all-reduce or a clip
+        spread another rank's value into it): a rank with flag 1 defers to the rank(s) with
+        flag 2 and reports ``check_raised_on_other_rank``.
+        """
         dist = torch.distributed
         device = "cuda" if dist.get_backend(self.group) == "nccl" else "cpu"
         local = self.read_counters()
+        flag = 0
+        if violation is not None:
+            flag = 2 if violation.fields.get("culprit_site", "S-A") == "S-A" else 1
         rows = torch.zeros(self.world_size, ROW_WIDTH, dtype=torch.int64, device=device)
-        rows[self.rank] = torch.tensor(
-            [int(violation is not None), *(int(local.get(k) or 0) for k in LIVE_COUNTERS)]
-        )
+        rows[self.rank] = torch.tensor([flag, *(int(local.get(k) or 0) for k in LIVE_COUNTERS)])
         start = time.perf_counter_ns()
         dist.all_reduce(rows, group=self.group)
         table = rows.tolist()
         self.agree_ns += time.perf_counter_ns() - start
         self.agreements += 1
         self.live_rows = [
-            dict(zip(LIVE_RANK_COLUMNS, (rank, self.agreements, *row)))
+            dict(zip(LIVE_RANK_COLUMNS, (rank, self.agreements, int(row[0] > 0), *row[1:])))
             for rank, row in enumerate(table)
         ]
         raised_on = [rank for rank, row in enumerate(table) if row[0]]
-        if violation is not None:
+        born_on = [rank for rank, row in enumerate(table) if row[0] == 2]
+        if violation is not None and (flag == 2 or not born_on):
             return dataclasses.replace(
                 violation,
                 fields={**violation.fields, "rank": self.rank, "raised_on_ranks": raised_on},
             )
         if not raised_on:
             return None
-        self.remote_findings.append(
-            Finding(
-                "check_raised_on_other_rank",
-                "critical",
-                f"rank {self.rank} stopped optimizer.step() before it wrote because rank(s) "
-                f"{raised_on} raised; this rank's own pre-all-reduce gradients passed every check.",
-                remedy="Read the gathered report (session.report(gather=True) on every rank): the "
-                "finding of the raising rank names the parameter and the rank where the "
-                "value was born.",
-                fields={
-                    "code": "check_raised_on_other_rank",
-                    "rank": self.rank,
-                    "raised_on_ranks": raised_on,
-                },
-            )
+        return self._remote(tuple(born_on or raised_on))
+
+    def _remote(self, ranks: tuple[int, ...]) -> Finding:
+        """This rank's ``check_raised_on_other_rank`` for ``ranks`` (repeats counted)."""
+        previous = self.remote_findings.get(ranks)
+        count = 1 if previous is None else previous.fields["count"] + 1
+        finding = Finding(
+            "check_raised_on_other_rank",
+            "critical",
+            f"rank {self.rank} stopped optimizer.step() before it wrote because rank(s) "
+            f"{list(ranks)} raised; this rank's own pre-all-reduce gradients passed every check"
+            + (f" ({count} such steps)." if count > 1 else "."),
+            remedy="Read the gathered report (session.report(gather=True) on every rank): the "
+            "finding of the raising rank names the parameter and the rank where the "
+            "value was born.",
+            fields={
+                "code": "check_raised_on_other_rank",
+                "rank": self.rank,
+                "raised_on_ranks": list(ranks),
+                "count": count,
+            },
         )
-        return self.remote_findings[-1]
+        self.remote_findings[ranks] = finding
+        return finding
 
     def annotate(self, report: CheckReport) -> CheckReport:
         """This rank's report with ``rank`` / ``world_size`` / agreement counters and the
@@ -192,7 +211,7 @@ class RankContext:
                 "be all-reducing asynchronously; build DDP with the default "
                 "gradient_as_bucket_view=False for exact per-rank evidence."
             )
-        remote = tuple(self.remote_findings)
+        remote = tuple(self.remote_findings.values())
         return dataclasses.replace(
             report,
             findings=report.findings + remote,

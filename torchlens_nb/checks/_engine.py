@@ -1,55 +1,93 @@
 """The session engine: site handlers S-B / S-C / S-D and the grouping of backwards into attempts.
 
-Attempt grouping:
+The session talks to the engine through a small interface and never touches its state:
+``register(check)``, ``install(stack)`` (the hooks), ``begin_step()`` / ``end_step()`` (boundary
+mode), ``pause()`` / ``resume()``, ``settle()`` and ``close_in_flight()``; the callbacks it needs
+(raise a violation, report progress, agree across ranks) are given to the constructor. The
+report builder reads the engine through its read-only properties.
 
-* boundary mode (inside ``session.step()``): the block is the attempt (``explicit``); it is
-  accepted when S-C fired inside it, skipped when the block ends without S-C and without a
-  raise; exact.
-* hook-only mode (``inferred``): the backwards since the last S-C form the attempt judged at S-B.
-  With a GradScaler, backwards that ran at a scale the scaler later backed off from belong to
-  skipped attempts (:func:`~._evidence.split_scale_runs`): one decrement, one skipped attempt.
-  Without a scaler, backwards not followed by a step stay ``pending_backwards``.
+Attempt grouping. The backwards since the last attempt closed form the open :class:`Group`.
 
-Host syncs: one read per device at each resolution point (S-B, ``step()`` exit, ``report()``,
-and every ``MAX_PENDING_BACKWARDS`` backwards); one more at S-C on sampled steps; none at S-A or
-S-D. Reading the live GradScaler scale at ``step()`` exit and ``report()`` is one more.
+* S-B (the optimizer's step pre-hook) closes it as the attempt judged before the write. In
+  boundary mode (inside ``session.step()``) it carries the caller's ``global_step`` and is exact
+  (``explicit``); in hook-only mode it is ``inferred``.
+* A backward that starts from reset gradients (``PendingBackward.is_fresh``: the loop called
+  ``zero_grad()``) while the group holds backwards no step used closes the group as SKIPPED. Its
+  cause is read from the scale: ``scaler`` when the GradScaler's scale went down in between (the
+  scaler skipped ``optimizer.step``), ``loop`` otherwise (the loop's own guard skipped it),
+  ``unknown`` without a ``scaler=`` declaration. A ``session.step()`` block that ends without a
+  step is skipped the same way.
+* A closure step (``optimizer.step(closure)``) runs the closure's first evaluation inside the
+  pre-hook and judges it there, before the optimizer's own code runs; later evaluations (LBFGS)
+  are judged before the optimizer uses their gradients (``_optimizer.EvaluatedClosure``).
+
+The pre-write verdict is on exactly the gradients the optimizer is about to use: every parameter
+of its param groups NOW (the roster is synced at each S-B: groups added, layers unfrozen) whose
+``.grad`` is not None. A gradient unchanged since its backward (same tensor, same ``_version``)
+is judged on its S-D norm; any other (clipped, replaced, arrived without a hook) is normed at the
+step site, in the same host read as the S-D norms.
+
+Host syncs: one read per device at each resolution point (S-B, an attempt closed without a step,
+``step()`` exit, ``report()``, and every ``MAX_PENDING_BACKWARDS`` backwards); one more at S-C on
+sampled steps; none at S-A or S-D. Reading the live GradScaler scale at ``step()`` exit and
+``report()`` is one more.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..report import Finding
-from ..report._checks import ScaleProvenance, Stage
+from ..report._checks import ScaleProvenance, SkipCause, Stage
 from ._check import Check
-from ._evidence import Attempt, BackwardRecord, Evidence, split_scale_runs
+from ._evidence import Attempt, Evidence, Group
 from ._ledger import ScaleLedger, ScalerKind, StepLedger
+from ._norms import device_norms, read_host
+from ._optimizer import EvaluatedClosure, closure_of, with_closure
 from ._params import Roster
+from ._replay import KeptBatch, Replay
 from ._series import Series
 from ._sites import GradSites, PendingBackward
+from ._tally import Tally
 from ._update_ratio import UpdateSampler
+from ._watchdog import NoAcceptedStepsCheck
+
+Agree = Callable[[Finding | None], Finding | None]
+"""S-B: every rank's verdict before any rank writes (``_distributed.RankContext.agree``)."""
+RaiseViolation = Callable[[Finding, Replay | None], None]
+"""Builds the final report of the raise and raises ``CheckViolationError``."""
 
 
 @dataclass
-class Block:
+class _Block:
     """State of one ``session.step()`` block."""
 
     global_step: int | None
     micro_batches: int | None
-    records: list[BackwardRecord] = field(default_factory=list)
+    kept: KeptBatch | None
+    first_backward: int
+    """Session backward number of the block's first backward (micro-batch 0)."""
     attempt: Attempt | None = None
 
 
 class Engine:
-    """Mutable session state and the handlers the hooks call.
+    """Session state and the handlers the hooks call.
 
-    ``raise_violation(finding)`` is supplied by the session: it builds the partial report and
-    raises ``CheckViolationError``.
+    Args:
+        roster: the parameters to watch.
+        optimizer: the (unwrapped) optimizer whose step hooks are sites S-B and S-C.
+        scaler: the GradScaler (or None / the undeclared marker).
+        scaler_kind: what ``scaler`` declares.
+        loss_scale: a constant loss scale the caller declared, or None.
+        raise_violation: builds the final report of the raise and raises it.
+        on_progress: called after each backward and each accepted step (the dashboard feed).
+        agree: S-B agreement across ranks (identity when the session is rank-local).
     """
 
     def __init__(
@@ -59,239 +97,480 @@ class Engine:
         scaler: Any,
         scaler_kind: ScalerKind,
         loss_scale: float | None,
+        *,
+        raise_violation: RaiseViolation,
+        on_progress: Callable[[], None],
+        agree: Agree | None = None,
     ) -> None:
-        self.roster = roster
-        self.optimizer = optimizer
-        self.scaler = scaler
-        self.scaler_kind = scaler_kind
-        self.loss_scale = loss_scale
+        self._roster = roster
+        self._optimizer = optimizer
+        self._scaler = scaler
+        self._scaler_kind = scaler_kind
+        self._loss_scale = loss_scale
+        self._raise_violation = raise_violation
+        self._on_progress = on_progress
+        self._agree: Agree = agree if agree is not None else _unchanged
         backoff = scaler.get_backoff_factor() if scaler_kind == "gradscaler" else None
-        self.scale_ledger = ScaleLedger(scaler_kind, backoff)
-        self.ledger = StepLedger()
-        self.evidence = Evidence()
-        self.series = Series(roster, loss_scale)
-        self.sites = GradSites(roster, self.on_backward, self._scale_tensor)
-        self.checks: dict[str, Check] = {}
-        self.sampler: UpdateSampler | None = None
-        self.block: Block | None = None
-        self.in_flight: Attempt | None = None
-        self.last_attempt: Attempt | None = None
-        self.session_findings: list[Finding] = []
-        self.carry: list[BackwardRecord] = []
-        self.attempts_without_backward = 0
-        self.site_ns = 0
-        self.raise_violation: Callable[[Finding], None] = _unset
-        self.agree: Callable[[Finding | None], Finding | None] = _unchanged
-        """S-B: every rank's verdict before any rank writes (``_distributed.RankContext``)."""
-        self.on_progress: Callable[[], None] = _noop
+        self._scale_ledger = ScaleLedger(scaler_kind, backoff)
+        self._ledger = StepLedger()
+        self._evidence = Evidence()
+        self._series = Series(roster, loss_scale)
+        self._sites = GradSites(roster, self._on_backward, self._scale_tensor)
+        self._checks: dict[str, Check] = {}
+        self._watchdog: Check = NoAcceptedStepsCheck(roster, threshold_attempts=20, action="warn")
+        self._is_watchdog_registered = False
+        self._sampler: UpdateSampler | None = None
+        self._open = Group()
+        self._block: _Block | None = None
+        self._in_flight: Attempt | None = None
+        self._last_attempt: Attempt | None = None
+        self._mismatches = Tally(
+            "micro_batches_mismatch",
+            "warning",
+            _mismatch_message,
+            remedy="Declare the accumulation factor the loop really uses; the accumulation "
+            "factor K and the watchdog limit are taken from it.",
+            histogram="observed",
+        )
+        self._attempts_without_backward = 0
+        self._site_ns = 0
 
-    # ----- labels -------------------------------------------------------------------------------
+    # ----- the session's interface ---------------------------------------------------------------
+    def register(self, check: Check, *, sample_every: int | None = None) -> None:
+        """Add (or replace) ``check``; ``sample_every`` arms the weight-update sampler. The
+        death-spiral watchdog is registered from the start; registering one replaces it."""
+        if isinstance(check, NoAcceptedStepsCheck):
+            self._watchdog = check
+            self._is_watchdog_registered = True
+        else:
+            self._checks[check.name] = check
+        self._sites.needs_norms = any(c.needs_norms for c in self._checks.values())
+        if sample_every is not None:
+            every = min(sample_every, self._sampler.every) if self._sampler else sample_every
+            self._sampler = UpdateSampler(self._roster, every)
+
+    def install(self, stack: contextlib.ExitStack) -> None:
+        """Install S-A on every roster parameter and S-B / S-C on the optimizer; every handle
+        goes to ``stack``."""
+        self._sites.install(stack)
+        stack.callback(self._optimizer.register_step_pre_hook(self._on_step_pre).remove)
+        stack.callback(self._optimizer.register_step_post_hook(self._on_step_post).remove)
+
+    @property
+    def is_in_step(self) -> bool:
+        """Whether a ``session.step()`` block is open."""
+        return self._block is not None
+
+    def begin_step(self, global_step: int | None, micro_batches: int | None, inputs: Any) -> None:
+        """Open a boundary-mode block (the caller checked its arguments and that none is open).
+
+        Backwards before the block that no step used stay in the open group: the block's step
+        uses them too unless its first backward starts from reset gradients.
+        """
+        kept = KeptBatch(inputs, micro_batches) if inputs is not None else None
+        self._block = _Block(global_step, micro_batches, kept, self._sites.backwards)
+        if micro_batches is not None:
+            self._ledger.declared_micro_batches = micro_batches
+
+    def end_step(self) -> None:
+        """``session.step()`` exit: settle the block's attempt exactly."""
+        block = self._block
+        if block is None:
+            return
+        self.close_in_flight()
+        self._fold_pending()
+        live_scale = self._observe_live_scale()
+        attempt = block.attempt
+        if attempt is None and self._open.backward_count:
+            attempt = self._close_open_as_skipped(live_scale)
+        if (
+            attempt is not None
+            and block.micro_batches is not None
+            and attempt.backward_count != block.micro_batches
+        ):
+            fields = {"declared": block.micro_batches, "observed": attempt.backward_count}
+            self._mismatches.add(attempt.index, block.global_step, fields)
+        self._block = None
+        self._on_progress()
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._sites.is_enabled
+
+    def pause(self) -> None:
+        """Stop observing; the open attempt's evidence is dropped, never judged half-seen."""
+        self._sites.is_enabled = False
+        self._sites.forget()
+        self._evidence.discard()
+        self._open = Group()
+        self._in_flight = None
+        if self._sampler is not None:
+            self._sampler.discard()
+
+    def resume(self) -> None:
+        """Observe again from the next backward."""
+        self._sites.is_enabled = True
+
+    def settle(self) -> None:
+        """Resolve queued backwards (one host read); in hook-only mode, close the open group
+        when the live GradScaler scale shows the scaler skipped it."""
+        self._fold_pending()
+        if self._block is not None or not self._open.backward_count:
+            return
+        live_scale = self._observe_live_scale()
+        if self._skip_cause(self._open.scale, live_scale) == "scaler":
+            self._close_open_as_skipped(live_scale)
+
+    def close_in_flight(self) -> None:
+        """An attempt that passed S-B but never reached S-C: ``optimizer.step()`` failed."""
+        if self._in_flight is not None:
+            self._in_flight.status = "failed"
+            self._close(self._in_flight)
+            self._in_flight = None
+            if self._sampler is not None:
+                self._sampler.discard()
+
+    def start_feeding(self) -> None:
+        """Keep the chart rows added between dashboard increments."""
+        self._series.is_feeding = True
+
+    # ----- read side (the report builder) --------------------------------------------------------
+    @property
+    def roster(self) -> Roster:
+        return self._roster
+
+    @property
+    def loss_scale(self) -> float | None:
+        return self._loss_scale
+
+    @property
+    def scaler_kind(self) -> ScalerKind:
+        return self._scaler_kind
+
+    @property
+    def checks(self) -> Mapping[str, Check]:
+        """Registered checks in registration order, then the watchdog."""
+        return {**self._checks, self._watchdog.name: self._watchdog}
+
+    @property
+    def registered(self) -> int:
+        """Checks registered by the caller (the default watchdog not counted)."""
+        return len(self._checks) + self._is_watchdog_registered
+
+    @property
+    def ledger(self) -> StepLedger:
+        return self._ledger
+
+    @property
+    def scale_ledger(self) -> ScaleLedger:
+        return self._scale_ledger
+
+    @property
+    def series(self) -> Series:
+        return self._series
+
+    @property
+    def last_attempt(self) -> Attempt | None:
+        return self._last_attempt
+
+    @property
+    def session_findings(self) -> tuple[Finding, ...]:
+        finding = self._mismatches.finding()
+        return () if finding is None else (finding,)
+
+    @property
+    def sample_every(self) -> int | None:
+        """Accepted steps between weight snapshots, None when nothing samples updates."""
+        return self._sampler.every if self._sampler is not None else None
+
+    @property
+    def needs_norms(self) -> bool:
+        return self._sites.needs_norms
+
+    @property
+    def attempts_without_backward(self) -> int:
+        return self._attempts_without_backward
+
+    @property
+    def backwards(self) -> int:
+        return self._sites.backwards
+
+    @property
+    def unobserved_backwards(self) -> int:
+        return self._sites.unobserved_backwards
+
+    @property
+    def arrivals(self) -> int:
+        return self._sites.arrivals
+
+    @property
+    def pending_backwards(self) -> int:
+        """Backwards observed but not yet part of a closed or in-flight attempt."""
+        return self._open.backward_count
+
+    @property
+    def host_reads(self) -> int:
+        """Host reads of backward evidence so far (one per resolution point)."""
+        return self._evidence.host_reads
+
+    @property
+    def site_ms(self) -> float:
+        """Time spent in the S-B / S-C / S-D callbacks (the S-D norms included)."""
+        return (self._site_ns + self._sites.norm_ns) / 1e6
+
+    # ----- labels and attempts -------------------------------------------------------------------
     def _scale_tensor(self) -> torch.Tensor | None:
-        if self.scaler_kind != "gradscaler" or not self.scaler.is_enabled():
+        if self._scaler_kind != "gradscaler" or not self._scaler.is_enabled():
             return None
-        return getattr(self.scaler, "_scale", None)
+        return getattr(self._scaler, "_scale", None)
 
     def _labels(self, scale: float | None) -> tuple[Stage, ScaleProvenance]:
         """(stage, scale_provenance) of the S-A norms of an attempt."""
-        if self.scaler_kind == "gradscaler" and self.scaler.is_enabled():
+        if self._scaler_kind == "gradscaler" and self._scaler.is_enabled():
             return (
                 ("pre_clip_scaled", "gradscaler")
                 if scale is not None
                 else ("pre_clip_scaled", "unknown")
             )
-        if self.loss_scale is not None:
+        if self._loss_scale is not None:
             return "pre_clip_scaled", "explicit"
-        if self.scaler_kind == "undeclared":
+        if self._scaler_kind == "undeclared":
             return "pre_clip_scaled", "unknown"
         return "pre_clip_unscaled", "unscaled"
 
-    def _attempt(self, records: list[BackwardRecord], block: Block | None) -> Attempt:
-        stage, provenance = self._labels(records[-1].scale if records else None)
-        attempt = Attempt(
-            index=self.ledger.next_attempt,
-            backwards=tuple(records),
+    def _attempt(self, group: Group, index: int | None = None) -> Attempt:
+        """The attempt of ``group``: a new attempt number, or ``index`` (a closure
+        re-evaluation belongs to the attempt in flight)."""
+        stage, provenance = self._labels(group.scale)
+        block = self._block
+        attempt = Attempt.from_group(
+            group,
+            index=self._ledger.next_attempt if index is None else index,
             provenance="explicit" if block else "inferred",
             stage=stage,
             scale_provenance=provenance,
-            has_norms=self.sites.needs_norms,
+            has_norms=self._sites.needs_norms,
             global_step=block.global_step if block else None,
             micro_batches=block.micro_batches if block else None,
+            first_backward=block.first_backward if block else None,
         )
-        self.ledger.next_attempt += 1
+        if index is None:
+            self._ledger.next_attempt += 1
         return attempt
 
-    # ----- resolution ---------------------------------------------------------------------------
-    def resolve(self) -> list[BackwardRecord]:
-        """Read queued backwards to the host (one read per device) and observe their scales."""
-        self.evidence.resolve()
-        records = self.evidence.take()
-        for record in records:
-            self.scale_ledger.observe(record.scale, record.index)
-        return records
+    def _skip_cause(self, scale: float | None, later_scale: float | None) -> SkipCause:
+        """Who skipped an attempt that ran at ``scale`` when the scale is ``later_scale`` now."""
+        if self._scaler_kind == "undeclared":
+            return "unknown"
+        if scale is not None and later_scale is not None and later_scale < scale:
+            return "scaler"
+        return "loop"
 
-    def observe_live_scale(self) -> float | None:
+    def _close_open_as_skipped(self, later_scale: float | None) -> Attempt:
+        attempt = self._attempt(self._open)
+        self._open = Group()
+        self._sites.forget()
+        attempt.status = "skipped"
+        attempt.skip_cause = self._skip_cause(attempt.scale, later_scale)
+        for check in self.checks.values():
+            check.on_skipped(attempt)
+        self._series.add_attempt(attempt)
+        self._close(attempt)
+        return attempt
+
+    def _close(self, attempt: Attempt) -> None:
+        self._ledger.close(attempt)
+        self._series.set_status(attempt)
+        self._last_attempt = attempt
+
+    def _replay(self, attempt: Attempt) -> Replay | None:
+        """The kept micro-batch of ``attempt``'s first non-finite backward (boundary mode with
+        ``inputs=``), None when none was kept."""
+        block = self._block
+        if block is None or block.kept is None:
+            return None
+        micro = attempt.first_nonfinite_micro_batch
+        if micro is None and not attempt.first_nonfinite and (block.micro_batches or 1) == 1:
+            micro = 0  # non-finite only at the step site: the attempt's one batch
+        kept = block.kept.micro_batch(micro) if micro is not None else None
+        if kept is None:
+            return None
+        attempt.has_replay = True
+        return Replay(
+            self._roster.model_ref,
+            kept[0],
+            kept[1],
+            attempt.global_step,
+            attempt.index,
+            micro if micro is not None else 0,
+            block.micro_batches,
+        )
+
+    # ----- resolution ---------------------------------------------------------------------------
+    def _fold_pending(
+        self, group: Group | None = None, extra: list[torch.Tensor] | None = None
+    ) -> list[float]:
+        """Read queued backwards (and ``extra``) to the host in one read; fold the backwards
+        into ``group`` (the open one by default) and observe their scales; return the extra
+        values."""
+        records, values = self._evidence.resolve(extra or ())
+        target = self._open if group is None else group
+        for record in records:
+            self._scale_ledger.observe(record.scale, record.index)
+            target.fold(record)
+        return values
+
+    def _observe_live_scale(self) -> float | None:
         """Read the scaler's current scale (one host read) into the skip ledger."""
         tensor = self._scale_tensor()
         if tensor is None:
             return None
         scale = float(tensor)
-        self.scale_ledger.observe(scale, self.sites.backwards - 1 if self.sites.backwards else None)
+        backwards = self._sites.backwards
+        self._scale_ledger.observe(scale, backwards - 1 if backwards else None)
         return scale
 
-    def settle_hook_only(self, live_scale: float | None) -> None:
-        """Close hook-only attempts the scaler skipped; the rest stays in ``carry``."""
-        if self.scaler_kind != "gradscaler" or not self.carry:
-            return
-        runs = split_scale_runs(self.carry)
-        last_run = runs[-1]
-        is_last_skipped = (
-            live_scale is not None
-            and last_run[-1].scale is not None
-            and live_scale < last_run[-1].scale
-        )
-        for run in runs if is_last_skipped else runs[:-1]:
-            self.close_skipped(self._attempt(run, None))
-        self.carry = [] if is_last_skipped else list(last_run)
-
-    def close_skipped(self, attempt: Attempt) -> None:
-        attempt.status = "skipped"
-        for check in self.checks.values():
-            check.on_skipped(attempt)
-        self.series.add_attempt(attempt)
-        self.close(attempt)
-
-    def close(self, attempt: Attempt) -> None:
-        self.ledger.close(attempt)
-        self.series.set_status(attempt)
-        self.last_attempt = attempt
-
-    def close_in_flight(self) -> None:
-        """An attempt that passed S-B but never reached S-C: ``optimizer.step()`` failed."""
-        if self.in_flight is not None:
-            self.in_flight.status = "failed"
-            self.close(self.in_flight)
-            self.in_flight = None
-            if self.sampler is not None:
-                self.sampler.discard()
+    def _judge_step_site(self, group: Group, index: int | None = None) -> Attempt:
+        """Close ``group`` as the attempt the optimizer is about to apply: sync the roster, norm
+        the gradients not measured as they are now, and read everything in one host read."""
+        self._sites.watch(self._roster.sync(self._optimizer, self._ledger.next_attempt))
+        self._sites.retry()
+        unmeasured: list[tuple[int, torch.Tensor]] = []
+        covered: list[int] = []
+        if self._sites.needs_norms:
+            covered, unmeasured = self._sites.split_step_site(self._roster.optimized, group.fired)
+        step_read = device_norms([g for _, g in unmeasured], [i for i, _ in unmeasured])
+        values = self._fold_pending(group, [norms for _, norms in step_read])
+        attempt = self._attempt(group, index)
+        norms = group.norms
+        attempt.step_norms = {i: norms[i] for i in covered if i in norms}
+        order = [i for positions, _ in step_read for i in positions]
+        attempt.step_norms.update(zip(order, values))
+        self._sites.forget()  # the attempt is closed: its gradient snapshots pin nothing more
+        if group.first_nonfinite and covered:
+            # a gradient arrived non-finite: read the optimizer's "unchanged" gradients too, in
+            # case the loop wrote them through .data (no _version bump); the raise path only
+            tensors = self._roster.tensors
+            grads = [tensors[i].grad for i in covered]
+            present = [(i, g) for i, g in zip(covered, grads) if g is not None]
+            reread = device_norms([g for _, g in present], [i for i, _ in present])
+            values = read_host([n for _, n in reread])
+            attempt.step_norms.update(zip([i for p, _ in reread for i in p], values))
+        return attempt
 
     # ----- site handlers ------------------------------------------------------------------------
-    def on_backward(self, pending: PendingBackward) -> None:
-        """S-D: queue the backward's device numbers; counting-tier checks."""
+    def _on_backward(self, pending: PendingBackward) -> None:
+        """S-D: close a group the loop abandoned, queue the backward's device numbers, run the
+        counting-tier checks."""
         start = time.perf_counter_ns()
-        self.ledger.backwards_since_accepted += 1
-        if self.evidence.add(pending):
-            self.carry_or_block(self.resolve())
+        self._ledger.backwards_since_accepted += 1
+        if pending.is_fresh and self._open.backward_count and self._in_flight is None:
+            later = [pending.scale.reshape(1)] if pending.scale is not None else []
+            values = self._fold_pending(extra=later)
+            self._close_open_as_skipped(values[0] if values else None)
+        self._open.note(pending)
+        self._ledger.open_backwards = self._open.backward_count
+        if self._block is not None and self._block.kept is not None:
+            self._block.kept.backward_done()
+        if self._evidence.add(pending):
+            self._fold_pending()
         violation = None
         for check in self.checks.values():
-            violation = check.on_backward(self.ledger) or violation
-        self.site_ns += time.perf_counter_ns() - start
-        self.on_progress()
+            violation = check.on_backward(self._ledger) or violation
+        self._site_ns += time.perf_counter_ns() - start
+        self._on_progress()
         if violation is not None:
-            self.raise_violation(violation)
+            self._raise_violation(violation, None)
 
-    def carry_or_block(self, records: list[BackwardRecord]) -> None:
-        if self.block is not None:
-            self.block.records.extend(records)
-        else:
-            self.carry.extend(records)
-
-    def on_step_pre(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
-        """S-B: resolve, judge the attempt before the optimizer writes, snapshot if due."""
-        if not self.sites.is_enabled:
-            return
-        start = time.perf_counter_ns()
-        self.ledger.step_pre_fires += 1
+    def _on_step_pre(
+        self, _optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """S-B: judge the attempt before the optimizer writes, snapshot if due. A closure step
+        is evaluated here first, so its gradients are judged before ``step()`` runs."""
+        if not self._sites.is_enabled:
+            return None
         self.close_in_flight()
-        self.carry_or_block(self.resolve())
-        if self.block is not None:
-            attempt = self._attempt(self.block.records, self.block)
-            self.block.attempt = attempt
-            self.block.records = []
-        else:
-            if self.scaler_kind == "gradscaler" and self.carry:
-                runs = split_scale_runs(self.carry)
-                for run in runs[:-1]:
-                    self.close_skipped(self._attempt(run, None))
-                self.carry = runs[-1]
-            attempt = self._attempt(self.carry, None)
-            self.carry = []
-        self.in_flight = attempt
-        violation = None
-        if attempt.backwards:
+        closure = closure_of(args, kwargs)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        start = time.perf_counter_ns()
+        self._ledger.step_pre_fires += 1
+        group, self._open = self._open, Group()
+        attempt = self._judge_step_site(group)
+        self._in_flight = attempt
+        if self._block is not None:
+            self._block.attempt = attempt
+        replay = self._replay(attempt)
+        own = None
+        if attempt.backward_count or attempt.step_norms:
             for check in self.checks.values():
-                violation = check.on_attempt(attempt) or violation
+                own = check.on_attempt(attempt) or own
         else:
-            self.attempts_without_backward += 1
-        violation = self.agree(violation)
-        self.series.add_attempt(attempt)
-        self.site_ns += time.perf_counter_ns() - start
+            self._attempts_without_backward += 1
+        violation = self._agree(own)
+        self._series.add_attempt(attempt)
+        self._site_ns += time.perf_counter_ns() - start
         if violation is not None:
             attempt.status = "raised"
-            self.in_flight = None
-            self.close(attempt)
-            self.raise_violation(violation)
-        if self.sampler is not None:
-            self.sampler.before_write(attempt, self.ledger.accepted, self.optimizer)
+            self._in_flight = None
+            self._close(attempt)
+            self._raise_violation(violation, replay if own is not None else None)
+        if self._sampler is not None:
+            self._sampler.before_write(attempt, self._ledger.accepted, self._optimizer)
+        if closure is None:
+            return None
+        return with_closure(args, kwargs, EvaluatedClosure(closure, loss, self._on_reevaluated))
 
-    def on_step_post(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
+    def _on_reevaluated(self) -> None:
+        """A closure re-evaluation inside ``step()`` (LBFGS): judge its gradients before the
+        optimizer uses them. Rank-local: no agreement runs inside a step."""
+        attempt = self._in_flight
+        if attempt is None or not self._sites.is_enabled:
+            return
+        group, self._open = self._open, Group()
+        evaluation = self._judge_step_site(group, attempt.index)
+        evaluation.is_mid_step = True
+        attempt.backward_count += evaluation.backward_count
+        replay = self._replay(evaluation)
+        violation = None
+        for check in self.checks.values():
+            violation = check.on_reevaluated(evaluation) or violation
+        if violation is not None:
+            attempt.status = "raised"
+            self._in_flight = None
+            self._close(attempt)
+            self._raise_violation(violation, replay)
+
+    def _on_step_post(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
         """S-C: the optimizer wrote; measure sampled updates, accept the attempt."""
-        if not self.sites.is_enabled or self.in_flight is None:
+        if not self._sites.is_enabled or self._in_flight is None:
             return
         start = time.perf_counter_ns()
-        self.ledger.step_post_fires += 1
-        attempt, self.in_flight = self.in_flight, None
+        self._ledger.step_post_fires += 1
+        attempt, self._in_flight = self._in_flight, None
         attempt.status = "accepted"
-        sample = self.sampler.after_write() if self.sampler is not None else None
-        self.series.add_update(attempt, sample)
+        sample = self._sampler.after_write() if self._sampler is not None else None
+        self._series.add_update(attempt, sample)
         violation = None
         for check in self.checks.values():
             violation = check.on_written(attempt, sample) or violation
-        self.close(attempt)
-        self.site_ns += time.perf_counter_ns() - start
-        self.on_progress()
+        self._close(attempt)
+        self._site_ns += time.perf_counter_ns() - start
+        self._on_progress()
         if violation is not None:
-            self.raise_violation(violation)
-
-    # ----- boundary mode ------------------------------------------------------------------------
-    def close_block(self, block: Block) -> None:
-        """``session.step()`` exit: settle the block's attempt exactly."""
-        self.close_in_flight()
-        block.records.extend(self.resolve())
-        self.observe_live_scale()
-        attempt = block.attempt
-        if attempt is None and block.records:
-            attempt = self._attempt(block.records, block)
-            self.close_skipped(attempt)
-        if (
-            attempt is not None
-            and block.micro_batches is not None
-            and (len(attempt.backwards) != block.micro_batches)
-        ):
-            self.session_findings.append(
-                Finding(
-                    "micro_batches_mismatch",
-                    "warning",
-                    f"step(global_step={block.global_step}, micro_batches={block.micro_batches}) "
-                    f"ran {len(attempt.backwards)} backward(s).",
-                    remedy="Declare the accumulation factor the loop really uses; the accumulation "
-                    "factor K and the watchdog limit are taken from it.",
-                    fields={
-                        "code": "micro_batches_mismatch",
-                        "global_step": block.global_step,
-                        "declared": block.micro_batches,
-                        "observed": len(attempt.backwards),
-                    },
-                )
-            )
-        self.on_progress()
+            self._raise_violation(violation, None)
 
 
-def _unset(finding: Finding) -> None:
-    raise AssertionError(f"the session did not wire raise_violation ({finding.code})")
-
-
-def _noop() -> None:
-    return None
+def _mismatch_message(fields: Mapping[str, Any]) -> str:
+    counts = ", ".join(f"{n} x {k}" for k, n in fields["observed_counts"].items())
+    return (
+        f"{fields['count']} step block(s) ran other than their declared "
+        f"micro_batches={fields['declared']} backward(s) (backwards observed: {counts}); first "
+        f"at global_step={fields['first_global_step']}, last at "
+        f"global_step={fields['last_global_step']}."
+    )
 
 
 def _unchanged(violation: Finding | None) -> Finding | None:

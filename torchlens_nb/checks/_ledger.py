@@ -94,7 +94,11 @@ class StepLedger:
         self.skipped = 0
         self.raised = 0
         self.failed = 0
+        self.skipped_by: Counter[str] = Counter()
+        """Skipped attempts per :data:`~torchlens_nb.report._checks.SkipCause`."""
         self.backwards_since_accepted = 0
+        self.open_backwards = 0
+        """Backwards of the attempt still open (the engine keeps it current)."""
         self._provenances: Counter[str] = Counter()
         self.declared_micro_batches: int | None = None
         self._per_attempt: Counter[int] = Counter()
@@ -113,11 +117,12 @@ class StepLedger:
             self.backwards_since_accepted = 0
         elif attempt.status == "skipped":
             self.skipped += 1
+            self.skipped_by[attempt.skip_cause or "unknown"] += 1
         elif attempt.status == "raised":
             self.raised += 1
         elif attempt.status == "failed":
             self.failed += 1
-        self._per_attempt[len(attempt.backwards)] += 1
+        self._per_attempt[attempt.backward_count] += 1
         self._provenances[attempt.provenance] += 1
         if len(self.records) == self.records.maxlen:
             self.records_dropped += 1
@@ -126,10 +131,11 @@ class StepLedger:
                 "attempt": attempt.index,
                 "global_step": attempt.global_step,
                 "status": attempt.status,
-                "backwards": len(attempt.backwards),
+                "backwards": attempt.backward_count,
                 "micro_batches": attempt.micro_batches,
                 "scale": attempt.scale,
                 "step_provenance": attempt.provenance,
+                "skip_cause": attempt.skip_cause,
             }
         )
 
@@ -139,7 +145,8 @@ class StepLedger:
         return "explicit" if set(self._provenances) == {"explicit"} else "inferred"
 
     def accumulation_factor(self) -> int | None:
-        """Backwards per attempt K: declared, or recovered when every attempt had the same."""
+        """Backwards per attempt K: declared, or recovered when every closed attempt had the
+        same number."""
         if self.declared_micro_batches is not None:
             return self.declared_micro_batches
         if len(self._per_attempt) == 1:
@@ -152,6 +159,9 @@ class StepLedger:
             "attempts": self.attempts,
             "accepted": self.accepted,
             "skipped": self.skipped,
+            "skipped_by_scaler": self.skipped_by["scaler"],
+            "skipped_by_loop": self.skipped_by["loop"],
+            "skipped_by_unknown": self.skipped_by["unknown"],
             "raised": self.raised,
             "failed": self.failed,
             "pending_backwards": pending_backwards,

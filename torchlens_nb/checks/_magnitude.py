@@ -24,8 +24,8 @@ from ..report import Finding, Unavailable, Where
 from ..report._checks import Action
 from ._check import Check
 from ._evidence import Attempt
+from ._norms import device_norms, read_host
 from ._params import Roster
-from ._scan import device_norms, read_host
 from ._window import Emission, SustainedWindow, validate_window
 
 CLIP_TOLERANCE = 1e-3
@@ -67,7 +67,7 @@ class MagnitudeCheck(Check):
         )
         self.site = site
         self._loss_scale = loss_scale
-        self._windows = [SustainedWindow(window, min_hits) for _ in range(len(roster))]
+        self._windows: dict[int, SustainedWindow] = {}
         self._emission = Emission(window)
         self._flagged: dict[int, dict[str, Any]] = {}
         self.unknown_attempts = 0
@@ -78,7 +78,8 @@ class MagnitudeCheck(Check):
         if divisor is None:
             self.unknown_attempts += 1
             return None
-        norms = {i: n / divisor for i, n in attempt.final_norms.items()}
+        final = attempt.final_norms
+        norms = {i: final[i] / divisor for i in self.roster.optimized if i in final}
         if self.site == "S-B" and self._is_clipped(norms):
             self.censored_attempts += 1
             return None
@@ -90,7 +91,10 @@ class MagnitudeCheck(Check):
                 continue
             verdict = "exploding" if norm > high else "vanishing" if 0 < norm < low else None
             any_hit |= verdict is not None
-            if self._windows[index].push(verdict is not None) and verdict is not None:
+            window = self._windows.get(index)
+            if window is None:
+                window = self._windows[index] = SustainedWindow(*self._window_options)
+            if window.push(verdict is not None) and verdict is not None:
                 any_sustained = True
                 self._flagged.setdefault(
                     index,
@@ -107,6 +111,10 @@ class MagnitudeCheck(Check):
         if self.is_due(self._emission, any_sustained, not any_hit):
             return self.act(self.findings()[0])
         return None
+
+    @property
+    def _window_options(self) -> tuple[int, int]:
+        return self.options["window"], self.options["min_hits"]
 
     def _divisor(self, attempt: Attempt) -> float | None:
         if attempt.scale_provenance == "gradscaler":

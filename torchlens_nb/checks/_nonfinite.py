@@ -3,22 +3,38 @@
 At S-A a non-finite gradient is only COLLECTED: under fp16 + GradScaler it is the mechanism
 working (the scaler skips the attempt and S-B never fires; those attempts are counted as
 ``skipped_by_scaler``). At S-B, the last point before ``optimizer.step()`` writes, a non-finite
-pre-clip gradient in the attempt RAISES ``CheckViolationError`` (default action): without a
-scaler (fp32, bf16) one NaN would otherwise reach every parameter through the optimizer.
+value in a gradient the optimizer is about to use RAISES ``CheckViolationError`` (default
+action): without a scaler (fp32, bf16) one NaN would otherwise reach every parameter through the
+optimizer. "About to use" is exact: every parameter of the optimizer's param groups at that step
+whose ``.grad`` is set, judged on the value it holds then (``Attempt.step_norms``).
 
-The finding names the culprit AND the clipping collateral. ``clip_grad_norm_`` without
-``error_if_nonfinite=True`` computes a non-finite total norm: with an Inf (and no NaN) its clip
-coefficient is 0, which ZEROES every healthy gradient and turns the Inf into NaN; with a NaN the
-coefficient is NaN, which poisons every gradient. ``clipping_collateral`` counts those healthy
-gradients (finite and non-zero at S-A), and ``observed_at_step_site`` counts what the step site
-actually holds (zeroed / non-finite / intact), read with one batched norm on this raise path
-only. When ``smear_min_params`` or more parameters are non-finite the NaN has spread through the
-backward and no single parameter is to blame: ``attribution="smeared"`` and ``culprit`` is None.
+The finding names the culprit AND the clipping collateral. The culprit is the parameter whose
+gradient first ARRIVED non-finite (S-A, pre-clip), the optimizer's or not: a NaN in a parameter
+outside the optimizer reaches every optimizer gradient through ``clip_grad_norm_`` over
+``model.parameters()``. ``clip_grad_norm_`` without ``error_if_nonfinite=True`` computes a
+non-finite total norm: with an Inf (and no NaN) its clip coefficient is 0, which ZEROES every
+healthy gradient and turns the Inf into NaN; with a NaN the coefficient is NaN, which poisons
+every gradient. ``clipping_collateral`` counts those healthy gradients (finite and non-zero at
+S-A), and ``observed_at_step_site`` counts what the optimizer's gradients hold at the step site
+(zeroed / non-finite / intact). When ``smear_min_params`` or more parameters are non-finite the
+NaN has spread through the backward and no single parameter is to blame:
+``attribution="smeared"`` and ``culprit`` is None.
+
+The next step named in the message replays the batch with ``tl.debug.investigate``, which finds
+a forward-born NaN as well as a backward-born one: ``err.investigate()`` when the session kept
+the batch (``session.step(inputs=...)``), else the call to type with the batch.
+
+Attempts that never reached the write are reported by who skipped them: the GradScaler (info:
+the mechanism working), the loop's own guard (warning: non-finite gradients arrived and the loop
+dropped them), or unknown (no ``scaler=`` declared). Attempts whose gradients arrived
+non-finite but reached the step finite (the loop repaired them, or the parameter is outside the
+optimizer) are a warning too: nothing non-finite was written, but something produced it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import DiagnosticArgumentError
@@ -27,21 +43,32 @@ from ..report._checks import Action
 from ._check import Check
 from ._evidence import Attempt
 from ._params import Roster
-from ._scan import device_norms, read_host
+from ._tally import Tally
 
 MAX_EVENTS = 64
 """Events kept in full; later ones are only counted (a loop that catches and goes on)."""
 
-_REMEDY = (
-    "Skip or re-run this batch. To stop at the clip without the kit, pass "
-    "error_if_nonfinite=True to torch.nn.utils.clip_grad_norm_; to find where the value "
-    "was born, trace this batch with save_grads=True and run "
-    "tl.debug.bisect_nan_backward(trace)."
-)
+INVESTIGATE_KEPT = "err.investigate()"
+INVESTIGATE_CALL = "tl.debug.investigate(model, batch, loss_fn=...)"
+
+
+def _remedy(next_step: str) -> str:
+    replay = (
+        f"{next_step} replays this attempt's kept micro-batch on the untouched weights under its "
+        "saved RNG state and names where the value was born, in the forward or the backward."
+        if next_step == INVESTIGATE_KEPT
+        else f"{next_step} replays a batch and names where the value was born, in the forward or "
+        "the backward (or keep the batch with `with session.step(global_step=i, inputs=batch):` "
+        "and call err.investigate())."
+    )
+    return (
+        "Skip or re-run this batch. To stop at the clip without the kit, pass "
+        "error_if_nonfinite=True to torch.nn.utils.clip_grad_norm_. " + replay
+    )
 
 
 class NonfiniteGradCheck(Check):
-    """Non-finite pre-clip gradients: collected at S-A, raised at S-B (pre-write)."""
+    """Non-finite gradients: collected at S-A, raised at S-B (pre-write)."""
 
     name = "nonfinite_grad"
     site = "S-A"
@@ -57,73 +84,134 @@ class NonfiniteGradCheck(Check):
         self.events: list[dict[str, Any]] = []
         self.events_dropped = 0
         self.skipped_by_scaler = 0
+        self._loop_skips = Tally(
+            "nonfinite_grad_skipped_by_loop",
+            "warning",
+            lambda f: _skip_message(f, "the loop skipped them itself"),
+            remedy="Nothing non-finite was written. Find what produces it: "
+            + INVESTIGATE_CALL
+            + " on the skipped batch.",
+        )
+        self._unknown_skips = Tally(
+            "nonfinite_grad_skipped",
+            "warning",
+            lambda f: _skip_message(
+                f,
+                "they were skipped before any write, by the loop or by a GradScaler the "
+                "session was not told about (pass scaler=your_scaler, or scaler=None)",
+            ),
+            remedy="Declare the scaler to tell the two apart; find what produces the value: "
+            + INVESTIGATE_CALL
+            + ".",
+        )
+        self._not_written = Tally(
+            "nonfinite_grad_not_written",
+            "warning",
+            _not_written_message,
+            remedy="Find what produces it: " + INVESTIGATE_CALL + ".",
+        )
 
     def on_skipped(self, attempt: Attempt) -> None:
-        self.skipped_by_scaler += bool(attempt.nonfinite())
+        culprits = attempt.nonfinite()
+        if not culprits:
+            return
+        if attempt.skip_cause == "scaler":
+            self.skipped_by_scaler += 1
+            return
+        tally = self._loop_skips if attempt.skip_cause == "loop" else self._unknown_skips
+        tally.add(attempt.index, attempt.global_step, self._culprit_fields(attempt, culprits))
 
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         self.evaluations += 1
-        culprits = attempt.nonfinite()
-        if not culprits:
+        return self._judge(attempt)
+
+    def on_reevaluated(self, attempt: Attempt) -> Finding | None:
+        return self._judge(attempt)
+
+    def _judge(self, attempt: Attempt) -> Finding | None:
+        at_step = attempt.step_nonfinite()
+        arrived = attempt.nonfinite()
+        if not at_step:
+            if arrived:
+                fields = self._culprit_fields(attempt, arrived)
+                self._not_written.add(attempt.index, attempt.global_step, fields)
             return None
-        event = self._event(attempt, culprits)
+        event = self._event(attempt, arrived, at_step)
         if len(self.events) < MAX_EVENTS:
             self.events.append(event)
         else:
             self.events_dropped += 1
         return self.act(self._finding(event))
 
-    def _event(self, attempt: Attempt, culprits: list[int]) -> dict[str, Any]:
+    def _culprit_fields(self, attempt: Attempt, culprits: list[int]) -> dict[str, Any]:
+        ordered = sorted(culprits, key=lambda i: (attempt.first_nonfinite.get(i, -1), i))
+        is_smeared = len(ordered) >= self.options["smear_min_params"]
+        return {
+            "culprit": None if is_smeared else self.roster.infos[ordered[0]].name,
+            "attribution": "smeared" if is_smeared else "isolated",
+            "nonfinite_params": [self.roster.infos[i].name for i in ordered[:8]],
+            "nonfinite_param_count": len(ordered),
+        }
+
+    def _event(self, attempt: Attempt, arrived: list[int], at_step: list[int]) -> dict[str, Any]:
         infos = self.roster.infos
-        healthy = [i for i, n in attempt.final_norms.items() if math.isfinite(n) and n > 0]
-        has_nan = any(math.isnan(attempt.final_norms[i]) for i in culprits)
+        norms = attempt.final_norms
+        culprits = arrived or at_step
+        culprits = sorted(culprits, key=lambda i: (attempt.first_nonfinite.get(i, -1), i))
+        healthy = [i for i, n in norms.items() if math.isfinite(n) and n > 0]
+        value = {**attempt.step_norms, **norms}
+        has_nan = any(math.isnan(value[i]) for i in culprits)
         is_smeared = len(culprits) >= self.options["smear_min_params"]
+        culprit = None if is_smeared else culprits[0]
+        optimized = set(self.roster.optimized)
+        next_step = (
+            INVESTIGATE_KEPT if attempt.has_replay and self.action == "raise" else INVESTIGATE_CALL
+        )
         return {
             "code": "nonfinite_grad",
             "attempt": attempt.index,
             "global_step": attempt.global_step,
-            "backwards": [record.index for record in attempt.backwards],
+            "backwards": list(attempt.backward_indices),
             "params": [
                 {
                     "param": infos[i].name,
-                    "kind": "nan" if math.isnan(attempt.final_norms[i]) else "inf",
+                    "kind": "nan" if math.isnan(value[i]) else "inf",
                     "first_backward": attempt.first_nonfinite_backward(i),
                 }
                 for i in culprits
             ],
-            "culprit": None if is_smeared else infos[culprits[0]].name,
+            "culprit": None if culprit is None else infos[culprit].name,
+            "culprit_in_optimizer": None if culprit is None else culprit in optimized,
+            "culprit_site": "S-A" if arrived else "S-B",
             "attribution": "smeared" if is_smeared else "isolated",
+            "first_nonfinite_micro_batch": attempt.first_nonfinite_micro_batch,
             "healthy_params": len(healthy),
             "clipping_collateral": len(healthy),
             "clipping_collateral_effect": "nan_poisoned" if has_nan else "zeroed",
-            "observed_at_step_site": self._observe(healthy),
+            "observed_at_step_site": _observe(attempt.step_norms, healthy),
             "stage": attempt.stage,
             "scale_provenance": attempt.scale_provenance,
             "action": self.action,
             "is_step_stopped": self.action == "raise",
-        }
-
-    def _observe(self, healthy: list[int]) -> dict[str, int]:
-        """What the healthy gradients hold at S-B now (post-clip if the loop clipped)."""
-        tensors = self.roster.tensors
-        grads = [(i, tensors[i].grad) for i in healthy]
-        present = [(i, g) for i, g in grads if g is not None]
-        if not present:
-            return {"zeroed": 0, "nonfinite": 0, "intact": 0}
-        groups = device_norms([g for _, g in present], [i for i, _ in present])
-        values = read_host([norms for _, norms in groups])
-        zeroed = sum(v == 0.0 for v in values)
-        nonfinite = sum(not math.isfinite(v) for v in values)
-        return {
-            "zeroed": zeroed,
-            "nonfinite": nonfinite,
-            "intact": len(values) - zeroed - nonfinite,
+            "is_mid_step": attempt.is_mid_step,
+            "has_kept_batch": attempt.has_replay,
+            "next_step": next_step,
         }
 
     def _finding(self, event: dict[str, Any]) -> Finding:
         params = event["params"]
         if event["culprit"] is not None:
             subject = f"non-finite gradient ({params[0]['kind']}) in {event['culprit']}"
+            if event["culprit_site"] == "S-B":
+                subject += (
+                    " at the step site (it arrived finite or unobserved; the loop changed it "
+                    "between backward and step)"
+                )
+            elif not event["culprit_in_optimizer"]:
+                subject += (
+                    " (not in the optimizer: clipping over every parameter spread it into the "
+                    "gradients the optimizer uses)"
+                )
             where = Where(module=self.roster.infos[self._index(event["culprit"])].module)
         else:
             subject = (
@@ -131,12 +219,19 @@ class NonfiniteGradCheck(Check):
                 "backward; no single parameter is named)"
             )
             where = None
-        stopped = (
-            "optimizer.step() was stopped before it wrote: weights and optimizer state "
-            "are unchanged"
-            if event["is_step_stopped"]
-            else f"action={event['action']}: the optimizer step was not stopped"
-        )
+        if not event["is_step_stopped"]:
+            stopped = f"action={event['action']}: the optimizer step was not stopped"
+        elif event["is_mid_step"]:
+            stopped = (
+                "optimizer.step(closure) was stopped when it re-evaluated its closure, before it "
+                "used this gradient; the optimizer had already written its own finite iterate of "
+                "this step, so the weights are not the pre-step ones"
+            )
+        else:
+            stopped = (
+                "optimizer.step() was stopped before it wrote: weights and optimizer state "
+                "are unchanged"
+            )
         effect = "zeroed" if event["clipping_collateral_effect"] == "zeroed" else "turned into NaN"
         return Finding(
             "nonfinite_grad",
@@ -145,7 +240,7 @@ class NonfiniteGradCheck(Check):
             f"(clip_grad_norm_ without error_if_nonfinite) would have {effect} "
             f"{event['clipping_collateral']} healthy gradient(s).",
             where=where,
-            remedy=_REMEDY,
+            remedy=_remedy(event["next_step"]),
             fields=event,
         )
 
@@ -167,6 +262,10 @@ class NonfiniteGradCheck(Check):
                     },
                 )
             )
+        for tally in (self._loop_skips, self._unknown_skips, self._not_written):
+            finding = tally.finding()
+            if finding is not None:
+                found.append(finding)
         if self.events_dropped:
             found.append(
                 Finding(
@@ -181,3 +280,32 @@ class NonfiniteGradCheck(Check):
                 )
             )
         return found
+
+
+def _observe(step_norms: Mapping[int, float], healthy: list[int]) -> dict[str, int]:
+    """What the healthy gradients the optimizer uses hold at the step site (post-clip if the
+    loop clipped)."""
+    values = [step_norms[i] for i in healthy if i in step_norms]
+    zeroed = sum(v == 0.0 for v in values)
+    nonfinite = sum(not math.isfinite(v) for v in values)
+    return {"zeroed": zeroed, "nonfinite": nonfinite, "intact": len(values) - zeroed - nonfinite}
+
+
+def _skip_message(fields: Mapping[str, Any], who: str) -> str:
+    culprit = fields["culprit"] or f"{fields['nonfinite_param_count']} parameters (smeared)"
+    return (
+        f"{fields['count']} attempt(s) had non-finite gradients (first in {culprit}) and {who}: "
+        f"no optimizer step ran for them, nothing non-finite was written; first at attempt "
+        f"{fields['first_attempt']}, last at attempt {fields['last_attempt']}."
+    )
+
+
+def _not_written_message(fields: Mapping[str, Any]) -> str:
+    culprit = fields["culprit"] or f"{fields['nonfinite_param_count']} parameters (smeared)"
+    return (
+        f"{fields['count']} attempt(s) had gradients that arrived non-finite (first in "
+        f"{culprit}) while every gradient the optimizer used was finite (the loop repaired or "
+        f"dropped them, or the parameter is outside the optimizer): nothing non-finite was "
+        f"written; first at attempt {fields['first_attempt']}, last at attempt "
+        f"{fields['last_attempt']}."
+    )

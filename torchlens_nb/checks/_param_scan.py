@@ -57,9 +57,9 @@ class ParamScanCheck(Check):
         if not due:
             return None
         self.evaluations += 1
+        infos, tensors = self.roster.infos, self.roster.tensors
         entries: list[tuple[str, ParamHealthKind, torch.Tensor]] = [
-            (info.name, "parameter", tensor)
-            for info, tensor in zip(self.roster.infos, self.roster.tensors)
+            (infos[i].name, "parameter", tensors[i]) for i in self.roster.optimized
         ]
         rows = scan_rows(entries, lambda name: None)
         new = []

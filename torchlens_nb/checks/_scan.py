@@ -1,19 +1,9 @@
-"""The batched kernels of the checks kit: gradient norms and the tensor scan.
+"""The batched tensor scan of the checks kit (the norms kernel lives in ``_norms.py``).
 
-Two kernels, both batched so the host waits once per device, never once per tensor:
-
-* :func:`device_norms` -- one ``torch._foreach_norm`` per device (float32 accumulation, so a
-  float16 gradient of norm 1e5 does not read as ``inf``); the result stays on the device. The
-  session calls it once per backward at site S-D and reads the values at the next resolution
-  point with :func:`read_host` (one ``.tolist()`` per device).
-* :func:`scan_tensors` -- signed non-finite counts, zeros, subnormals, finite range, constant
-  fills and declared-bounds violations of many tensors, in two batched phases (the second only
-  for the rare tensors that need it). ``tl.debug.param_health``, the session's
-  scheduled ``param_scan`` check and ``session.overhead()`` all run this one kernel.
-
-A 2-norm is non-finite exactly when the tensor holds a NaN or an Inf, or when its finite values
-overflow the float32 accumulation (|g| around 1e19 and up); ``clip_grad_norm_`` computes the same
-2-norm, so such a gradient is non-finite for the clip recipe too and is reported as ``inf``.
+:func:`scan_tensors` -- signed non-finite counts, zeros, subnormals, finite range, constant fills
+and declared-bounds violations of many tensors, in two batched phases (the second only for the
+rare tensors that need it), one host read per device each. ``tl.debug.param_health``, the
+session's scheduled ``param_scan`` check and ``session.overhead()`` all run this one kernel.
 """
 
 from __future__ import annotations
@@ -25,55 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-DeviceNorms = tuple[tuple[tuple[int, ...], torch.Tensor], ...]
-"""Per device: (positions of the tensors in the caller's list, float32 norms on that device)."""
-
-
-def device_norms(tensors: Sequence[torch.Tensor], positions: Sequence[int]) -> DeviceNorms:
-    """2-norms of ``tensors`` as device tensors, one ``_foreach_norm`` per device, no host sync.
-
-    Args:
-        tensors: dense or sparse tensors (sparse ones are coalesced and their values normed).
-        positions: the caller's index of each tensor, returned alongside its norm.
-    """
-    by_device: dict[torch.device, tuple[list[int], list[torch.Tensor]]] = {}
-    for position, tensor in zip(positions, tensors):
-        if tensor.is_sparse:
-            tensor = tensor.coalesce().values()
-        slot = by_device.setdefault(tensor.device, ([], []))
-        slot[0].append(position)
-        slot[1].append(tensor)
-    return tuple(
-        (tuple(index), torch.stack(torch._foreach_norm(group, 2, dtype=torch.float32)))
-        for index, group in by_device.values()
-    )
-
-
-def read_host(device_tensors: Sequence[torch.Tensor]) -> list[float]:
-    """Concatenate 1-D device tensors and copy them to the host: one sync per device."""
-    by_device: dict[torch.device, list[torch.Tensor]] = {}
-    order: list[tuple[torch.device, int]] = []
-    for tensor in device_tensors:
-        chunk = by_device.setdefault(tensor.device, [])
-        order.append((tensor.device, len(chunk)))
-        chunk.append(tensor)
-    host: dict[torch.device, list[list[float]]] = {}
-    for device, chunk in by_device.items():
-        flat = torch.cat(
-            [
-                c.reshape(-1).to(torch.float64 if device.type != "mps" else torch.float32)
-                for c in chunk
-            ]
-        ).tolist()
-        pieces, start = [], 0
-        for c in chunk:
-            pieces.append(flat[start : start + c.numel()])
-            start += c.numel()
-        host[device] = pieces
-    values: list[float] = []
-    for device, slot in order:
-        values.extend(host[device][slot])
-    return values
+from ._norms import read_host
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ class Series:
     """Bounded rows plus the rows added since the dashboard last took them."""
 
     def __init__(self, roster: Roster, loss_scale: float | None) -> None:
-        self._members = roster.group_members()
+        self._roster = roster
         self._loss_scale = loss_scale
         self.rows: deque[dict[str, Any]] = deque(maxlen=MAX_SERIES_ROWS)
         self._by_attempt: dict[int, list[dict[str, Any]]] = {}
@@ -52,7 +52,7 @@ class Series:
             attempt.scale_provenance
         )
         rows = []
-        for group, members in enumerate(self._members):
+        for group, members in enumerate(self._roster.group_members()):
             raw = _total(attempt.final_norms, members) if attempt.has_norms else None
             row = {
                 "attempt": attempt.index,
@@ -79,7 +79,7 @@ class Series:
         if sample is None:
             return
         for row in self._by_attempt.get(attempt.index, ()):
-            members = self._members[row["group"]]
+            members = self._roster.group_members()[row["group"]]
             ratio = sample.group_ratio(members)
             lr = sample.lrs[row["group"]]
             row.update(
@@ -108,4 +108,5 @@ def _total(norms: dict[int, float], members: tuple[int, ...]) -> float | None:
     present = [norms[i] for i in members if i in norms]
     if not present:
         return None
-    return math.sqrt(math.fsum(n * n for n in present))
+    total = math.hypot(*present)  # one C call; hypot(inf, nan) is inf, a NaN norm stays NaN
+    return math.nan if math.isinf(total) and any(math.isnan(n) for n in present) else total

@@ -4,8 +4,9 @@ Two modes, both first-class:
 
 * hook-only (zero loop edits): ``with session:`` around the loop; attempts are grouped from the
   hooks (``step_provenance="inferred"``);
-* boundary: ``with session.step(global_step=..., micro_batches=...):`` around each optimizer
-  attempt for exact accepted / skipped attribution and the caller's step ids.
+* boundary: ``with session.step(global_step=..., micro_batches=..., inputs=...):`` around each
+  optimizer attempt for exact accepted / skipped attribution, the caller's step ids, and the
+  batch kept for ``CheckViolationError.investigate()``.
 
 The four sites: S-A gradient arrival (post-accumulate-grad hooks: pre-clip, scaled under a
 GradScaler; counting only), S-B optimizer step pre-hook (post-clip, unscaled: the last point
@@ -18,29 +19,30 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-import weakref
 from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
 
-from ..errors import CheckViolationError, DiagnosticArgumentError
+from ..errors import CheckViolationError, DiagnosticArgumentError, ModelTypeError
 from ..report import Finding
 from ..report._checks import Action, CheckReport, SessionOverhead
 from ._assemble import build_report, counters, live_state
 from ._change import ChangeCheck
 from ._check import Check
 from ._distributed import RankContext
-from ._engine import Block, Engine
+from ._engine import Engine
 from ._feed import DashboardFeed, LiveView
 from ._ledger import ScalerKind
 from ._live import open_live_view
 from ._magnitude import MagnitudeCheck
 from ._nonfinite import NonfiniteGradCheck
+from ._optimizer import ATTACHED, unwrap_optimizer, wrapper_scaler
 from ._param_scan import ParamScanCheck
 from ._params import Roster
+from ._replay import Replay
 from ._scan import scan_tensors
-from ._update_ratio import UpdateRatioCheck, UpdateSampler
+from ._update_ratio import UpdateRatioCheck
 from ._watchdog import NoAcceptedStepsCheck
 
 
@@ -58,14 +60,18 @@ class ChecksSession:
 
     Construction is silent and device-free: it reads parameter metadata only (no hook, no sync,
     no output). Hooks are installed by ``attach()`` / ``with session:`` and all removed on exit,
-    exceptions included. Register checks with the ``register_*`` methods; read the result with
-    :meth:`report`.
+    exceptions included. Register checks with the ``register_*`` methods (the death-spiral
+    watchdog runs by default); read the result with :meth:`report`. One attached session per
+    optimizer.
 
     Args:
         model: the trained module (a ``torch.compile``'d module is fine).
-        optimizer: its optimizer (S-B / S-C are its step hooks).
-        scaler: the GradScaler, or ``None`` to DECLARE that no scaler runs. Left out, the loss
-            scale is unknown: magnitude verdicts become unknown and the skip ledger unavailable.
+        optimizer: its optimizer (S-B / S-C are its step hooks), or a wrapper exposing it as
+            ``.optimizer`` (accelerate's ``AcceleratedOptimizer``, a Hugging Face Trainer's
+            ``trainer.optimizer``): the real one is hooked and its param groups are read.
+        scaler: the GradScaler, or ``None`` to DECLARE that no scaler runs. Left out, a
+            wrapper's ``.scaler`` is the declaration; otherwise the loss scale is unknown:
+            magnitude verdicts become unknown and the skip ledger unavailable.
         loss_scale: a constant the loss is multiplied by before backward (manual loss scaling);
             gradient magnitudes are divided by it (``scale_provenance="explicit"``).
         distributed: ``None`` (default) runs the per-step S-B agreement when ``model`` is a
@@ -96,7 +102,16 @@ class ChecksSession:
         loss_scale: float | None = None,
         distributed: bool | None = None,
     ) -> None:
-        roster = Roster(model, optimizer)
+        if not isinstance(model, torch.nn.Module):
+            raise ModelTypeError(
+                f"ChecksSession needs an nn.Module as model, got {type(model).__name__}; "
+                "pass the module you train (a torch.compile'd module is fine)."
+            )
+        real = unwrap_optimizer(optimizer)
+        is_declared, wrapped_scaler = wrapper_scaler(optimizer, real)
+        if scaler is UNDECLARED and is_declared:
+            scaler = wrapped_scaler
+        roster = Roster(model, real)
         kind = _scaler_kind(scaler)
         if loss_scale is not None and (
             kind == "gradscaler"
@@ -108,17 +123,23 @@ class ChecksSession:
                 f"loss_scale must be a positive finite number and cannot be combined with a "
                 f"GradScaler, got loss_scale={loss_scale!r} with scaler={scaler!r}."
             )
-        self._engine = Engine(roster, optimizer, scaler, kind, loss_scale)
-        self._engine.raise_violation = self._raise
-        self._engine.on_progress = self._progress
         self._ranks = RankContext.detect(model, distributed)
+        self._optimizer = real
+        self._engine = Engine(
+            roster,
+            real,
+            scaler,
+            kind,
+            loss_scale,
+            raise_violation=self._raise,
+            on_progress=self._progress,
+            agree=self._ranks.agree if self._ranks.is_active else None,
+        )
         if self._ranks.is_active:
-            self._engine.agree = self._ranks.agree
             self._ranks.read_counters = functools.partial(counters, self._engine)
-        self._model_ref = weakref.ref(model)
         self._subject = (
-            f"{type(model).__name__} with {type(optimizer).__name__} "
-            f"({len(roster)} parameters)"
+            f"{type(model).__name__} with {type(real).__name__} "
+            f"({len(roster.optimized)} parameters)"
             + (f" on rank {self._ranks.rank}" if self._ranks.is_active else "")
         )
         self._hooks: contextlib.ExitStack | None = None
@@ -223,8 +244,9 @@ class ChecksSession:
     def register_no_accepted_steps_check(
         self, *, threshold_attempts: int = 20, action: Action = "warn"
     ) -> None:
-        """The death-spiral watchdog: warn when ``K x threshold_attempts`` backwards pass
-        without an accepted step (counting tier, no tensor read)."""
+        """The death-spiral watchdog: warn (``check_no_accepted_steps``) when
+        ``K x threshold_attempts`` backwards pass without an accepted step (counting tier, no
+        tensor read). It runs by default with these arguments; call this to change them."""
         self._register(
             NoAcceptedStepsCheck(
                 self._engine.roster, threshold_attempts=threshold_attempts, action=action
@@ -258,16 +280,17 @@ class ChecksSession:
             raise DiagnosticArgumentError(
                 "this session is finalized; create a new ChecksSession to register checks."
             )
-        engine = self._engine
-        engine.checks[check.name] = check
-        engine.sites.needs_norms = any(c.needs_norms for c in engine.checks.values())
-        if sample_every is not None:
-            every = min(sample_every, engine.sampler.every) if engine.sampler else sample_every
-            engine.sampler = UpdateSampler(engine.roster, every)
+        self._engine.register(check, sample_every=sample_every)
 
     # ----- scope ------------------------------------------------------------------------------
     def attach(self) -> ChecksSession:
-        """Install the hooks (S-A per parameter, S-B and S-C on the optimizer)."""
+        """Install the hooks (S-A per parameter, S-B and S-C on the optimizer).
+
+        Raises:
+            DiagnosticArgumentError: the session is finalized or attached, or another attached
+                session watches the same optimizer (it would stop on evidence this one never
+                sees).
+        """
         if self._final is not None:
             raise DiagnosticArgumentError(
                 "this session is finalized (its scope exited); create a new ChecksSession."
@@ -276,10 +299,8 @@ class ChecksSession:
             raise DiagnosticArgumentError("this session is already attached.")
         stack = contextlib.ExitStack()
         try:
-            self._engine.sites.install(stack)
-            optimizer = self._engine.optimizer
-            stack.callback(optimizer.register_step_pre_hook(self._engine.on_step_pre).remove)
-            stack.callback(optimizer.register_step_post_hook(self._engine.on_step_post).remove)
+            stack.callback(ATTACHED.claim(self._optimizer, self._subject))
+            self._engine.install(stack)
         except BaseException:
             stack.close()  # roll back a half-installed set
             raise
@@ -317,13 +338,32 @@ class ChecksSession:
 
     @contextlib.contextmanager
     def step(
-        self, *, global_step: int | None = None, micro_batches: int | None = None
+        self,
+        *,
+        global_step: int | None = None,
+        micro_batches: int | None = None,
+        inputs: Any = None,
     ) -> Iterator[None]:
         """One optimizer attempt (boundary mode): exact accepted/skipped and the caller's ids.
 
         Args:
             global_step: the caller's step id, carried by every record of this attempt.
             micro_batches: declared accumulation factor K (backwards in this block).
+            inputs: the attempt's batch, kept so a raise can be replayed
+                (``CheckViolationError.investigate()``): any object ``tl.trace`` accepts as
+                inputs. With ``micro_batches=K > 1``, the list (or tuple) of the K micro-batches
+                in the order their backwards run; the one whose backward first produced the
+                non-finite gradient is kept on the error. The session holds a reference (no
+                copy) and the RNG states at each micro-batch's start for this attempt only,
+                released when the block exits (``torchlens_nb/checks/_replay.py``).
+
+        Example:
+            >>> with session:
+            ...     for i, batch in enumerate(loader):
+            ...         with session.step(global_step=i, inputs=batch):
+            ...             optimizer.zero_grad()
+            ...             loss_fn(model(batch)).backward()
+            ...             optimizer.step()
         """
         if self._hooks is None:
             raise DiagnosticArgumentError(
@@ -338,35 +378,40 @@ class ChecksSession:
                 f"micro_batches must be >= 1, got {micro_batches!r}; pass the int number of "
                 "backwards in this step."
             )
-        engine = self._engine
-        if engine.block is not None:
+        if (
+            micro_batches is not None
+            and micro_batches > 1
+            and inputs is not None
+            and not (isinstance(inputs, (list, tuple)) and len(inputs) == micro_batches)
+        ):
+            seen = (
+                f"a {type(inputs).__name__} of {len(inputs)}"
+                if isinstance(inputs, (list, tuple))
+                else f"a {type(inputs).__name__}"
+            )
+            raise DiagnosticArgumentError(
+                f"with micro_batches={micro_batches}, inputs= must be the list of the "
+                f"{micro_batches} micro-batches (one per backward, in order), got {seen}; pass "
+                "inputs=[mb_0, ..., mb_K-1], or leave inputs out to keep no batch."
+            )
+        if self._engine.is_in_step:
             raise DiagnosticArgumentError("session.step() blocks do not nest.")
-        engine.carry.extend(engine.resolve())
-        engine.block = Block(global_step, micro_batches)
-        if micro_batches is not None:
-            engine.ledger.declared_micro_batches = micro_batches
+        self._engine.begin_step(global_step, micro_batches, inputs)
         try:
             yield
         finally:
-            block, engine.block = engine.block, None
-            engine.close_block(block)
+            self._engine.end_step()
 
     def disable(self) -> None:
         """Stop observing: hooks stay installed but return at once; the open attempt's
         evidence is dropped, never judged half-seen."""
-        engine = self._engine
-        if engine.sites.is_enabled:
+        if self._engine.is_enabled:
             self._paused_spans += 1
-        engine.sites.is_enabled = False
-        engine.evidence.discard()
-        engine.carry.clear()
-        engine.in_flight = None
-        if engine.sampler is not None:
-            engine.sampler.discard()
+        self._engine.pause()
 
     def enable(self) -> None:
         """Resume observing from the next backward."""
-        self._engine.sites.is_enabled = True
+        self._engine.resume()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -410,14 +455,15 @@ class ChecksSession:
         """Measure now: the scan kernel over the parameters and gradients (min of ``repeats``),
         plus the time the session's sites spent so far."""
         roster = self._engine.roster
-        tensors = list(roster.tensors) + [t.grad for t in roster.tensors if t.grad is not None]
+        params = [roster.tensors[i] for i in roster.optimized]
+        tensors = params + [t.grad for t in params if t.grad is not None]
         best = float("inf")
         for _ in range(max(1, repeats)):
             start = time.perf_counter()
             scan_tensors(tensors, [None] * len(tensors))
             best = min(best, time.perf_counter() - start)
         attempts = self._engine.ledger.attempts
-        site_ms = (self._engine.site_ns + self._engine.sites.norm_ns) / 1e6
+        site_ms = self._engine.site_ms
         return SessionOverhead(
             scan_ms=best * 1e3,
             scanned_tensors=len(tensors),
@@ -438,7 +484,7 @@ class ChecksSession:
         """
         if self._feed is None:
             view = open_live_view(self._build(is_final=False, exit_reason=None))
-            self._engine.series.is_feeding = True
+            self._engine.start_feeding()
             self._feed = DashboardFeed(view, self._live_state)
             if self._final is not None:
                 self._feed.finish(self._final)
@@ -468,10 +514,7 @@ class ChecksSession:
 
     # ----- internals --------------------------------------------------------------------------
     def _settle(self) -> None:
-        engine = self._engine
-        engine.carry_or_block(engine.resolve())
-        if engine.block is None:
-            engine.settle_hook_only(engine.observe_live_scale())
+        self._engine.settle()
 
     def _build(self, *, is_final: bool, exit_reason: str | None) -> CheckReport:
         return self._ranks.annotate(
@@ -494,12 +537,14 @@ class ChecksSession:
         if self._feed is not None:
             self._feed.offer()
 
-    def _raise(self, finding: Finding) -> None:
-        report = self._build(is_final=False, exit_reason=None)
+    def _raise(self, finding: Finding, replay: Replay | None) -> None:
+        """Raise ``finding``; the error's report is final (the raise is its exit reason) while
+        the session itself may go on if the loop catches the error."""
+        report = self._build(is_final=True, exit_reason=f"raised {CheckViolationError.__name__}")
         if self._feed is not None:
             self._feed.flush()
         raise CheckViolationError(
-            f"{finding.code}: {finding.message} {finding.remedy or ''}", finding, report
+            f"{finding.code}: {finding.message} {finding.remedy or ''}", finding, report, replay
         )
 
 

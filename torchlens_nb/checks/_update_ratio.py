@@ -25,8 +25,8 @@ from ..report import Finding, Where
 from ..report._checks import Action
 from ._check import Check
 from ._evidence import Attempt
+from ._norms import device_norms, read_host
 from ._params import Roster
-from ._scan import device_norms, read_host
 from ._window import Emission, SustainedWindow, validate_window
 
 
@@ -73,6 +73,7 @@ class UpdateSampler:
         self._roster = roster
         self.every = every
         self._snapshot: list[torch.Tensor] | None = None
+        self._indices: tuple[int, ...] = ()
         self._lrs: tuple[float, ...] = ()
         self._attempt = -1
 
@@ -83,8 +84,10 @@ class UpdateSampler:
         self._snapshot = None
         if accepted % self.every:
             return
+        self._indices = self._roster.optimized
+        tensors = self._roster.tensors
         with torch.no_grad():
-            self._snapshot = [t.detach().clone() for t in self._roster.tensors]
+            self._snapshot = [tensors[i].detach().clone() for i in self._indices]
         self._lrs = tuple(float(group["lr"]) for group in optimizer.param_groups)
         self._attempt = attempt.index
 
@@ -93,23 +96,24 @@ class UpdateSampler:
         if self._snapshot is None:
             return None
         snapshot, self._snapshot = self._snapshot, None
-        positions = range(len(snapshot))
+        tensors = self._roster.tensors
         with torch.no_grad():
-            before = device_norms(snapshot, positions)
-            torch._foreach_sub_(snapshot, [t.detach() for t in self._roster.tensors])
-            delta = device_norms(snapshot, positions)
+            before = device_norms(snapshot, self._indices)
+            torch._foreach_sub_(snapshot, [tensors[i].detach() for i in self._indices])
+            delta = device_norms(snapshot, self._indices)
         values = read_host([n for _, n in before] + [n for _, n in delta])
-        count = len(snapshot)
-        weight = _reorder(before, values[:count], count)
-        moved = _reorder(delta, values[count:], count)
+        count, length = len(snapshot), len(self._roster)
+        weight = _reorder(before, values[:count], length)
+        moved = _reorder(delta, values[count:], length)
         return UpdateSample(self._attempt, weight, moved, self._lrs)
 
     def discard(self) -> None:
         self._snapshot = None
 
 
-def _reorder(groups: Any, values: list[float], count: int) -> tuple[float, ...]:
-    ordered = [math.nan] * count
+def _reorder(groups: Any, values: list[float], length: int) -> tuple[float, ...]:
+    """Values by roster index (NaN for parameters the snapshot did not hold)."""
+    ordered = [math.nan] * length
     cursor = 0
     for positions, _ in groups:
         for position in positions:
@@ -154,7 +158,7 @@ class UpdateRatioCheck(Check):
         self.band = band
         self.last: dict[int, tuple[float | None, float | None, int]] = {}
         self.unknown = 0
-        self._windows = [SustainedWindow(window, min_hits) for _ in range(len(roster))]
+        self._windows: dict[int, SustainedWindow] = {}
         self._emission = Emission(window)
         self._flagged: dict[int, int] = {}
 
@@ -163,19 +167,27 @@ class UpdateRatioCheck(Check):
             return None
         self.evaluations += 1
         hits = []
-        for info in self.roster.infos:
-            ratio = sample.ratio(info.index)
+        for index in self.roster.optimized:
+            info = self.roster.infos[index]
+            if info.group is None or info.group >= len(sample.lrs):
+                continue
+            ratio = sample.ratio(index)
             lr = sample.lrs[info.group]
             self.last[info.index] = (ratio, lr_normalized(ratio, lr), attempt.index)
             self.unknown += ratio is None
             if self.band is not None and ratio is not None:
                 is_out = not self.band[0] <= ratio <= self.band[1]
-                if self._windows[info.index].push(is_out):
+                window = self._windows.get(index)
+                if window is None:
+                    window = self._windows[index] = SustainedWindow(
+                        self.options["window"], self.options["min_hits"]
+                    )
+                if window.push(is_out):
                     self._flagged.setdefault(info.index, attempt.index)
                 hits.append(is_out)
         if self.band is None:
             return None
-        is_sustained = any(w.hits >= w.min_hits for w in self._windows)
+        is_sustained = any(w.hits >= w.min_hits for w in self._windows.values())
         if self.is_due(self._emission, is_sustained, not any(hits)):
             return self.act(self.findings()[0])
         return None

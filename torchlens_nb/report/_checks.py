@@ -38,6 +38,10 @@ CheckState = Literal["clean", "collecting", "warned", "raised", "unavailable"]
 ``warned`` / ``raised``: emitted; ``unavailable``: the evidence does not exist in this run."""
 StepProvenance = Literal["inferred", "explicit"]
 """How attempts were grouped: from hooks alone (``inferred``) or by ``session.step()``."""
+SkipCause = Literal["scaler", "loop", "unknown"]
+"""Who skipped an attempt that never reached the optimizer's write: the GradScaler (its scale
+backed off), the training loop itself (no scale decrement, or no scaler), or unknown (no
+``scaler=`` declared, so a GradScaler skip looks like a loop skip)."""
 CheckStatus = Literal["clean", "found", "raised", "incomplete"]
 """``clean`` only when every registered check was evaluated and nothing was found or unknown."""
 
@@ -72,9 +76,10 @@ class CheckRun:
 class CheckReport(Report):
     """What a ``ChecksSession`` observed: findings, checks run, counters and ledgers.
 
-    ``counters`` holds ``attempts``, ``accepted``, ``skipped``, ``raised``, ``pending_backwards``,
-    ``backwards``, ``grad_arrivals``, ``step_pre_fires``, ``step_post_fires``,
-    ``accumulation_factor`` and ``step_provenance``. ``ledgers["scale"]`` is the skip ledger
+    ``counters`` holds ``attempts``, ``accepted``, ``skipped`` (and ``skipped_by_scaler`` /
+    ``skipped_by_loop`` / ``skipped_by_unknown``: see ``SkipCause``), ``raised``,
+    ``pending_backwards``, ``backwards``, ``grad_arrivals``, ``step_pre_fires``,
+    ``step_post_fires``, ``accumulation_factor`` and ``step_provenance``. ``ledgers["scale"]`` is the skip ledger
     (GradScaler scale decrements) and ``ledgers["steps"]`` the per-attempt records (most recent
     first-in order, bounded; ``ledgers["steps_truncated"]`` counts what was dropped).
     """

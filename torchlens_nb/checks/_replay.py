@@ -1,0 +1,99 @@
+"""The batch that broke training, kept so the raise can be replayed: ``session.step(inputs=...)``.
+
+Boundary mode keeps, for the CURRENT attempt only, a reference to its inputs and a copy of every
+initialised torch RNG state at the start of each micro-batch (nothing accumulates over steps: the
+block drops both when it exits). Without accumulation the attempt is one micro-batch, whose RNG
+state is taken when the block opens. With ``micro_batches=K``, ``inputs=`` is the sequence of the
+K micro-batches in the order their backwards run; the RNG state at the start of micro-batch
+``j > 0`` is taken when backward ``j - 1`` completes (site S-D), which is exact when nothing
+draws from the RNG between that backward and the next forward (data augmentation drawing from
+torch's global RNG in between makes the replay's dropout masks differ; it then reports
+``not_reproduced`` rather than a wrong origin).
+
+When a check raises, the engine knows which backward first produced the non-finite gradient
+(the S-D norms are per backward) and the :class:`Replay` on ``CheckViolationError.replay`` holds
+that micro-batch, its RNG state, the step ids and a weak reference to the model.
+
+Cost per attempt with ``inputs=``: one CPU RNG state copy (5 KB, about 1 us here) per
+micro-batch, plus one per initialised CUDA device (``benchmarks/bench_checks.py`` prints the
+per-step figure).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class RngState:
+    """Every initialised torch RNG stream at one moment.
+
+    ``cpu`` is ``torch.get_rng_state()``; ``cuda`` is ``torch.cuda.get_rng_state_all()`` when
+    CUDA is initialised in this process, else None (taking it would initialise CUDA).
+    """
+
+    cpu: torch.Tensor
+    cuda: tuple[torch.Tensor, ...] | None
+
+    @classmethod
+    def capture(cls) -> RngState:
+        """Copy the current states (host work only: no device sync)."""
+        cuda = None
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            cuda = tuple(torch.cuda.get_rng_state_all())
+        return cls(torch.get_rng_state(), cuda)
+
+    def restore(self) -> None:
+        """Make these the current states (for a replay; the session itself never calls it)."""
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(list(self.cuda))
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What ``CheckViolationError.investigate()`` replays: one micro-batch of the raised attempt.
+
+    Holds the caller's inputs object itself (not a copy) and the model by weak reference.
+    """
+
+    model: weakref.ref[torch.nn.Module]
+    """The session's model (dead once the caller dropped it)."""
+    inputs: Any
+    """The micro-batch, exactly the object passed to ``session.step(inputs=...)``."""
+    rng_state: RngState
+    """The RNG streams at the start of that micro-batch."""
+    global_step: int | None
+    attempt: int
+    micro_batch: int
+    """Index of the micro-batch whose backward first produced the non-finite gradient (0
+    without accumulation)."""
+    micro_batches: int | None
+    """The declared accumulation factor K (None when not declared)."""
+
+
+class KeptBatch:
+    """The inputs and per-micro-batch RNG states of the open ``session.step()`` block."""
+
+    def __init__(self, inputs: Any, micro_batches: int | None) -> None:
+        self._inputs = inputs
+        self._expected = micro_batches if micro_batches is not None else 1
+        self._is_split = self._expected > 1
+        self._states = [RngState.capture()]
+
+    def backward_done(self) -> None:
+        """S-D of one backward: the next micro-batch starts here (kept up to K states)."""
+        if self._is_split and len(self._states) < self._expected:
+            self._states.append(RngState.capture())
+
+    def micro_batch(self, position: int) -> tuple[Any, RngState] | None:
+        """(inputs, RNG state) of the micro-batch at ``position``, None when none was kept."""
+        if not 0 <= position < len(self._states):
+            return None
+        inputs: Sequence[Any] | Any = self._inputs
+        return (inputs[position] if self._is_split else inputs), self._states[position]
