@@ -15,6 +15,7 @@ from torch import nn
 
 import torchlens_nb as tl
 from tests.faults._guards import untouched
+from tests.recipes.planted import IgnoresInput
 from torchlens_nb.errors import ForwardError
 
 pytestmark = pytest.mark.fault("no_false_clean")
@@ -104,17 +105,6 @@ def test_graph_breaks_refuses_an_input_the_eager_model_rejects() -> None:
     x = np.ones((2, 4), dtype=np.float32)
     with pytest.raises(ForwardError, match=r"the eager model rejects these inputs: TypeError"):
         tl.debug.graph_breaks(linear(), x)
-
-
-class IgnoresInput(nn.Module):
-    """``fc(x * 0)``: no output depends on any input."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(4, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x * 0)
 
 
 def test_batch_independence_of_a_model_ignoring_its_input_cannot_judge() -> None:

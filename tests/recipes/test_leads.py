@@ -18,8 +18,7 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
-from tests.faults.test_no_false_clean_recipes import IgnoresInput
-from tests.recipes.planted import CausalAttention, PairLeak, teacher_classifier
+from tests.recipes.planted import CausalAttention, IgnoresInput, PairLeak, teacher_classifier
 from torchlens_nb.report import Report
 
 CE = nn.CrossEntropyLoss()

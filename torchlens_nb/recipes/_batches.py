@@ -39,14 +39,15 @@ INPUT_KEYS = ("input", "inputs", "x", "image", "images", "features", "pixel_valu
 
 
 def is_single_batch(value: Any) -> bool:
-    """A tensor, a dict, or a tuple/list whose items are all tensors is one batch."""
+    """A tensor, a dict, a tuple/list whose items are all tensors, or ``(dict inputs,
+    targets)`` (a Hugging Face batch beside its labels) is one batch."""
     if isinstance(value, (torch.Tensor, Mapping)):
         return True
-    return (
-        isinstance(value, (tuple, list))
-        and bool(value)
-        and all(isinstance(v, torch.Tensor) for v in value)
-    )
+    if not isinstance(value, (tuple, list)) or not value:
+        return False
+    if len(value) == 2 and isinstance(value[0], Mapping) and isinstance(value[1], torch.Tensor):
+        return True
+    return all(isinstance(v, torch.Tensor) for v in value)
 
 
 def iter_batches(source: Any, *, what: str = "batch_or_loader") -> Iterator[Any]:

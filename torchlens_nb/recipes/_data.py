@@ -47,6 +47,9 @@ def _fields(batch: Any) -> list[tuple[str, FieldRole, Any]]:
     if isinstance(batch, Mapping):
         target = next((k for k in TARGET_KEYS if k in batch), None)
         return [(str(k), "target" if k == target else "input", v) for k, v in batch.items()]
+    if isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[0], Mapping):
+        inputs = [(str(k), "input", v) for k, v in batch[0].items()]  # (dict inputs, targets)
+        return [*inputs, ("1", "target", batch[1])]  # type: ignore[list-item]
     if isinstance(batch, (tuple, list)):
         last = len(batch) - 1 if len(batch) == 2 else -1
         return [(str(i), "target" if i == last else "input", v) for i, v in enumerate(batch)]
