@@ -236,7 +236,8 @@ class _Runner:
                 rows.append(TriageRow(index, check, "skipped", why, None, None, None, reason=why))
             else:
                 status = "running" if check == current else "pending"
-                rows.append(TriageRow(index, check, status, status, None, None, None))
+                lead = "running now" if check == current else "not run yet"
+                rows.append(TriageRow(index, check, status, lead, None, None, None))
         return tuple(rows)
 
     def _interim(self, current: str, chart: dict[str, Any] | None = None) -> TriageReport:
@@ -393,8 +394,8 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
     notes = [
         "every check ran on a deep copy of the model and a clone of the batch: your model, "
         "optimizer, data, .grad and RNG streams are untouched",
-        "findings are ranked by the rules of tl.recipes' _triage_rank.CAUSES: root cause "
-        "first, the others name the finding they follow from",
+        "findings are ranked by written cause rules (torchlens_nb/recipes/_triage_rank.py): "
+        "root cause first, the others name the finding they follow from",
     ]
     if "overfit_one_batch" in names:
         notes.append(
