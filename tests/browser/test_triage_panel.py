@@ -16,6 +16,7 @@ from torch import nn
 import torchlens_nb as tl
 from tests.browser.helpers import reply_to
 from tests.recipes.zoo import ZOO
+from tests.recipes.zoo import batch as zoo_batch
 from torchlens_nb import widgets
 from torchlens_nb.recipes import _triage_progress
 from torchlens_nb.report import TriageReport
@@ -124,3 +125,18 @@ def test_while_it_runs_a_progress_bar_and_the_overfit_curve_update(
     expect(root.locator(".tln-triage-list > li")).to_have_count(2)
     panel_page.cleanup()
     assert panel_page.listener_count() == 0
+
+
+def test_a_skipped_check_shows_its_reason_and_the_verdict_is_not_a_pass(panel_page) -> None:
+    torch.set_num_threads(1)
+    twin = next(b for b in ZOO if b.name == "dead_layer").twin()
+    report = tl.recipes.triage(twin, zoo_batch(), nn.CrossEntropyLoss(), live=False)
+    root = panel_page.mount("triage", widgets.panel_payload(report))
+    expect(root.locator(".tln-head .tln-badge")).to_have_attribute("data-tone", "warning")
+    expect(root.locator(".tln-head .tln-badge-word")).to_have_text("incomplete")
+    skipped = root.locator('li[data-check="update_ratio"]')
+    expect(skipped).to_have_attribute("data-status", "skipped")
+    expect(skipped).to_contain_text("no optimizer given: pass optimizer=")
+    expect(skipped.locator("details")).to_have_count(0)  # nothing ran: nothing to open
+    expect(root.get_by_role("region", name="Root cause")).to_have_count(0)
+    panel_page.screenshot("triage_incomplete", root)

@@ -285,3 +285,18 @@ def test_models_triage_cannot_copy_or_run_are_refused() -> None:
         tl.recipes.triage(scripted, batch(), CE, live=False)
     with pytest.raises(InputFormError, match=r"on the meta device: it has no values to run"):
         tl.recipes.triage(nn.Linear(20, 10, device="meta"), batch(), CE, live=False)
+
+
+def test_in_a_notebook_one_live_panel_is_displayed_and_updated_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import IPython.display
+
+    shown: list[Any] = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, display_id=False: shown.append(obj))
+    final = tl.recipes.triage(
+        MLP(), batch(), CE, checks=["init_loss", "weight_distribution"], live=True
+    )
+    (widget,) = shown  # tl.report.live_panel's widget, displayed once
+    assert (widget.panel, widget.report) == ("triage", final)
+    assert widget.payload["status"] == "pass" and widget.payload["data"]["progress"]["done"] == 2

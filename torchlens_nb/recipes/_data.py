@@ -14,6 +14,7 @@ import torch
 from ..debug import preserved_rng_state
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table, Unavailable
+from ..report._base import Severity
 from ..report._recipes_data import (
     ClassBalanceReport,
     ClassCount,
@@ -48,8 +49,10 @@ def _fields(batch: Any) -> list[tuple[str, FieldRole, Any]]:
         target = next((k for k in TARGET_KEYS if k in batch), None)
         return [(str(k), "target" if k == target else "input", v) for k, v in batch.items()]
     if isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[0], Mapping):
-        inputs = [(str(k), "input", v) for k, v in batch[0].items()]  # (dict inputs, targets)
-        return [*inputs, ("1", "target", batch[1])]  # type: ignore[list-item]
+        inputs: list[tuple[str, FieldRole, Any]] = [
+            (str(k), "input", v) for k, v in batch[0].items()
+        ]  # (dict inputs, targets): the dict's entries are the inputs
+        return [*inputs, ("1", "target", batch[1])]
     if isinstance(batch, (tuple, list)):
         last = len(batch) - 1 if len(batch) == 2 else -1
         return [(str(i), "target" if i == last else "input", v) for i, v in enumerate(batch)]
@@ -480,7 +483,7 @@ def _balance_findings(rows: list[ClassCount], ratio: float, total: int) -> list[
     if ratio <= WARN_RATIO:
         return []
     major = rows[0]
-    severity = "critical" if ratio > CRITICAL_RATIO else "warning"
+    severity: Severity = "critical" if ratio > CRITICAL_RATIO else "warning"
     weights = ", ".join(
         f"{total / (len(rows) * r.count):.3g}" for r in sorted(rows, key=lambda r: r.label)
     )

@@ -23,6 +23,7 @@ from ..capture import trace
 from ..debug import grad_health, preserved_rng_state
 from ..options import CaptureOptions
 from ..report import Exit, Finding, Table, Where
+from ..report._base import Severity
 from ..report._recipes_data import recipe_status, worst_finding
 from ..report._recipes_training import FrontierOp, GradientFlowReport, ParamGrad, ParamGradVerdict
 from ._batches import (
@@ -113,7 +114,7 @@ def gradient_flow(
     """
     check_model(model)
     check_loss_fn(loss_fn)
-    thresholds = {
+    thresholds: dict[str, Any] = {
         k: v
         for k, v in (
             ("vanishing_threshold", vanishing_threshold),
@@ -234,7 +235,7 @@ def _findings(
 ) -> list[Finding]:
     findings = []
     culprit = next((f for f in frontier if f.verdict == "zero"), None)
-    groups: dict[str, tuple[str, str, str]] = {
+    groups: dict[str, tuple[Severity, str, str]] = {
         "disconnected": (
             "warning",
             "receive no gradient (None): they are not in the graph of the loss",

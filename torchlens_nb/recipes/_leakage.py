@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
+from ..report._recipes_data import RecipeStatus
 from ..report._recipes_flow import LeakageReport, LeakageVerdict, StageResult
 
 SENTINEL = 1e12
@@ -248,9 +249,13 @@ def leakage_poison(
         ),
         {"cutoff": cutoff, "sentinel": sentinel},
     )
-    status = {"leak": "fail", "suspect": "warn", "clean": "pass", "inconclusive": "inconclusive"}[
-        verdict
-    ]
+    statuses: dict[LeakageVerdict, RecipeStatus] = {
+        "leak": "fail",
+        "suspect": "warn",
+        "clean": "pass",
+        "inconclusive": "inconclusive",
+    }
+    status = statuses[verdict]
     return LeakageReport(
         subject=f"{len(stages)}-stage pipeline, {n_rows} rows, cutoff {cutoff}",
         status=status,
@@ -303,7 +308,7 @@ def _stage_result(
         )
     notes: list[str] = []
     columns: dict[int, str] = {}
-    checks = {}
+    checks: dict[str, bool | None] = {}
     for run in ("nan", "plus", "minus"):
         if len(runs[run]) <= i or isinstance(runs[run][i], BaseException):
             error = runs[run][i] if len(runs[run]) > i else None

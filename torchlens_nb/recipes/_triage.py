@@ -21,7 +21,7 @@ from ..errors import DiagnosticArgumentError
 from ..report import Exit, Finding, Report, Table, Unavailable
 from ..report._recipes_data import LossKind
 from ..report._recipes_training import OverfitReport
-from ..report._triage import RootCause, TriageReport, TriageRow, TriageStatus
+from ..report._triage import RootCause, RowStatus, TriageReport, TriageRow, TriageStatus
 from ._batches import (
     check_loss_fn,
     check_model,
@@ -235,7 +235,7 @@ class _Runner:
                 )
                 rows.append(TriageRow(index, check, "skipped", why, None, None, None, reason=why))
             else:
-                status = "running" if check == current else "pending"
+                status: RowStatus = "running" if check == current else "pending"
                 lead = "running now" if check == current else "not run yet"
                 rows.append(TriageRow(index, check, status, lead, None, None, None))
         return tuple(rows)
@@ -278,7 +278,12 @@ class _Runner:
             for check, report in self.reports.items()
             for name, action in report.actions.items()
         }
-        root_report = self.reports.get(root.check) if root else None
+        exits: tuple[Exit, ...] = ()
+        if root is not None and root.check in self.reports:  # the root check's follow-ups
+            exits = tuple(
+                Exit(e.label, e.code, f"{root.check}.{e.action}" if e.action else None, e.args)
+                for e in self.reports[root.check].exits
+            )
         return TriageReport(
             subject=self._subject(),
             status=status,
@@ -287,10 +292,7 @@ class _Runner:
             tables=(_table(rows),),
             unavailable=_unavailable(rows, self.reports),
             disclosures=_disclosures(self.names, self.run_state),
-            exits=tuple(
-                Exit(e.label, e.code, f"{root.check}.{e.action}" if e.action else None, e.args)
-                for e in (root_report.exits if root_report and root else ())
-            ),
+            exits=exits,
             actions=actions,
             rows=rows,
             root_cause=root,

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..report import Finding
-from ..report._base import SEVERITY_ORDER
+from ..report._base import SEVERITY_ORDER, Severity
 from ..report._triage import RootCause
 
 EVERY = frozenset({"*"})
@@ -282,7 +282,7 @@ class _Chain:
     followers: list[int]
 
 
-def _worst(severities: Sequence[str]) -> str:
+def _worst(severities: Sequence[Severity]) -> Severity:
     return min(severities, key=lambda s: SEVERITY_ORDER[s])
 
 
@@ -310,7 +310,7 @@ def rank(findings: Sequence[tuple[str, Finding]]) -> tuple[tuple[Finding, ...], 
                 chains.append(chain)
     chains += [_Chain(None, len(CAUSES), i, []) for i in range(len(items)) if i not in assigned]
 
-    def severity(chain: _Chain) -> str:
+    def severity(chain: _Chain) -> Severity:
         return _worst([items[k][1].severity for k in (chain.head, *chain.followers)])
 
     chains.sort(key=lambda c: (SEVERITY_ORDER[severity(c)], c.priority, c.head))

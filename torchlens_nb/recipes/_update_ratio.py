@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -81,12 +81,13 @@ def _train_copy(
             "update ratio is judged on weights, not biases."
         )
     groups = [{"params": [p]} for _, p in named]  # every parameter trains, in its own group
+    opt: torch.optim.Optimizer
     if optimizer is None:
         opt = torch.optim.Adam(groups, lr=lr)
     elif isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
-        opt = optimizer(groups, lr=lr)  # an optimizer class gets the recipe's lr
-    else:
-        opt = optimizer(groups)
+        opt = cast(Any, optimizer)(groups, lr=lr)  # an optimizer class gets the recipe's lr
+    else:  # a factory sets its own lr
+        opt = cast(Callable[..., torch.optim.Optimizer], optimizer)(groups)
     session = ChecksSession(clone, opt, scaler=None)
     session.register_update_ratio_check(every=1)
     nonfinite = None

@@ -15,6 +15,7 @@ from torch import nn
 
 from ..debug import param_health
 from ..report import Exit, Finding, Table
+from ..report._base import Severity
 from ..report._recipes_data import recipe_status, worst_finding
 from ..report._recipes_training import ParamWeights, WeightDistributionReport, WeightVerdict
 from ._batches import check_model, check_positive_int
@@ -31,8 +32,10 @@ USUAL_STD = (0.01, 1.0)
 def _verdict(param: Any, stats: Any, fill: str | None) -> WeightVerdict:
     if stats.nan_count or stats.inf_count:
         return "nonfinite"
-    if fill in ("all_zero", "all_same") and param.dim() >= 2:
-        return fill
+    if fill == "all_zero" and param.dim() >= 2:
+        return "all_zero"
+    if fill == "all_same" and param.dim() >= 2:
+        return "all_same"
     if stats.abs_max > HUGE_ABS:
         return "huge"
     if param.dim() >= 2 and stats.std < COLLAPSED_STD:
@@ -133,7 +136,7 @@ def weight_distribution(model: nn.Module, *, bins: int = 30) -> WeightDistributi
 
 
 def _scale_findings(params: list[ParamWeights]) -> list[Finding]:
-    rules = (
+    rules: tuple[tuple[WeightVerdict, str, Severity, str, str], ...] = (
         (
             "huge",
             "weights_huge",
