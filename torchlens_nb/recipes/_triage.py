@@ -133,7 +133,9 @@ def triage(
         ('output_vs_loss', 'double_softmax')
 
     Cost: about ``steps`` + ``STEP_SIZE_STEPS`` training steps of the model on the batch, one
-    forward and backward per batch example (the dependency check), a few forwards.
+    forward and backward per batch example (the dependency check), a few forwards. Memory: up
+    to three copies of the parameters at once (the working copy, overfit_one_batch's trained
+    copy until random_input_test has read it, update_ratio's copy), plus Adam's state.
     """
     check_model(model)
     check_loss_fn(loss_fn)
@@ -407,7 +409,7 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
     if "random_input_test" in names:
         notes.append(
             "random_input_test ran on the copy overfit_one_batch trained"
-            if run.trained is not None
+            if run.random_input_on_trained
             else "random_input_test ran on the untrained copy (overfit_one_batch did not fit)"
         )
     if "update_ratio" in names and run.optimizer is not None:

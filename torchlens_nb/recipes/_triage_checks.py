@@ -153,7 +153,10 @@ class TriageRun:
     loss_kind: LossKind | None
     on_overfit: Callable[[OverfitReport], None]
     trained: nn.Module | None = None
-    """The copy overfit_one_batch trained, when it memorised or kept falling."""
+    """The copy overfit_one_batch trained, when it memorised or kept falling (released once
+    random_input_test has read it)."""
+    random_input_on_trained: bool = False
+    """random_input_test ran on ``trained`` (else on the untrained working copy)."""
 
 
 def _batch_size(run: TriageRun) -> int | None:
@@ -182,6 +185,12 @@ def _overfit(run: TriageRun) -> Report:
     if report.verdict in ("memorised", "decreasing"):
         run.trained = trained
     return report
+
+
+def _random_input(run: TriageRun) -> Report:
+    model, run.trained = run.trained or run.model, None  # the trained copy is freed after this
+    run.random_input_on_trained = model is not run.model
+    return random_input_test(model, run.batch, run.loss_fn, loss_kind=run.loss_kind)
 
 
 def _update_ratio(run: TriageRun) -> Report:
@@ -213,9 +222,7 @@ ADAPTERS: dict[str, Callable[[TriageRun], Report]] = {
     "batch_independence": lambda run: _dependency(run, "batch_independence"),
     "causal_dependency": lambda run: _dependency(run, "causal_dependency"),
     "overfit_one_batch": _overfit,
-    "random_input_test": lambda run: random_input_test(
-        run.trained or run.model, run.batch, run.loss_fn, loss_kind=run.loss_kind
-    ),
+    "random_input_test": lambda run: _random_input(run),
     "update_ratio": _update_ratio,
     "weight_distribution": lambda run: weight_distribution(run.model),
 }
