@@ -1,52 +1,10 @@
-// The recipe panel (tl.recipes): the findings card, the charts Python computed for the report
-// (payload.data.charts, each a chart.js spec) and its tables. A live report (status "running",
-// e.g. overfit_one_batch while it trains) redraws on every payload push; the progress line is a
-// polite live region. Python chose every value and verdict; this module only lays them out.
-import { reportCard } from "../shared/card.js";
-import { chart } from "../shared/chart.js";
-import { h } from "../shared/dom.js";
+// The recipe panel (tl.recipes): the view of one recipe report (recipe/view.js), redrawn on
+// every payload push (overfit_one_batch's live chart while it trains).
 import { mountPanel } from "../shared/panel.js";
-import { tableView } from "../shared/table.js";
-
-/**
- * @typedef {{ title: string, kind: "bar" | "line", labels?: string[], log?: boolean,
- *   y_label?: string, series: { name: string, values: number[] }[] }} ChartPayload
- */
-
-/** @param {ChartPayload} spec */
-function chartFigure(spec) {
-  return h("figure", { class: "tln-recipe-chart" },
-    chart({ title: spec.title, kind: spec.kind, labels: spec.labels, log: Boolean(spec.log),
-      yLabel: spec.y_label ?? "", series: spec.series }),
-    h("figcaption", null, spec.title,
-      spec.series.length > 1 ? legend(spec.series) : null));
-}
-
-/** @param {{ name: string }[]} series */
-function legend(series) {
-  return h("span", { class: "tln-recipe-legend" },
-    series.map((s, k) => h("span", { class: `tln-series-${k % 6}`, "data-series": s.name }, s.name)));
-}
-
-/**
- * @param {import("../shared/payload.js").Payload} payload
- * @param {import("../shared/panel.js").PanelContext} ctx
- */
-function view(payload, ctx) {
-  /** @type {ChartPayload[]} */
-  const specs = Array.isArray(payload.data?.charts) ? payload.data.charts : [];
-  const running = payload.status === "running";
-  const middle = [
-    running ? h("p", { class: "tln-recipe-progress", role: "status", "aria-live": "polite" },
-      payload.lead) : null,
-    ...specs.map(chartFigure),
-    ...payload.tables.map((table) => tableView(table, ctx)),
-  ].filter((node) => node !== null);
-  return reportCard(payload, ctx, /** @type {Node[]} */ (middle));
-}
+import { recipeView } from "./recipe/view.js";
 
 function render(/** @type {any} */ props) {
-  return mountPanel(props, view, { name: "recipe", render });
+  return mountPanel(props, recipeView, { name: "recipe", render });
 }
 
 export default { render };

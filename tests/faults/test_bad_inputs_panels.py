@@ -56,6 +56,12 @@ def test_reports_without_tables_say_so() -> None:
             call()
 
 
+@pytest.mark.parametrize("value", [None, "report", 3], ids=["none", "string", "int"])
+def test_live_panel_refuses_what_is_not_a_report(value: Any) -> None:
+    with pytest.raises(ReportOptionError, match=r"live_panel needs a tl\.report\.Report, got "):
+        tl.report.live_panel(value)
+
+
 @pytest.mark.parametrize(
     "make, match",
     [

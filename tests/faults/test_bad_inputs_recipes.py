@@ -46,12 +46,15 @@ class Scene:
     """Its forward runs a train-mode BatchNorm and draws from the RNG, then raises."""
     meta_model: nn.Linear
     """A Linear(8, 4) on the meta device (no weights loaded yet)."""
+    scripted: torch.jit.ScriptModule
+    """``torch.jit.script`` of a Linear(8, 4) -> ReLU -> Linear(4, 4)."""
 
 
 @pytest.fixture
 def scene(user: Owned) -> Scene:
     torch.manual_seed(1)
-    return Scene(user, RaisingForward().train(), nn.Linear(8, 4, device="meta"))
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 4)))
+    return Scene(user, RaisingForward().train(), nn.Linear(8, 4, device="meta"), scripted)
 
 
 META = torch.empty(4, 8, device="meta")
@@ -172,6 +175,53 @@ CASES: list[Case] = [
         lambda s: R.weight_distribution(s.meta_model),
         InputFormError,
         r"on the meta device: it has no values .* load_state_dict",
+    ),
+    # a model on the meta device has no weights: every model recipe refuses it up front (the
+    # same error as weight_distribution's, below)
+    *[
+        (
+            f"{name}-meta-model",
+            call,
+            InputFormError,
+            r"on the meta device: it has no values to run; materialise it first "
+            r"\(model\.to_empty\(device='cpu'\), then load_state_dict\)",
+        )
+        for name, call in (
+            ("init_loss", lambda s: R.init_loss(s.meta_model, s.user.batch, CE)),
+            ("random_input_test", lambda s: R.random_input_test(s.meta_model, s.user.batch, CE)),
+            (
+                "overfit_one_batch",
+                lambda s: R.overfit_one_batch(s.meta_model, s.user.batch, CE, live=False),
+            ),
+            ("gradient_flow", lambda s: R.gradient_flow(s.meta_model, s.user.batch, CE)),
+            ("batch_independence", lambda s: R.batch_independence(s.meta_model, s.user.x)),
+            ("causal_dependency", lambda s: R.causal_dependency(s.meta_model, s.user.x[:, None])),
+            ("update_ratio", lambda s: R.update_ratio(s.meta_model, s.user.batch, CE)),
+            ("confident_errors", lambda s: R.confident_errors(s.meta_model, [s.user.batch])),
+        )
+    ],
+    # a TorchScript module deep-copies into non-leaf parameters: training recipes refuse it
+    *[
+        (
+            f"{name}-torchscript",
+            call,
+            ModelTypeError,
+            r"is a TorchScript module \(RecursiveScriptModule\).*pass the eager nn\.Module",
+        )
+        for name, call in (
+            (
+                "overfit_one_batch",
+                lambda s: R.overfit_one_batch(s.scripted, s.user.batch, CE, live=False),
+            ),
+            ("update_ratio", lambda s: R.update_ratio(s.scripted, s.user.batch, CE, steps=2)),
+        )
+    ],
+    (
+        "data_sanity-list-of-ints",
+        lambda s: R.data_sanity([1, 2, 3]),
+        InputFormError,
+        r"batch_or_loader is a list of 3 Python numbers, not a batch; pass a tensor "
+        r"\(torch\.tensor\(values\)\)",
     ),
     # the model's own forward raises: ForwardError, the model restored
     (
@@ -362,7 +412,7 @@ def test_recipes_refuse_bad_input(
         lambda: call(scene),
         error,
         match,
-        models=[scene.user.model, scene.raising, scene.meta_model],
+        models=[scene.user.model, scene.raising, scene.meta_model, scene.scripted],
         optimizers=[scene.user.optimizer],
         inputs=scene.user.batch,
     )

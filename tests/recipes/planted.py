@@ -99,3 +99,14 @@ def teacher_classifier(
         model.bias.zero_()
     x = torch.randn(200, features)
     return model, x, (x @ weight.t()).argmax(dim=1)
+
+
+class IgnoresInput(nn.Module):
+    """``fc(x * 0)``: no output depends on any input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x * 0)

@@ -11,6 +11,7 @@ from torch import nn
 
 import torchlens_nb as tl
 from tests.recipes.planted import CausalAttention, CentreRows
+from torchlens_nb.recipes._output_vs_loss import output_vs_loss
 from torchlens_nb.report import Report
 
 NAN_LOSS = lambda out, y: (out * float("nan")).sum()  # noqa: E731
@@ -78,6 +79,10 @@ BUILDERS: dict[str, Callable[[], Report]] = {
     "prime_dims": lambda: tl.recipes.prime_dims(
         CentreRows(keepdim=False), lambda batch, seq: torch.randn(batch, seq, 16)
     ),
+    "output_vs_loss": lambda: output_vs_loss(nan_weights(), batch(), nn.CrossEntropyLoss()),
+    "triage": lambda: tl.recipes.triage(
+        nan_weights(), batch(), nn.CrossEntropyLoss(), steps=3, live=False
+    ),
 }
 NONFINITE = {
     "data_sanity",
@@ -90,5 +95,7 @@ NONFINITE = {
     "confident_errors",
     "update_ratio",
     "batch_independence",
+    "output_vs_loss",
+    "triage",
 }
 """The builders whose reports carry NaN or Inf somewhere (a shape report has no floats)."""

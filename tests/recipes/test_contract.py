@@ -78,3 +78,28 @@ def test_a_refused_call_raises_a_typed_error_and_touches_nothing(name: str) -> N
 def test_a_recipe_refuses_something_that_is_not_a_model(name: str) -> None:
     with pytest.raises(ModelTypeError, match="nn.Module"):
         CALLS[name]([nn.Linear(8, 3)], (torch.randn(6, 8), torch.tensor([0, 1, 2, 0, 1, 2])))
+
+
+def shuffled_loader() -> torch.utils.data.DataLoader:
+    """A shuffling DataLoader without its own generator: iterating it draws its base seed
+    from the global torch RNG."""
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,)))
+    return torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+
+
+LOADER_CALLS: dict[str, Callable[[nn.Module, torch.utils.data.DataLoader], Any]] = {
+    "data_sanity": lambda m, loader: tl.recipes.data_sanity(loader, num_batches=2),
+    "class_balance": lambda m, loader: tl.recipes.class_balance(loader),
+    "init_loss": lambda m, loader: tl.recipes.init_loss(m, loader, CE),
+    "gradient_flow": lambda m, loader: tl.recipes.gradient_flow(m, loader, CE),
+    "confident_errors": lambda m, loader: tl.recipes.confident_errors(m, loader),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOADER_CALLS))
+def test_reading_a_shuffling_loader_leaves_the_global_rng_alone(name: str) -> None:
+    model, loader = caller_model(), shuffled_loader()
+    before = torch.get_rng_state()
+    LOADER_CALLS[name](model, loader)
+    assert torch.equal(before, torch.get_rng_state())

@@ -133,3 +133,28 @@ def test_leakage_poison_validates_before_running(data: tuple) -> None:
         tl.recipes.leakage_poison(leaky_scaler, X, y[:5], CUTOFF)
     with pytest.raises(InputFormError, match="pipeline"):
         tl.recipes.leakage_poison("scale", X, y, CUTOFF)
+
+
+def leaky_scaler_plus_row_mean(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The leaky scaler, then a stage-added feature: each row's mean (column len(X[0]))."""
+    scaled = (X - X.mean(axis=0)) / X.std(axis=0)
+    return np.hstack([scaled, scaled.mean(axis=1, keepdims=True)]), y
+
+
+@pytest.mark.parametrize(
+    ("features", "named"),
+    [(8, "['0', '1', '2', '3', '4', '5', '6', '7', '8']"), (13, "['0', '1', '2', ... (14 in all)")],
+    ids=["8+1_columns", "13+1_columns"],
+)
+def test_the_leak_finding_names_every_column_of_its_table_row(features: int, named: str) -> None:
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(100, features)), rng.normal(size=100)
+    report = tl.recipes.leakage_poison(leaky_scaler_plus_row_mean, X, y, CUTOFF)
+    (stage,) = report.stages
+    expected = tuple(str(i) for i in range(features + 1))  # numeric order: '10' after '9'
+    assert stage.columns == expected
+    assert report.table().dicts()[0]["columns"] == expected
+    leak = report.findings[-1]
+    assert leak.fields["columns"] == expected  # (fields freeze lists into tuples)
+    assert f"in columns {named[:18]}" in leak.message
+    assert named[-12:] in leak.message

@@ -4,7 +4,8 @@ Every recipe returns a typed report (``tl.report.*Report``) whose findings carry
 expected value and what to do; tabular results carry a table and most reports draw a plotly chart
 with ``report.figure()``. No recipe modifies the caller's model, optimizer, data or global RNG:
 recipes that train work on a deep copy, the others restore train/eval flags, buffers and
-``.grad`` exactly (tests/recipes/test_contract.py).
+``.grad`` exactly (tests/recipes/test_contract.py). ``triage`` runs the cheap ones in order on
+copies and names the root cause first (tests/recipes/test_triage.py).
 """
 
 from ._confident import confident_errors
@@ -15,10 +16,13 @@ from ._leakage import leakage_poison
 from ._loss import init_loss, random_input_test
 from ._overfit import overfit_one_batch
 from ._shapes import prime_dims
+from ._triage import triage
+from ._triage_checks import CHECKS as TRIAGE_CHECKS
 from ._update_ratio import update_ratio
 from ._weights import weight_distribution
 
 __all__ = [
+    "TRIAGE_CHECKS",
     "batch_independence",
     "causal_dependency",
     "class_balance",
@@ -30,6 +34,7 @@ __all__ = [
     "overfit_one_batch",
     "prime_dims",
     "random_input_test",
+    "triage",
     "update_ratio",
     "weight_distribution",
 ]

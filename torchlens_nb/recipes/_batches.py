@@ -14,14 +14,23 @@ Inputs reach ``forward`` exactly as ``tl.trace`` passes them (``tl.capture.call_
 
 from __future__ import annotations
 
+import copy
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..capture import call_arguments, iter_tensors
-from ..errors import DiagnosticArgumentError, ForwardError, InputFormError, TorchlensNbError
+from ..capture import call_arguments, iter_tensors, validate_model
+from ..debug import preserved_rng_state
+from ..errors import (
+    DiagnosticArgumentError,
+    ForwardError,
+    InputFormError,
+    ModelTypeError,
+    TorchlensNbError,
+)
 
 TARGET_KEYS = ("target", "targets", "label", "labels", "y")
 """Dict keys read as the targets of a batch, in this order of preference."""
@@ -30,14 +39,15 @@ INPUT_KEYS = ("input", "inputs", "x", "image", "images", "features", "pixel_valu
 
 
 def is_single_batch(value: Any) -> bool:
-    """A tensor, a dict, or a tuple/list whose items are all tensors is one batch."""
+    """A tensor, a dict, a tuple/list whose items are all tensors, or ``(dict inputs,
+    targets)`` (a Hugging Face batch beside its labels) is one batch."""
     if isinstance(value, (torch.Tensor, Mapping)):
         return True
-    return (
-        isinstance(value, (tuple, list))
-        and bool(value)
-        and all(isinstance(v, torch.Tensor) for v in value)
-    )
+    if not isinstance(value, (tuple, list)) or not value:
+        return False
+    if len(value) == 2 and isinstance(value[0], Mapping) and isinstance(value[1], torch.Tensor):
+        return True
+    return all(isinstance(v, torch.Tensor) for v in value)
 
 
 def iter_batches(source: Any, *, what: str = "batch_or_loader") -> Iterator[Any]:
@@ -59,14 +69,77 @@ def iter_batches(source: Any, *, what: str = "batch_or_loader") -> Iterator[Any]
             f"{what} must be a batch or an iterable of batches, got {type(source).__name__}; "
             "pass next(iter(loader)) or the DataLoader itself."
         )
+    if isinstance(source, (list, tuple)) and source and all(_is_number(v) for v in source):
+        raise InputFormError(
+            f"{what} is a {type(source).__name__} of {len(source)} Python numbers, not a batch; "
+            "pass a tensor (torch.tensor(values)) or (inputs, targets)."
+        )
     yield from source
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, complex)) and not isinstance(value, bool)
+
+
+def read_batches(source: Any, limit: int, *, what: str = "batch_or_loader") -> list[Any]:
+    """The first ``limit`` batches of ``source``, read with the global
+    RNG streams restored afterwards: a shuffling DataLoader draws its base seed from the global
+    torch RNG when iterated (tests/recipes/test_contract.py)."""
+    with preserved_rng_state():
+        return list(itertools.islice(iter_batches(source, what=what), limit))
 
 
 def first_batch(source: Any, *, what: str = "batch") -> Any:
     """The batch itself, or the first batch of a loader (raises when the loader is empty)."""
-    for batch in iter_batches(source, what=what):
+    for batch in read_batches(source, 1, what=what):
         return batch
     raise DiagnosticArgumentError(f"{what} yielded no batch; pass a non-empty loader or a batch.")
+
+
+def check_model(model: Any) -> nn.Module:
+    """``model`` when it is an ``nn.Module`` whose tensors hold values.
+
+    Raises:
+        ModelTypeError: not an ``nn.Module``.
+        InputFormError: a parameter or buffer is on the meta device (a model built under
+            ``torch.device("meta")`` before its weights were loaded).
+    """
+    validate_model(model)
+    meta = next((name for name, t in _named_tensors(model) if t.device.type == "meta"), None)
+    if meta is not None:
+        raise InputFormError(
+            f"the model's {meta!r} is on the meta device: it has no values to run; materialise "
+            "it first (model.to_empty(device='cpu'), then load_state_dict)."
+        )
+    return model
+
+
+def _named_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    yield from model.named_parameters()
+    yield from model.named_buffers()
+
+
+def trainable_copy(model: nn.Module, recipe: str) -> nn.Module:
+    """A deep copy of ``model`` whose parameters an optimizer can train.
+
+    Raises:
+        ModelTypeError: a TorchScript module (its deep copy holds non-leaf parameters).
+        DiagnosticArgumentError: ``copy.deepcopy`` failed (e.g. a hook holding a lock).
+    """
+    if isinstance(model, torch.jit.ScriptModule):
+        raise ModelTypeError(
+            f"the model is a TorchScript module ({type(model).__name__}): {recipe} trains a "
+            "deep copy, and a scripted module copies into parameters an optimizer cannot "
+            "train; pass the eager nn.Module (the one given to torch.jit.script)."
+        )
+    try:
+        return copy.deepcopy(model)
+    except Exception as exc:  # a model holding an unpicklable handle cannot be copied
+        raise DiagnosticArgumentError(
+            f"{recipe} trains a deep copy and copy.deepcopy(model) failed with "
+            f"{type(exc).__name__}: {exc}; remove the handle (e.g. a registered hook holding a "
+            "lock) or pass a freshly built model."
+        ) from exc
 
 
 def split_batch(batch: Any, *, what: str = "batch") -> tuple[Any, Any]:
@@ -107,14 +180,9 @@ def target_tensor(batch: Any) -> Any:
 
 def model_device(model: nn.Module) -> torch.device | None:
     """Device of the model's first parameter or buffer (None for a stateless model)."""
-    for tensor in _model_tensors(model):
+    for _, tensor in _named_tensors(model):
         return tensor.device
     return None
-
-
-def _model_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
-    yield from model.parameters()
-    yield from model.buffers()
 
 
 def to_device(value: Any, device: torch.device | None) -> Any:

@@ -13,12 +13,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..capture import validate_model
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
 from ..report._recipes_data import ConfidentError, ConfidentErrorsReport, recipe_status
 from ._batches import (
     call_model,
+    check_model,
     check_positive_int,
     iter_batches,
     model_device,
@@ -78,7 +78,7 @@ def confident_errors(model: nn.Module, loader: Any, *, k: int = 10) -> Confident
         ``index`` counts examples in iteration order; with a shuffling loader it does not map
         back to dataset indices (the report says so).
     """
-    validate_model(model)
+    check_model(model)
     check_positive_int(k, "k")
     device = model_device(model)
     heap: list[tuple[float, int, int, int, float]] = []

@@ -5,14 +5,16 @@ Neither touches a model. Both read at most the batches they are told to, and nev
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
+from ..debug import preserved_rng_state
 from ..errors import DiagnosticArgumentError, InputFormError
-from ..report import Finding, Table
+from ..report import Finding, Table, Unavailable
+from ..report._base import Severity
 from ..report._recipes_data import (
     ClassBalanceReport,
     ClassCount,
@@ -21,7 +23,14 @@ from ..report._recipes_data import (
     FieldSummary,
     recipe_status,
 )
-from ._batches import TARGET_KEYS, check_positive_int, is_single_batch, iter_batches, target_tensor
+from ._batches import (
+    TARGET_KEYS,
+    check_positive_int,
+    is_single_batch,
+    iter_batches,
+    read_batches,
+    target_tensor,
+)
 from ._stats import flat_values, histogram, tensor_stats
 
 MEAN_ABS_MAX = 1.0
@@ -39,6 +48,11 @@ def _fields(batch: Any) -> list[tuple[str, FieldRole, Any]]:
     if isinstance(batch, Mapping):
         target = next((k for k in TARGET_KEYS if k in batch), None)
         return [(str(k), "target" if k == target else "input", v) for k, v in batch.items()]
+    if isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[0], Mapping):
+        inputs: list[tuple[str, FieldRole, Any]] = [
+            (str(k), "input", v) for k, v in batch[0].items()
+        ]  # (dict inputs, targets): the dict's entries are the inputs
+        return [*inputs, ("1", "target", batch[1])]
     if isinstance(batch, (tuple, list)):
         last = len(batch) - 1 if len(batch) == 2 else -1
         return [(str(i), "target" if i == last else "input", v) for i, v in enumerate(batch)]
@@ -55,10 +69,15 @@ def data_sanity(
     fields that disagree on the batch size (critical), negative labels other than -100 and labels
     ``>= num_classes`` (critical), and a target that takes one value across the whole sample (an
     unshuffled, sorted loader; warning). In a 2-tuple batch the second item is the target; in a
-    dict the first of ``target``/``targets``/``label``/``labels``/``y``.
+    dict the first of ``target``/``targets``/``label``/``labels``/``y``. Fields that are numpy
+    arrays (anything with ``__array__``) are converted and analysed; a field that is neither
+    tensor nor array (a list of strings) is listed in ``unavailable`` and keeps the status from
+    ``pass`` (``inconclusive``): no verdict is given on values that were not read. Reading a
+    shuffling DataLoader draws from the global RNG; its state is restored.
 
     Args:
-        batch_or_loader: a batch (tensor, dict, tuple) or a DataLoader / iterable of batches.
+        batch_or_loader: a batch (tensor, array, dict, tuple) or a DataLoader / iterable of
+            batches (a list of Python numbers is refused: pass a tensor).
         num_batches: how many batches of a loader to pool into the statistics.
         num_classes: when given, integer targets must lie in ``[0, num_classes)``.
 
@@ -77,18 +96,20 @@ def data_sanity(
     check_positive_int(num_batches, "num_batches")
     if num_classes is not None:
         check_positive_int(num_classes, "num_classes")
-    batches = list(itertools.islice(iter_batches(batch_or_loader), num_batches))
+    batches = read_batches(batch_or_loader, num_batches)
     if not batches:
         raise DiagnosticArgumentError("batch_or_loader yielded no batch; pass a non-empty loader.")
     first = _fields(batches[0])
     pooled: dict[str, list[torch.Tensor]] = {name: [] for name, _, _ in first}
     for batch in batches:
         for name, _, value in _fields(batch):
-            if name in pooled and isinstance(value, torch.Tensor):
-                pooled[name].append(flat_values(value))
+            tensor = _as_tensor(value)
+            if name in pooled and tensor is not None:
+                pooled[name].append(flat_values(tensor))
     summaries = []
     for name, role, value in first:
-        if not isinstance(value, torch.Tensor):
+        tensor = _as_tensor(value)
+        if tensor is None:
             summaries.append(
                 FieldSummary(name, role, type(value).__name__, None, None, None, None, None)
             )
@@ -99,15 +120,16 @@ def data_sanity(
             FieldSummary(
                 name,
                 role,
-                "Tensor",
-                tuple(value.shape),
-                str(value.dtype).replace("torch.", ""),
+                type(value).__name__,
+                tuple(tensor.shape),
+                str(tensor.dtype).replace("torch.", ""),
                 tensor_stats(values),
                 int(values.unique().numel()) if integral else None,
                 histogram(values, HISTOGRAM_BINS),
             )
         )
     findings = _sanity_findings(summaries, num_classes)
+    unread = [s for s in summaries if s.stats is None]
     rows = [
         {
             "field": s.name,
@@ -131,27 +153,58 @@ def data_sanity(
         {"mean_abs_max": MEAN_ABS_MAX, "std_range": STD_RANGE, "num_batches": len(batches)},
     )
     status = recipe_status(findings)
-    flagged = sorted({str(f.fields.get("field", "")) for f in findings} - {""})
-    lead = (
-        "every field is finite, inputs near zero-mean / unit-std, labels look valid."
-        if status == "pass"
-        else f"{len(findings)} finding(s) in field(s) {', '.join(map(repr, flagged))}."
-        if flagged
-        else f"{len(findings)} finding(s)."
-    )
+    if status == "pass" and unread:
+        status = "inconclusive"
     return DataSanityReport(
         subject=f"{len(summaries)} fields over {len(batches)} batch(es)",
         status=status,
-        lead=lead,
+        lead=_sanity_lead(status, findings, summaries, unread),
         findings=tuple(findings),
         tables=(table,),
         fields=tuple(summaries),
         num_batches=len(batches),
+        unavailable=tuple(
+            Unavailable(
+                f"field {s.name!r}",
+                f"a {s.type_name} is not a tensor or array: its values were not analysed "
+                "(pass tensors, or numpy arrays, to check it)",
+                "not_analysed",
+            )
+            for s in unread
+        ),
         disclosures=(
             "statistics pool every element of a field (not per channel)",
             "the model is not run: shapes are not checked against it",
         ),
     )
+
+
+def _as_tensor(value: Any) -> torch.Tensor | None:
+    """``value`` as a tensor: itself, or a numpy-like array converted (None for anything
+    else, e.g. a list of strings: such a field is disclosed as not analysed)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if not hasattr(value, "__array__") or isinstance(value, (str, bytes)):
+        return None
+    try:
+        return torch.as_tensor(np.asarray(value))
+    except (TypeError, ValueError, RuntimeError):  # object / string arrays have no tensor form
+        return None
+
+
+def _sanity_lead(
+    status: str, findings: list[Finding], summaries: list[FieldSummary], unread: list[Any]
+) -> str:
+    if status == "pass":
+        return "every field is finite, inputs near zero-mean / unit-std, labels look valid."
+    if status == "inconclusive":
+        names = ", ".join(f"field {s.name!r} ({s.type_name})" for s in unread)
+        was = "were" if len(unread) > 1 else "was"
+        return f"{len(summaries) - len(unread)} field(s) look fine; {names} {was} not analysed."
+    flagged = sorted({str(f.fields.get("field", "")) for f in findings} - {""})
+    if flagged:
+        return f"{len(findings)} finding(s) in field(s) {', '.join(map(repr, flagged))}."
+    return f"{len(findings)} finding(s)."
 
 
 def _sanity_findings(fields: list[FieldSummary], num_classes: int | None) -> list[Finding]:
@@ -274,14 +327,16 @@ def _labels(source: Any) -> torch.Tensor:
     ):
         return torch.as_tensor(source).cpu()
     parts = []
-    for batch in iter_batches(source, what="loader_or_labels"):
-        labels = target_tensor(batch) if is_single_batch(batch) else batch
-        if not isinstance(labels, torch.Tensor):
-            raise InputFormError(
-                f"a batch yielded targets of type {type(labels).__name__}; class_balance needs "
-                "tensor labels (pass (inputs, labels) batches or the label tensor itself)."
-            )
-        parts.append(labels.detach().cpu())
+    with preserved_rng_state():  # a shuffling DataLoader draws its seed from the global RNG
+        for batch in iter_batches(source, what="loader_or_labels"):
+            labels = target_tensor(batch) if is_single_batch(batch) else batch
+            if not isinstance(labels, torch.Tensor):
+                raise InputFormError(
+                    f"a batch yielded targets of type {type(labels).__name__}; class_balance "
+                    "needs tensor labels (pass (inputs, labels) batches or the label tensor "
+                    "itself)."
+                )
+            parts.append(labels.detach().cpu())
     if not parts:
         raise DiagnosticArgumentError("loader_or_labels yielded no batch; pass a non-empty one.")
     return torch.cat(
@@ -428,7 +483,7 @@ def _balance_findings(rows: list[ClassCount], ratio: float, total: int) -> list[
     if ratio <= WARN_RATIO:
         return []
     major = rows[0]
-    severity = "critical" if ratio > CRITICAL_RATIO else "warning"
+    severity: Severity = "critical" if ratio > CRITICAL_RATIO else "warning"
     weights = ", ".join(
         f"{total / (len(rows) * r.count):.3g}" for r in sorted(rows, key=lambda r: r.label)
     )

@@ -26,12 +26,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..capture import validate_model
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
-from ..report._recipes_data import recipe_status
+from ..report._recipes_data import recipe_status, worst_finding
 from ..report._recipes_flow import DependencyCheck, DependencyReport, Leak
-from ._batches import call_model, check_seed, model_device, primary_output, to_device
+from ._batches import (
+    call_model,
+    check_model,
+    check_seed,
+    model_device,
+    primary_output,
+    to_device,
+)
 from ._model_state import preserved
 
 MATRIX_MAX = 64
@@ -140,7 +146,7 @@ def _dependency_matrix(model: nn.Module, x: Any, dim: int, seed: int) -> tuple[t
 def _check(
     check: DependencyCheck, model: nn.Module, x: Any, dim: int, rtol: float, seed: int
 ) -> DependencyReport:
-    validate_model(model)
+    check_model(model)
     check_seed(seed)
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
         raise DiagnosticArgumentError(f"dim must be an int >= 0, got {dim!r}.")
@@ -183,11 +189,15 @@ def _check(
         {"size": n, "rtol": rtol, "dim": dim},
     )
     status = recipe_status(findings)
-    lead = (
-        f"{len(leaks)} of {n} {noun}s depend on indices they must not see."
-        if leaks
-        else f"all {n} {noun}s depend only on allowed indices."
-    )
+    if findings and findings[0].code == "no_input_gradient":
+        status = "inconclusive"
+        lead = f"no {noun} depends even on its own input: independence cannot be judged."
+    elif leaks:
+        lead = f"{len(leaks)} of {n} {noun}s depend on indices they must not see."
+    elif status == "pass":
+        lead = f"all {n} {noun}s depend only on allowed indices."
+    else:
+        lead = worst_finding(findings).message
     return DependencyReport(
         subject=f"{type(model).__name__}, {n} {noun}s along dim {dim}",
         status=status,
@@ -220,9 +230,13 @@ def _findings(
         return [
             Finding(
                 "no_input_gradient",
-                "critical",
-                "no output depends on the input at all (every gradient is zero).",
-                remedy="check that forward uses its input and does not detach it.",
+                "warning",
+                "no output depends on the input at all (every gradient is zero), not even on "
+                "its own index: dependencies between indices cannot be judged.",
+                remedy="find where the input stops reaching the output with "
+                "tl.recipes.gradient_flow(model, batch, loss_fn) (a dead layer zeroes every "
+                "gradient upstream of it) and check that forward uses its input without "
+                "detaching it.",
             )
         ]
     findings = []

@@ -19,14 +19,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..capture import trace, validate_model
+from ..capture import trace
 from ..debug import grad_health, preserved_rng_state
 from ..options import CaptureOptions
 from ..report import Exit, Finding, Table, Where
-from ..report._recipes_data import recipe_status
+from ..report._base import Severity
+from ..report._recipes_data import recipe_status, worst_finding
 from ..report._recipes_training import FrontierOp, GradientFlowReport, ParamGrad, ParamGradVerdict
 from ._batches import (
     check_loss_fn,
+    check_model,
     first_batch,
     loss_value,
     model_device,
@@ -110,9 +112,9 @@ def gradient_flow(
 
     Cost: one forward with every op output's gradient kept, one backward.
     """
-    validate_model(model)
+    check_model(model)
     check_loss_fn(loss_fn)
-    thresholds = {
+    thresholds: dict[str, Any] = {
         k: v
         for k, v in (
             ("vanishing_threshold", vanishing_threshold),
@@ -196,13 +198,19 @@ def gradient_flow(
         ("op", "module", "verdict", "grad_norm", "params"),
     )
     flagged = sum(p.verdict not in ("ok", "frozen") for p in params)
+    status = recipe_status(findings)
+    if status == "pass":
+        lead = f"no parameter flagged: all {len(params)} receive a gradient within the thresholds."
+    elif flagged:
+        lead = f"{flagged} of {len(params)} parameters flagged" + (
+            f"; frontier: {', '.join(f.op for f in frontier)}." if frontier else "."
+        )
+    else:
+        lead = worst_finding(findings).message
     return GradientFlowReport(
         subject=f"{type(model).__name__}, {len(params)} parameters",
-        status=recipe_status(findings),
-        lead=(
-            f"{flagged} of {len(params)} parameters flagged"
-            + (f"; frontier: {', '.join(f.op for f in frontier)}." if frontier else ".")
-        ),
+        status=status,
+        lead=lead,
         findings=tuple(findings),
         tables=(table, frontier_table),
         loss=value,
@@ -227,7 +235,7 @@ def _findings(
 ) -> list[Finding]:
     findings = []
     culprit = next((f for f in frontier if f.verdict == "zero"), None)
-    groups: dict[str, tuple[str, str, str]] = {
+    groups: dict[str, tuple[Severity, str, str]] = {
         "disconnected": (
             "warning",
             "receive no gradient (None): they are not in the graph of the loss",

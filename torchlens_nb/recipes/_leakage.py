@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
+from ..report._recipes_data import RecipeStatus
 from ..report._recipes_flow import LeakageReport, LeakageVerdict, StageResult
 
 SENTINEL = 1e12
@@ -248,9 +249,13 @@ def leakage_poison(
         ),
         {"cutoff": cutoff, "sentinel": sentinel},
     )
-    status = {"leak": "fail", "suspect": "warn", "clean": "pass", "inconclusive": "inconclusive"}[
-        verdict
-    ]
+    statuses: dict[LeakageVerdict, RecipeStatus] = {
+        "leak": "fail",
+        "suspect": "warn",
+        "clean": "pass",
+        "inconclusive": "inconclusive",
+    }
+    status = statuses[verdict]
     return LeakageReport(
         subject=f"{len(stages)}-stage pipeline, {n_rows} rows, cutoff {cutoff}",
         status=status,
@@ -302,8 +307,8 @@ def _stage_result(
             "index from the input; return a pandas object to check this stage",
         )
     notes: list[str] = []
-    columns: set[str] = set()
-    checks = {}
+    columns: dict[int, str] = {}
+    checks: dict[str, bool | None] = {}
     for run in ("nan", "plus", "minus"):
         if len(runs[run]) <= i or isinstance(runs[run][i], BaseException):
             error = runs[run][i] if len(runs[run]) > i else None
@@ -328,7 +333,7 @@ def _stage_result(
         checks["nan"],
         sentinel,
         _dye_vanished(i, runs["nan"], nan_inputs, n_rows),
-        tuple(sorted(columns)),
+        tuple(columns[j] for j in sorted(columns)),  # in the output's column order
         False,
         "; ".join(notes) or None,
     )
@@ -342,9 +347,10 @@ def _crossed(
     past_labels: Any,
     *,
     nan: bool,
-    columns: set[str],
+    columns: dict[int, str],
 ) -> bool:
-    """Whether a dyed run's allowed rows differ from the reference (X columns collected)."""
+    """Whether a dyed run's allowed rows differ from the reference (X columns collected by
+    position in the stage's output)."""
     hit = False
     for k, (part, ref) in enumerate(zip(parts, reference)):
         if ref is None:
@@ -367,7 +373,7 @@ def _crossed(
                 hit = True
                 if k == 0:
                     names = _matrix(part)[2]
-                    columns.update(names[j] for j in np.nonzero(changed)[0])
+                    columns.update((int(j), names[j]) for j in np.nonzero(changed)[0])
     return hit
 
 
@@ -423,7 +429,7 @@ def _verdict(
             else "found only by the sentinel: a NaN-skipping statistic (pandas skipna, nanmean, "
             "imputers) ignored the NaN dye"
         )
-        cols = f" in columns {list(leak.columns)[:8]}" if leak.columns else ""
+        cols = f" in columns {_column_list(leak.columns)}" if leak.columns else ""
         findings.append(
             Finding(
                 "leak",
@@ -455,6 +461,17 @@ def _verdict(
     if all(r.sentinel_changed is None for r in results):
         return "inconclusive", findings
     return "clean", findings
+
+
+MAX_NAMED_COLUMNS = 12
+"""The leak finding names up to 12 columns, then the count (the table row lists them all)."""
+
+
+def _column_list(columns: tuple[str, ...]) -> str:
+    """``['0', '1', '2']``, or the first three and the count when there are too many to name."""
+    if len(columns) <= MAX_NAMED_COLUMNS:
+        return str(list(columns))
+    return str(list(columns[:3]))[:-1] + f", ... ({len(columns)} in all)]"
 
 
 def _lead(verdict: LeakageVerdict, results: Sequence[StageResult]) -> str:

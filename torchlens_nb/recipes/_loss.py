@@ -14,13 +14,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..capture import iter_tensors, validate_model
+from ..capture import iter_tensors
 from ..errors import DiagnosticArgumentError
 from ..report import Finding, Unavailable
-from ..report._recipes_data import InitLossReport, LossKind, RandomInputReport, recipe_status
+from ..report._recipes_data import (
+    InitLossReport,
+    LossKind,
+    RandomInputReport,
+    recipe_status,
+    worst_finding,
+)
 from ._batches import (
     call_model,
     check_loss_fn,
+    check_model,
     check_positive_int,
     check_seed,
     first_batch,
@@ -107,7 +114,7 @@ def _mismatch(
         )
     if kind in ("cross_entropy", "nll") and num_classes is not None:
         width = _class_count(output)
-        if width != num_classes:
+        if width != num_classes and output.shape[-1] != num_classes:  # (N, C, ...) or (..., C)
             return Finding(
                 "labels_logits_mismatch",
                 "critical",
@@ -156,7 +163,7 @@ def init_loss(
         >>> tl.recipes.init_loss(model, batch, nn.CrossEntropyLoss()).status
         'pass'
     """
-    validate_model(model)
+    check_model(model)
     check_loss_fn(loss_fn)
     if num_classes is not None:
         check_positive_int(num_classes, "num_classes")
@@ -179,9 +186,21 @@ def init_loss(
                     f"loss_fn raised {type(exc).__name__} on outputs {tuple(output.shape)} and "
                     f"targets {tuple(getattr(targets, 'shape', ()))}: {exc}"
                 ) from exc
-            loss = float("nan")
+            loss = float("nan")  # the mismatch finding says why there is no loss
     expected, basis = expected_loss(kind, output, targets, num_classes)
     findings = [mismatch] if mismatch else []
+    if mismatch is None and not math.isfinite(loss):
+        findings.append(
+            Finding(
+                "loss_nonfinite",
+                "critical",
+                f"the initial loss is {loss} (not finite): training would write NaN into every "
+                "weight at the first step.",
+                remedy="find where the value is born with tl.debug.nonfinite_origin(model, inputs) "
+                "and check the data with tl.recipes.data_sanity(batch).",
+                fields={"loss": loss},
+            )
+        )
     unavailable: tuple[Unavailable, ...] = ()
     ratio = band = None
     if expected is None:
@@ -196,12 +215,15 @@ def init_loss(
         ratio = loss / expected
         band = (expected / TOLERANCE_FACTOR, expected * TOLERANCE_FACTOR)
         findings += _band_findings(loss, expected, basis, band, output, kind, targets)
-    status = "inconclusive" if expected is None else recipe_status(findings)
-    lead = (
-        f"initial loss {loss:.4g}"
-        + (f" vs expected {expected:.4g} ({basis})" if expected is not None else "")
-        + "."
-    )
+    status = recipe_status(findings)
+    if status == "pass" and expected is None:
+        status = "inconclusive"
+    if status == "pass":
+        lead = f"initial loss {loss:.4g} vs expected {expected:.4g} ({basis})."
+    elif status == "inconclusive":
+        lead = f"initial loss {loss:.4g}; no expected value for this loss (pass loss_kind=)."
+    else:  # the most severe finding says what is wrong
+        lead = worst_finding(findings).message
     return InitLossReport(
         subject=f"{type(model).__name__} with {type(loss_fn).__name__}",
         status=status,
@@ -344,7 +366,7 @@ def random_input_test(
     Returns:
         A :class:`RandomInputReport` with a bar-chart ``figure()``.
     """
-    validate_model(model)
+    check_model(model)
     check_loss_fn(loss_fn)
     check_positive_int(trials, "trials")
     check_seed(seed)
@@ -389,6 +411,8 @@ def random_input_test(
             )
         )
     lead = f"real-input loss {real:.4g} vs noise {noise:.4g} ({100 * gap:+.0f}% gap)."
+    if status != "pass":  # the finding that decided the status leads
+        lead = (findings[-1] if status == "inconclusive" else worst_finding(findings)).message
     return RandomInputReport(
         subject=type(model).__name__,
         status=status,
@@ -412,6 +436,18 @@ def _random_input_findings(
     real: float, noise: float, gap: float, change: float, constant: bool
 ) -> list[Finding]:
     facts = {"real_loss": real, "noise_loss": noise, "relative_gap": gap}
+    if not (math.isfinite(real) and math.isfinite(noise)):
+        return [
+            Finding(
+                "loss_nonfinite",
+                "critical",
+                f"the loss is not finite (real input {real}, noise {noise}): the comparison "
+                "cannot be made.",
+                remedy="find where the value is born with tl.debug.nonfinite_origin(model, "
+                "inputs); tl.recipes.init_loss shows the loss at initialisation.",
+                fields=facts,
+            )
+        ]
     if constant:
         return [
             Finding(

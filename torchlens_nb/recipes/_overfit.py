@@ -8,7 +8,6 @@ report is always pushed, so the chart ends on the exact final state.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable
@@ -17,7 +16,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..capture import validate_model
 from ..debug import preserved_rng_state
 from ..errors import DiagnosticArgumentError
 from ..report import Finding
@@ -26,6 +24,7 @@ from ..report._recipes_training import OverfitReport, OverfitVerdict
 from ._batches import (
     call_model,
     check_loss_fn,
+    check_model,
     check_positive_float,
     check_positive_int,
     first_batch,
@@ -34,6 +33,7 @@ from ._batches import (
     primary_output,
     split_batch,
     to_device,
+    trainable_copy,
 )
 from ._live import live_sink
 
@@ -102,24 +102,33 @@ def overfit_one_batch(
 
     Cost: ``steps`` forward+backward passes of the model on the batch, one host sync per step.
     """
-    validate_model(model)
+    sinks = [s for s in (on_update, live_sink(live)) if s is not None]
+    report, _ = memorise_batch(model, batch, loss_fn, steps=steps, lr=lr, sinks=sinks)
+    return report
+
+
+def memorise_batch(
+    model: nn.Module,
+    batch: Any,
+    loss_fn: Any,
+    *,
+    steps: int,
+    lr: float,
+    sinks: list[Callable[[OverfitReport], None]],
+) -> tuple[OverfitReport, nn.Module]:
+    """:func:`overfit_one_batch` (validation included) returning the trained copy too, for
+    checks that need a model that has learnt the batch (``tl.recipes.triage`` runs
+    random_input_test on it: an untrained model scores chance on real data and noise alike)."""
+    check_model(model)
     check_loss_fn(loss_fn)
     check_positive_int(steps, "steps")
     check_positive_float(lr, "lr")
     inputs, targets = split_batch(first_batch(batch))
-    sinks = [s for s in (on_update, live_sink(live)) if s is not None]
     if not any(p.requires_grad for p in model.parameters()):
         raise DiagnosticArgumentError(
             "the model has no parameter with requires_grad=True; there is nothing to train."
         )
-    try:
-        clone = copy.deepcopy(model)
-    except Exception as exc:  # a model holding an unpicklable handle cannot be copied
-        raise DiagnosticArgumentError(
-            f"overfit_one_batch trains a deep copy and copy.deepcopy(model) failed with "
-            f"{type(exc).__name__}: {exc}; remove the handle (e.g. a registered hook holding a "
-            "lock) or pass a freshly built model."
-        ) from exc
+    clone = trainable_copy(model, "overfit_one_batch")
     throttle = _Throttle(sinks) if sinks else None
     device = model_device(clone)
     inputs, targets = to_device(inputs, device), to_device(targets, device)
@@ -152,7 +161,7 @@ def overfit_one_batch(
     report = _report(model, losses, norms, steps, lr, started, running=False)
     if throttle is not None:
         throttle.flush(report)
-    return report
+    return report, clone
 
 
 def _verdict(losses: list[float]) -> OverfitVerdict:

@@ -13,30 +13,32 @@ Karpathy's std ratio ``std(lr * grad) / std(w)`` is the same quantity for zero-m
 
 from __future__ import annotations
 
-import copy
 import math
 import statistics
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from ..debug import ChecksSession, preserved_rng_state
 from ..errors import DiagnosticArgumentError, ModelTypeError
-from ..report import Exit, Finding, Report, Table
-from ..report._recipes_data import recipe_status
+from ..report import Exit, Finding, Report, Table, Unavailable
+from ..report._recipes_data import recipe_status, worst_finding
 from ..report._recipes_training import LayerRatio, RatioVerdict, UpdateRatioReport
 from ._batches import (
     call_model,
     check_loss_fn,
+    check_model,
     check_positive_float,
     check_positive_int,
     first_batch,
+    loss_value,
     model_device,
     primary_output,
     split_batch,
     to_device,
+    trainable_copy,
 )
 
 TARGET_LOG10 = -3.0
@@ -65,10 +67,11 @@ def _train_copy(
     steps: int,
     lr: float,
     optimizer: Callable[..., torch.optim.Optimizer] | None,
-) -> tuple[Report, dict[int, str]]:
-    """Train a deep copy inside a ChecksSession; return its report and group -> name."""
+) -> tuple[Report, dict[int, str], tuple[int, float] | None]:
+    """Train a deep copy inside a ChecksSession; return its report, group -> name, and the
+    (step, value) of the first non-finite loss (training stops there), if any."""
     inputs, targets = split_batch(first_batch(batch))
-    clone = copy.deepcopy(model)
+    clone = trainable_copy(model, "update_ratio")
     device = model_device(clone)
     inputs, targets = to_device(inputs, device), to_device(targets, device)
     named = [(n, p) for n, p in clone.named_parameters() if p.requires_grad]
@@ -78,22 +81,30 @@ def _train_copy(
             "update ratio is judged on weights, not biases."
         )
     groups = [{"params": [p]} for _, p in named]  # every parameter trains, in its own group
+    opt: torch.optim.Optimizer
     if optimizer is None:
         opt = torch.optim.Adam(groups, lr=lr)
     elif isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
-        opt = optimizer(groups, lr=lr)  # an optimizer class gets the recipe's lr
-    else:
-        opt = optimizer(groups)
+        opt = cast(Any, optimizer)(groups, lr=lr)  # an optimizer class gets the recipe's lr
+    else:  # a factory sets its own lr
+        opt = cast(Callable[..., torch.optim.Optimizer], optimizer)(groups)
     session = ChecksSession(clone, opt, scaler=None)
     session.register_update_ratio_check(every=1)
+    nonfinite = None
     with preserved_rng_state(), session:
         clone.train()
-        for _ in range(steps):
+        for step in range(steps):
             opt.zero_grad(set_to_none=True)
-            loss_fn(primary_output(call_model(clone, inputs)), targets).backward()
+            loss = loss_fn(primary_output(call_model(clone, inputs)), targets)
+            value = loss_value(loss)  # one host sync per step: the recipe runs a few steps
+            if not math.isfinite(value):
+                nonfinite = (step, value)
+                break
+            loss.backward()
             opt.step()
     # judged and charted: weight matrices (a bias starting at 0 has no defined ratio)
-    return session.report(), {i: name for i, (name, p) in enumerate(named) if p.dim() >= 2}
+    names = {i: name for i, (name, p) in enumerate(named) if p.dim() >= 2}
+    return session.report(), names, nonfinite
 
 
 def update_ratio(
@@ -130,6 +141,7 @@ def update_ratio(
         and the session's report as the action ``checks``.
     """
     if isinstance(model_or_report, nn.Module):
+        check_model(model_or_report)
         check_loss_fn(loss_fn)
         check_positive_int(steps, "steps")
         check_positive_float(lr, "lr")
@@ -137,17 +149,19 @@ def update_ratio(
             raise DiagnosticArgumentError(
                 "update_ratio(model, batch, loss_fn): pass the batch the copy trains on."
             )
-        checks, names = _train_copy(model_or_report, batch, loss_fn, steps, lr, optimizer)
+        checks, names, nonfinite = _train_copy(
+            model_or_report, batch, loss_fn, steps, lr, optimizer
+        )
         subject = f"{type(model_or_report).__name__}, {steps} steps"
     elif isinstance(model_or_report, Report) and model_or_report.report_type == "checks":
-        checks, names = model_or_report, _group_names(model_or_report)
+        checks, names, nonfinite = model_or_report, _group_names(model_or_report), None
         subject = checks.subject
     else:
         raise ModelTypeError(
             f"update_ratio reads an nn.Module (with batch and loss_fn) or a ChecksSession "
             f"report, got {type(model_or_report).__name__}."
         )
-    return _report(checks, names, subject)
+    return _report(checks, names, subject, nonfinite)
 
 
 def _group_names(checks: Report) -> dict[int, str]:
@@ -162,7 +176,9 @@ def _group_names(checks: Report) -> dict[int, str]:
     }
 
 
-def _report(checks: Report, names: dict[int, str], subject: str) -> UpdateRatioReport:
+def _report(
+    checks: Report, names: dict[int, str], subject: str, nonfinite: tuple[int, float] | None
+) -> UpdateRatioReport:
     rows = [
         r
         for r in checks.table("series").dicts()
@@ -182,6 +198,32 @@ def _report(checks: Report, names: dict[int, str], subject: str) -> UpdateRatioR
         median = _median(values[1:] if len(values) > 1 else values)
         layers.append(LayerRatio(names[group], tuple(values), median, _verdict(median)))
     findings = _findings(layers)
+    if nonfinite is not None:
+        step, value = nonfinite
+        findings.insert(
+            0,
+            Finding(
+                "loss_nonfinite",
+                "critical",
+                f"the loss was {value} at step {step}: the copy stopped training there, and the "
+                "update ratios after it would be NaN.",
+                remedy="find where the value is born with tl.debug.nonfinite_origin(model, inputs); "
+                "tl.recipes.init_loss shows the loss at initialisation.",
+                fields={"step": step, "loss": value},
+            ),
+        )
+    unknown = [layer.name for layer in layers if layer.verdict == "unknown"]
+    status = recipe_status(findings)
+    if status == "pass" and unknown:
+        status = "inconclusive"
+    if nonfinite is not None:
+        lead = f"the loss was {nonfinite[1]} at step {nonfinite[0]}: no update ratio can be judged."
+    elif status == "pass":
+        lead = f"all {len(layers)} layers update at about 1e-3 of their weight per step."
+    elif status == "inconclusive":
+        lead = f"{len(unknown)} of {len(layers)} layers had no defined ratio on any sampled step."
+    else:
+        lead = worst_finding(findings).message
     table = Table.from_dicts(
         "layers",
         [
@@ -198,12 +240,17 @@ def _report(checks: Report, names: dict[int, str], subject: str) -> UpdateRatioR
     )
     return UpdateRatioReport(
         subject=subject,
-        status=recipe_status(findings),
-        lead=(
-            f"{sum(layer.verdict == 'ok' for layer in layers)} of {len(layers)} layers update "
-            f"at about 1e-3 of their weight per step."
-        ),
+        status=status,
+        lead=lead,
         findings=tuple(findings),
+        unavailable=tuple(
+            Unavailable(
+                f"update ratio of {name}",
+                "no sampled step had a defined ratio (a zero weight, or no update recorded)",
+                "undefined_ratio",
+            )
+            for name in unknown
+        ),
         tables=(table,),
         layers=tuple(layers),
         target_log10=TARGET_LOG10,

@@ -13,12 +13,12 @@ from typing import Any
 
 from torch import nn
 
-from ..capture import validate_model
 from ..debug import param_health
 from ..report import Exit, Finding, Table
-from ..report._recipes_data import recipe_status
+from ..report._base import Severity
+from ..report._recipes_data import recipe_status, worst_finding
 from ..report._recipes_training import ParamWeights, WeightDistributionReport, WeightVerdict
-from ._batches import check_positive_int
+from ._batches import check_model, check_positive_int
 from ._stats import histogram, tensor_stats
 
 HUGE_ABS = 100.0
@@ -32,8 +32,10 @@ USUAL_STD = (0.01, 1.0)
 def _verdict(param: Any, stats: Any, fill: str | None) -> WeightVerdict:
     if stats.nan_count or stats.inf_count:
         return "nonfinite"
-    if fill in ("all_zero", "all_same") and param.dim() >= 2:
-        return fill
+    if fill == "all_zero" and param.dim() >= 2:
+        return "all_zero"
+    if fill == "all_same" and param.dim() >= 2:
+        return "all_same"
     if stats.abs_max > HUGE_ABS:
         return "huge"
     if param.dim() >= 2 and stats.std < COLLAPSED_STD:
@@ -67,7 +69,7 @@ def weight_distribution(model: nn.Module, *, bins: int = 30) -> WeightDistributi
         >>> [f.code for f in tl.recipes.weight_distribution(layer).findings]
         ['suspicious_fill']
     """
-    validate_model(model)
+    check_model(model)
     check_positive_int(bins, "bins")
     audit = param_health(model, include_buffers=False)
     fills = {row.name: row.fill for row in audit.rows}
@@ -106,10 +108,17 @@ def weight_distribution(model: nn.Module, *, bins: int = 30) -> WeightDistributi
         {"huge_abs": HUGE_ABS, "collapsed_std": COLLAPSED_STD, "usual_std": USUAL_STD},
     )
     flagged = sum(p.verdict not in ("ok", "unusual_scale") for p in params)
+    status = recipe_status(findings)
+    if status == "pass":
+        lead = f"no parameter flagged among {len(params)}: finite, no constant fill, none huge."
+    elif flagged:
+        lead = f"{flagged} of {len(params)} parameters flagged."
+    else:
+        lead = worst_finding(findings).message
     return WeightDistributionReport(
         subject=f"{type(model).__name__}, {len(params)} parameters",
-        status=recipe_status(findings),
-        lead=f"{flagged} of {len(params)} parameters flagged.",
+        status=status,
+        lead=lead,
         findings=tuple(findings),
         tables=(table,),
         params=tuple(params),
@@ -127,7 +136,7 @@ def weight_distribution(model: nn.Module, *, bins: int = 30) -> WeightDistributi
 
 
 def _scale_findings(params: list[ParamWeights]) -> list[Finding]:
-    rules = (
+    rules: tuple[tuple[WeightVerdict, str, Severity, str, str], ...] = (
         (
             "huge",
             "weights_huge",

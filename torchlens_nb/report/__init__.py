@@ -2,7 +2,7 @@
 
 One private module per capability (``_nonfinite``, ``_lineage``, ``_gradients``, ``_activations``,
 ``_grad_fn``, ``_attention_sinks``, ``_compare``, ``_cost``, ``_model``, ``_audit``, ``_checks``,
-``_recipes_*``), the same names as the folders of ``tl.debug``; every public name is re-exported
+``_recipes_*``, ``_triage``), the same names as the folders of ``tl.debug``; every public name is re-exported
 here. Two analyses are spelled under ``tl.report`` by the spec although they run code:
 ``doctor`` (with ``capabilities``) and ``flops_vs_dispatch``. They live in ``tl.debug`` and are
 served here by name on first access (:func:`__getattr__`), the one exception to the layering
@@ -93,6 +93,7 @@ from ._recipes_training import (
     UpdateRatioReport,
     WeightDistributionReport,
 )
+from ._triage import OutputLossReport, RootCause, TriageReport, TriageRow
 
 __all__ = [
     "SCHEMA",
@@ -151,6 +152,7 @@ __all__ = [
     "NonfiniteReport",
     "NonfiniteScanReport",
     "OutlierDim",
+    "OutputLossReport",
     "OverfitReport",
     "ParamGrad",
     "ParamHealthReport",
@@ -165,6 +167,7 @@ __all__ = [
     "RecomputeReport",
     "Report",
     "RngOp",
+    "RootCause",
     "SavedShape",
     "SessionOverhead",
     "ShapeBreak",
@@ -176,6 +179,8 @@ __all__ = [
     "TensorStats",
     "ThresholdReport",
     "TransitionRow",
+    "TriageReport",
+    "TriageRow",
     "Unavailable",
     "UpdateRatioReport",
     "ValueStats",

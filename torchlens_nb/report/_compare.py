@@ -195,8 +195,10 @@ class CompareReport(_SideBySideReport):
     """
 
     report_type = "compare"
-    status_tones = tones({"match": "ok", "diverged": "warning"})
-    status: Literal["match", "diverged"]
+    status_tones = tones({"match": "ok", "diverged": "warning", "incomplete": "warning"})
+    status: Literal["match", "diverged", "incomplete"]
+    """``incomplete``: nothing observed differs, but some tensors could not be compared (meta
+    tensors hold no values; each is listed in ``unavailable``)."""
     rtol: float
     atol: float
     first_divergence: str | None = None
@@ -227,8 +229,10 @@ class CompareParamsReport(Report):
     """Two models' parameters (and optionally buffers) aligned on qualified names."""
 
     report_type = "compare_params"
-    status_tones = tones({"match": "ok", "diverged": "warning"})
-    status: Literal["match", "diverged"]
+    status_tones = tones({"match": "ok", "diverged": "warning", "incomplete": "warning"})
+    status: Literal["match", "diverged", "incomplete"]
+    """``incomplete``: nothing observed differs, but some tensors could not be compared (meta
+    tensors hold no values; each is listed in ``unavailable``)."""
     rtol: float
     atol: float
     include_buffers: bool
@@ -272,9 +276,11 @@ class BisectPrecisionReport(_SideBySideReport):
     """The first op whose native output separates from a high-precision reference run."""
 
     report_type = "bisect_precision"
-    status_tones = tones({"found": "findings", "clean": "ok"})
+    status_tones = tones({"found": "findings", "clean": "ok", "inconclusive": "warning"})
     payload_properties = ("mode", "view", "first_divergence")
-    status: Literal["found", "clean"]
+    status: Literal["found", "clean", "inconclusive"]
+    """``inconclusive``: no op diverged, but some ops hold NaN/Inf in both runs, and agreeing
+    non-finite values say nothing about precision (listed in ``skipped`` and ``unavailable``)."""
     found: bool
     op: str | None = None
     """Label of the first diverged op."""

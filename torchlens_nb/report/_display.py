@@ -13,7 +13,7 @@ import html
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ..errors import TorchlensNbWarning
+from ..errors import ReportOptionError, TorchlensNbWarning
 
 if TYPE_CHECKING:
     from ._base import Report
@@ -55,7 +55,19 @@ def live_panel(report: Report) -> Any:
     For diagnostics that run for a while in a cell (``tl.recipes.overfit_one_batch``): display
     the widget once, then push each new report (throttled by the caller to 10-20 Hz). Returns
     None when no panel can be built (warned once); callers then fall back to redisplaying text.
+
+    Raises:
+        ReportOptionError: ``report`` is not a :class:`~torchlens_nb.report.Report` (an
+            explicit call, unlike display, refuses what it cannot show).
     """
+    # duck-typed: _base imports this module, so Report cannot be imported here
+    if not isinstance(getattr(report, "report_type", None), str) or not callable(
+        getattr(report, "to_dict", None)
+    ):
+        raise ReportOptionError(
+            f"live_panel needs a tl.report.Report, got {type(report).__name__}; pass the report "
+            "a diagnostic returned (e.g. tl.report.live_panel(tl.recipes.init_loss(...)))."
+        )
     try:
         from .. import widgets
 

@@ -10,11 +10,11 @@ worst finding by :func:`recipe_status` unless a recipe says otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._base import Finding, Report
+from ._base import SEVERITY_ORDER, Finding, Report
 from ._status import tones
 
 if TYPE_CHECKING:
@@ -60,6 +60,11 @@ def recipe_status(findings: Iterable[Finding]) -> RecipeStatus:
     if "critical" in severities:
         return "fail"
     return "warn" if "warning" in severities else "pass"
+
+
+def worst_finding(findings: Sequence[Finding]) -> Finding:
+    """The first of the most severe findings (what a non-passing recipe leads with)."""
+    return min(findings, key=lambda f: SEVERITY_ORDER[f.severity])
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,9 @@ class FieldSummary:
     """Dict key, or the position in a tuple batch (``"0"``, ``"1"``)."""
     role: FieldRole
     type_name: str
-    """``Tensor`` or the Python type of a non-tensor field."""
+    """The field's Python type: ``Tensor``, an array type converted and analysed (``ndarray``),
+    or the type of a field that was not analysed (its ``stats`` is None, and the report lists
+    it as unavailable)."""
     shape: tuple[int, ...] | None
     """Shape in the first batch (None for a non-tensor field)."""
     dtype: str | None

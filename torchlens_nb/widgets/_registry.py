@@ -54,6 +54,9 @@ PANELS: dict[str, str] = {
     "random_input_test": "recipe",
     "update_ratio": "recipe",
     "weight_distribution": "recipe",
+    "output_vs_loss": "recipe",
+    # tl.recipes.triage: the checklist, each row expanding into its recipe's view
+    "triage": "triage",
 }
 
 

@@ -25,7 +25,7 @@ from torch import nn
 
 from ...capture import Op, Trace, validate_model
 from ...errors import DiagnosticArgumentError, UnavailableError
-from ...report import Exit, Finding, LineageReport, Table, Where
+from ...report import Exit, Finding, LineageReport, Table, Unavailable, Where
 from ...report._compare import (
     COMPARE_COLUMNS,
     COMPARE_PARAMS_COLUMNS,
@@ -563,6 +563,8 @@ def compare_params(
         "only_in_b": sum(1 for r in rows if r["status"] == "only_in_b"),
     }
     diverged = [r["name"] for r in rows if r["status"] == "value_diverged"]
+    mismatched = [r["status"] for r in rows if r["status"] in ("shape_mismatch", "dtype_mismatch")]
+    unseen = [r["name"] for r in rows if r["status"] == "meta"]
     findings = (
         [
             Finding(
@@ -583,10 +585,15 @@ def compare_params(
         for r in rows
         if r["status"] not in ("match", "value_diverged")
     ]
+    differs = diverged or mismatched or counts["only_in_a"] or counts["only_in_b"]
     return CompareParamsReport(
         subject=f"{type(model_a).__name__} vs {type(model_b).__name__} ({len(names)} names)",
-        status="diverged" if diverged or counts["only_in_a"] or counts["only_in_b"] else "match",
-        lead=_params_lead(len(diverged), counts),
+        status="diverged" if differs else "incomplete" if unseen else "match",
+        lead=_params_lead(len(diverged), mismatched, counts),
+        unavailable=tuple(
+            Unavailable(name, "a meta tensor holds no values: not compared", "meta")
+            for name in unseen
+        ),
         findings=tuple(findings),
         tables=(
             Table.from_dicts(
@@ -650,14 +657,25 @@ def _param_row(
     return row
 
 
-def _params_lead(num_diverged: int, counts: dict[str, int]) -> str:
-    """The compare_params verdict sentence; names present in one model only are part of it."""
+def _params_lead(num_diverged: int, mismatched: list[str], counts: dict[str, int]) -> str:
+    """The compare_params verdict sentence; names present in one model only are part of it,
+    and so are tensors whose shape or dtype differs (they differ without a value comparison)."""
     unmatched = counts["only_in_a"] + counts["only_in_b"]
     missing = (
         f"; {unmatched} name{'s' if unmatched != 1 else ''} exist in one model only"
         if unmatched
         else ""
     )
+    if mismatched:
+        how = ", ".join(
+            f"{mismatched.count(status)} in {what}"
+            for status, what in (("shape_mismatch", "shape"), ("dtype_mismatch", "dtype"))
+            if status in mismatched
+        )
+        return (
+            f"{num_diverged + len(mismatched)} of {counts['compared'] + len(mismatched)} "
+            f"tensors differ ({how}){missing}"
+        )
     if num_diverged:
         return f"{num_diverged} of {counts['compared']} compared tensors differ{missing}"
     if counts["compared"] == 0:

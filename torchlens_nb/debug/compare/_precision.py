@@ -20,10 +20,10 @@ from torch import nn
 
 from ...capture import Op, Trace
 from ...errors import DiagnosticArgumentError
-from ...report import Finding, Table, Where
+from ...report import Finding, Table, Unavailable, Where
 from ...report._compare import VALUE_STATS_COLUMNS, BisectPrecisionReport, PrecisionRow, SkippedOp
 from .._isolation import check_isolation_args, isolated_capture, map_tensors
-from ._compare import aligned_ops, compare_ops, source_line
+from ._compare import aligned_ops, compare_ops, source_line, tensors_of
 
 STOCHASTIC_FUNCS = frozenset(
     {
@@ -179,6 +179,7 @@ def _bisect(
     tolerance = _tolerance_for(native_dtype, rtol, atol)
     rows: list[PrecisionRow] = []
     skipped: list[SkippedOp] = []
+    nonfinite: list[str] = []
     stats: list[dict[str, Any]] = []
     for op_native, op_high in aligned_ops(native, high):
         if op_native is None or op_high is None or op_native.is_input:
@@ -193,6 +194,11 @@ def _bisect(
         row = compare_ops(op_native, op_high, tolerance, stats)
         if row["allclose"] is None:
             skipped.append(SkippedOp(row["op"], row["reason"]))
+            continue
+        if row["allclose"] and _holds_nonfinite(op_native):
+            # NaN == NaN under equal_nan: agreeing non-finite values say nothing about precision
+            nonfinite.append(row["op"])
+            skipped.append(SkippedOp(row["op"], NONFINITE_REASON))
             continue
         op_rtol, op_atol = tolerance(op_high)
         rows.append(
@@ -266,13 +272,25 @@ def _bisect(
         PRECISION_COLUMNS,
         {"reference_dtype": _name(reference), "seed": seed, "skipped": len(skipped)},
     )
+    if first is not None:
+        lead = f"{first.op} ({first.func}) is the first op to lose precision"
+    elif nonfinite:
+        one = len(nonfinite) == 1
+        lead = (
+            f"{len(nonfinite)} op{'' if one else 's'} hold{'s' if one else ''} NaN/Inf in both "
+            f"runs: {'its' if one else 'their'} precision cannot be judged (the first is "
+            f"{nonfinite[0]}; tl.debug.nonfinite_origin finds where the value is born)"
+        )
+    else:
+        lead = f"all {len(rows)} compared ops stay within their dtype's tolerance"
     return BisectPrecisionReport(
         subject=f"{native.model_type} ({len(native)} ops) vs {_name(reference)} reference",
-        status="found" if first is not None else "clean",
-        lead=(
-            f"{first.op} ({first.func}) is the first op to lose precision"
-            if first is not None
-            else f"all {len(rows)} compared ops stay within their dtype's tolerance"
+        status="found" if first is not None else "inconclusive" if nonfinite else "clean",
+        lead=lead,
+        unavailable=(
+            (Unavailable(f"precision of {len(nonfinite)} op(s)", NONFINITE_REASON, "nonfinite"),)
+            if nonfinite
+            else ()
         ),
         findings=tuple(findings),
         tables=(table, Table.from_dicts("value_stats", stats, VALUE_STATS_COLUMNS)),
@@ -286,6 +304,17 @@ def _bisect(
         seed=seed,
         rows=tuple(rows),
         skipped=tuple(skipped),
+    )
+
+
+NONFINITE_REASON = "NaN/Inf in both runs: equal non-finite values say nothing about precision"
+
+
+def _holds_nonfinite(op: Op) -> bool:
+    """Whether any floating output of ``op`` holds NaN or Inf (one host sync per output)."""
+    return any(
+        (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all())
+        for t in tensors_of(op)
     )
 
 

@@ -19,6 +19,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
+import torch
 from torch import nn
 
 from ...capture import call_arguments, validate_model
@@ -120,11 +121,31 @@ def count_compiles() -> CompileCounts:
     return CompileCounts()
 
 
+def _check_eager_accepts(model: nn.Module, args: Any, kwargs: Any) -> None:
+    """Run one eager forward (no grad) of the copy: Dynamo accepts inputs the eager model
+    rejects (it traces numpy arrays as tensors), so ``explain`` alone would report one clean
+    graph for a call that fails without ``torch.compile`` (tests/faults/test_no_false_clean_
+    recipes.py). Costs one forward of the copy; BatchNorm statistics it updates are the copy's.
+    """
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    except Exception as exc:
+        raise ForwardError(
+            f"the eager model rejects these inputs: {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''} (graph breaks are "
+            "only meaningful for a forward that runs; the model was not touched: this ran on a "
+            "copy). Fix the inputs so that model(inputs) runs.",
+            None,
+        ) from exc
+
+
 def graph_breaks(model: nn.Module, inputs: Any) -> GraphBreaksReport:
     """Where ``torch.compile`` splits ``model``'s forward, by ``torch._dynamo.explain``.
 
-    Runs one forward of a deep copy (cloned inputs, seeded under a preserved RNG) through
-    Dynamo's explain backend, which builds FX graphs without compiling kernels. Side effect
+    Runs one eager forward of a deep copy (cloned inputs, seeded under a preserved RNG; the
+    inputs must be ones the eager model accepts), then one forward of it through Dynamo's
+    explain backend, which builds FX graphs without compiling kernels. Side effect
     inherited from ``explain``: it calls ``torch._dynamo.reset()`` before and after, so every
     ``torch.compile``'d function in the process recompiles on its next call (disclosed in the
     report). A ``torch.compile``'d model is explained through its eager original.
@@ -133,7 +154,8 @@ def graph_breaks(model: nn.Module, inputs: Any) -> GraphBreaksReport:
         UnavailableError: code ``graph_breaks_unavailable`` when this torch has no
             ``torch._dynamo.explain``.
         ModelCopyError: the model cannot be deep-copied.
-        ForwardError: the copy's forward raised under ``explain`` (the cause is chained).
+        ForwardError: the copy's eager forward, or its forward under ``explain``, raised (the
+            cause is chained).
     """
     validate_model(model)
     args, kwargs = call_arguments(inputs)
@@ -155,6 +177,7 @@ def graph_breaks(model: nn.Module, inputs: Any) -> GraphBreaksReport:
         seed_all(0)
         copy = copy_model(original)
         copy_args, copy_kwargs = clone_input_tree((args, kwargs))
+        _check_eager_accepts(copy, copy_args, copy_kwargs)
         # explain's frames are not compile regions of the user (it resets Dynamo after): put
         # the frame counters back, else every later tl.trace warns that compiled code exists.
         frames = torch._dynamo.utils.counters["frames"]

@@ -1,0 +1,117 @@
+"""tl.recipes.triage wall time: the whole triage vs the 200 training steps it contains.
+
+Cases (the triage's own tests use the same models):
+
+* ``mlp 20-64-64-10``: the healthy twin of the bug zoo (tests/recipes/zoo.py), 64 examples of
+  20 features, 10 classes, the caller's optimizer Adam lr=3e-4;
+* ``gpt2 2-layer``: ``tests.models.tiny_gpt2()`` (n_embd 32, 4 heads, vocab 64), a (4, 16)
+  token batch, a next-token loss, AdamW lr=3e-4, ``seq_dim=1`` (causal_dependency included).
+
+Contenders, interleaved round by round: ``200 plain Adam steps`` (zero_grad, forward, loss,
+backward, step on a deep copy: the floor of overfit_one_batch, the triage's largest part; the
+baseline) and ``triage`` (every default check, ``live=False``). One intra-op thread: tiny
+models on a shared 2-core machine run 10-15x slower with two (measured: 10.7 s vs 0.68 s for
+one triage of an 8-32-3 MLP at load), which would measure the machine, not the triage.
+
+Measured on the shared 2-core CPU box (2026-12-01): MLP triage 499 ms min / 617 ms median vs
+376 / 419 ms for the 200 plain steps (1.33x / 1.47x); GPT-2 2-layer triage 2.72 / 2.83 s vs
+2.19 / 2.64 s (1.24x / 1.07x).
+
+Run: ``.venv/bin/python benchmarks/bench_triage.py`` (about a minute).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+import _timing  # noqa: E402
+
+import torchlens_nb as tl  # noqa: E402
+from tests import models  # noqa: E402
+from tests.recipes import zoo  # noqa: E402
+
+ROUNDS, WARMUP = 3, 1
+STEPS = 200
+
+
+def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)
+    )
+
+
+def plain_steps(model: nn.Module, inputs: object, targets: torch.Tensor, loss_fn: object) -> None:
+    clone = copy.deepcopy(model).train()
+    optimizer = torch.optim.Adam(clone.parameters(), lr=3e-3)
+    for _ in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        output = clone(**inputs) if isinstance(inputs, dict) else clone(inputs)
+        logits = getattr(output, "logits", output)
+        loss_fn(logits, targets).backward()  # type: ignore[operator]
+        optimizer.step()
+
+
+def cases() -> list[tuple[str, list[tuple[str, object]]]]:
+    mlp, (x, y) = zoo.MLP(), zoo.batch()
+    mlp_optimizer = torch.optim.Adam(mlp.parameters(), lr=zoo.HEALTHY_LR)
+    ce = nn.CrossEntropyLoss()
+    gpt2 = models.tiny_gpt2()
+    ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(0))
+    return [
+        (
+            "mlp 20-64-64-10",
+            [
+                ("200 plain Adam steps", lambda: plain_steps(mlp, x, y, ce)),
+                (
+                    "triage",
+                    lambda: tl.recipes.triage(mlp, (x, y), ce, optimizer=mlp_optimizer, live=False),
+                ),
+            ],
+        ),
+        (
+            "gpt2 2-layer 4x16",
+            [
+                (
+                    "200 plain Adam steps",
+                    lambda: plain_steps(gpt2, {"input_ids": ids}, ids, next_token_loss),
+                ),
+                (
+                    "triage",
+                    lambda: tl.recipes.triage(
+                        gpt2,
+                        ({"input_ids": ids}, ids),
+                        next_token_loss,
+                        optimizer=torch.optim.AdamW,
+                        lr=3e-4,
+                        seq_dim=1,
+                        num_classes=64,
+                        loss_kind="cross_entropy",
+                        live=False,
+                    ),
+                ),
+            ],
+        ),
+    ]
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    rows = []
+    for case, contenders in cases():
+        timings = _timing.interleaved(contenders, rounds=ROUNDS, warmup=WARMUP)  # type: ignore[arg-type]
+        rows += _timing.ratio_rows(timings, "200 plain Adam steps", case=case)
+    _timing.print_table(rows)
+    print("\nno target: the triage's cost is mostly its 200 overfit steps (the baseline)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

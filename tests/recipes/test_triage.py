@@ -1,0 +1,302 @@
+"""tl.recipes.triage: the bug zoo (each bug beside its healthy twin), copies only, skipped checks
+never counted as a pass, progress, and the partial report of an interrupted run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from torch import nn
+
+import torchlens_nb as tl
+from tests.recipes.state import assert_untouched, snapshot
+from tests.recipes.zoo import MLP, ZOO, Bug, batch
+from torchlens_nb.errors import DiagnosticArgumentError, InputFormError, ModelTypeError
+from torchlens_nb.report import TriageReport
+
+CE = nn.CrossEntropyLoss()
+
+
+def run_untouched(args: dict[str, Any], **options: Any) -> TriageReport:
+    """triage(**args) asserting that the model (weights, buffers, .grad, modes, RNG), the
+    optimizer's state and the batch are bitwise what they were."""
+    model, optimizer, (x, y) = args["model"], args["optimizer"], args["batch"]
+    before, state = snapshot(model), optimizer.state_dict()
+    data = (x.clone(), y.clone())
+    report = tl.recipes.triage(**args, live=False, **options)
+    assert_untouched(before, model)
+    assert optimizer.state_dict() == state
+    assert torch.equal(x, data[0]) and torch.equal(y, data[1])
+    return report
+
+
+@pytest.fixture(scope="module")
+def zoo_reports() -> dict[tuple[str, bool], TriageReport]:
+    torch.set_num_threads(1)
+    return {
+        (bug.name, broken): run_untouched(bug.call(broken))
+        for bug in ZOO
+        for broken in (True, False)
+    }
+
+
+@pytest.mark.parametrize("bug", ZOO, ids=lambda b: b.name)
+def test_the_bug_is_caught_by_its_check_and_named_first(
+    zoo_reports: dict[tuple[str, bool], TriageReport], bug: Bug
+) -> None:
+    report = zoo_reports[(bug.name, True)]
+    row = next(r for r in report.rows if r.check == bug.catching_check)
+    assert row.status != "pass" and row.is_root_cause
+    assert report.findings[0].fields["check"] == bug.catching_check
+    assert report.findings[0].fields["is_root_cause"] is True
+    assert report.root_cause is not None and report.root_cause.check == bug.catching_check
+    assert report.status in ("fail", "warn")
+    for finding in report.findings[1:]:  # each other finding is a cause or follows from one
+        assert finding.fields["check"] in tl.recipes.TRIAGE_CHECKS
+        assert "follows_from" in finding.fields or "cause" in finding.fields
+
+
+@pytest.mark.parametrize("bug", ZOO, ids=lambda b: b.name)
+def test_the_healthy_twin_has_no_fail_or_warn_row(
+    zoo_reports: dict[tuple[str, bool], TriageReport], bug: Bug
+) -> None:
+    report = zoo_reports[(bug.name, False)]
+    assert [(r.check, r.status) for r in report.rows if r.status in ("fail", "warn")] == []
+    assert report.status == "pass" and report.findings == () and report.root_cause is None
+
+
+def test_downstream_findings_name_the_finding_they_follow_from(
+    zoo_reports: dict[tuple[str, bool], TriageReport],
+) -> None:
+    report = zoo_reports[("dead_layer", True)]
+    # the dead layer stops the gradient: overfitting fails, the output ignores the input, the
+    # dead layers barely update, and batch independence cannot be judged
+    assert [(f.fields["check"], f.code, f.fields.get("follows_from")) for f in report.findings] == [
+        ("gradient_flow", "grad_zero", None),
+        ("overfit_one_batch", "cannot_overfit", "gradient_flow.grad_zero"),
+        ("random_input_test", "model_ignores_input", "gradient_flow.grad_zero"),
+        ("batch_independence", "no_input_gradient", "gradient_flow.grad_zero"),
+        ("update_ratio", "update_ratio_too_low", "gradient_flow.grad_zero"),
+    ]
+    root = report.root_cause
+    assert root is not None and (root.cause, root.severity) == ("dead_layer", "critical")
+    assert "Follows from gradient_flow's grad_zero" in report.findings[1].message
+    assert report.lead.startswith("root cause in gradient_flow; 4 findings follow from it: ")
+
+
+def test_the_double_softmax_is_said_by_name(
+    zoo_reports: dict[tuple[str, bool], TriageReport],
+) -> None:
+    report = zoo_reports[("double_softmax", True)]
+    assert report.findings[0].code == "double_softmax"
+    assert report.check_report("output_vs_loss").output_form == "probabilities"
+    assert report.root_cause is not None
+    assert "remove the final Softmax" in (report.root_cause.remedy or "")
+
+
+def test_one_row_per_check_in_run_order_with_the_key_number(
+    zoo_reports: dict[tuple[str, bool], TriageReport],
+) -> None:
+    report = zoo_reports[("head_init_x100", True)]
+    frame = report.to_pandas()
+    assert list(frame["check"]) == [c for c in tl.recipes.TRIAGE_CHECKS if c != "causal_dependency"]
+    assert list(frame.columns) == [
+        "check", "status", "lead", "key", "value", "elapsed_s", "root_cause", "reason",
+    ]  # fmt: skip
+    init = report.rows[1]
+    assert init.key == f"{init.value:.4g} vs 2.303 expected" and init.value > 30  # ln(10) = 2.303
+    json.dumps(report.to_dict(), allow_nan=False)
+    assert len(report.card().splitlines()) <= 1 + 5 + 1 + len(report.unavailable) + 4 + 1
+
+
+def test_without_an_optimizer_the_step_size_is_skipped_never_passed() -> None:
+    model = MLP()
+    report = tl.recipes.triage(model, batch(), CE, live=False)
+    row = next(r for r in report.rows if r.check == "update_ratio")
+    assert row.status == "skipped" and "pass optimizer=" in (row.reason or "")
+    assert report.status == "incomplete"
+    assert report.lead.startswith("8 of 9 checks passed and none failed; not judged: update_ratio")
+    assert [u.check for u in report.unavailable] == ["update_ratio"]
+
+
+def test_a_batch_of_one_skips_batch_independence_with_the_reason() -> None:
+    x, y = batch()
+    report = tl.recipes.triage(
+        MLP(), (x[:1], y[:1]), CE, checks=["batch_independence", "weight_distribution"], live=False
+    )
+    (row, _) = report.rows
+    assert (row.status, row.reason) == (
+        "skipped",
+        "the batch holds 1 example: independence needs 2 or more",
+    )
+
+
+def test_checks_picks_a_subset_and_runs_it_in_run_order() -> None:
+    report = tl.recipes.triage(
+        MLP(), batch(), CE, checks=["weight_distribution", "init_loss"], live=False
+    )
+    assert [r.check for r in report.rows] == ["init_loss", "weight_distribution"]
+
+
+def test_causal_dependency_runs_when_told_the_sequence_axis() -> None:
+    from tests.recipes.planted import CausalAttention
+
+    class Classify(nn.Module):  # (B, T, 4) -> (B, T, 4) scores, classes on the last axis
+        def __init__(self, diagonal: int) -> None:
+            super().__init__()
+            self.attention = CausalAttention(diagonal=diagonal)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attention(x)
+
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 6, 4), torch.randint(0, 4, (2, 6))
+    loss = lambda out, t: nn.functional.cross_entropy(out.transpose(1, 2), t)  # noqa: E731
+    leaky = tl.recipes.triage(
+        Classify(diagonal=2), (x, y), loss, checks=["causal_dependency"], seq_dim=1, live=False
+    )
+    causal = tl.recipes.triage(
+        Classify(diagonal=1), (x, y), loss, checks=["causal_dependency"], seq_dim=1, live=False
+    )
+    assert leaky.root_cause is not None and leaky.root_cause.code == "causal_leak"
+    assert causal.status == "pass"
+
+
+class InterruptAfter:
+    """A cross-entropy loss that raises KeyboardInterrupt on its ``calls``-th call."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def __call__(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.calls -= 1
+        if self.calls == 0:
+            raise KeyboardInterrupt
+        return nn.functional.cross_entropy(out, y)
+
+
+def test_a_keyboard_interrupt_returns_the_partial_report() -> None:
+    model = MLP(dead_bias=-100.0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
+    args = {"model": model, "batch": batch(), "optimizer": optimizer}
+    # init_loss, output_vs_loss and gradient_flow call the loss once each, then 20 overfit steps
+    report = run_untouched({**args, "loss_fn": InterruptAfter(3 + 20)}, loss_kind="cross_entropy")
+    assert report.status == "interrupted"
+    assert [(r.check, r.status) for r in report.rows] == [
+        ("data_sanity", "pass"),
+        ("init_loss", "pass"),
+        ("output_vs_loss", "pass"),
+        ("gradient_flow", "warn"),
+        ("batch_independence", "inconclusive"),
+        ("overfit_one_batch", "skipped"),
+        ("random_input_test", "skipped"),
+        ("update_ratio", "skipped"),
+        ("weight_distribution", "skipped"),
+    ]
+    assert report.rows[5].reason == "interrupted while it ran"
+    assert report.lead.startswith(
+        "interrupted during overfit_one_batch: 5 of 9 checks finished; root cause in gradient_flow"
+    )
+    assert list(report.reports) == [r.check for r in report.rows[:5]]
+
+
+def test_outside_a_notebook_a_text_line_shows_the_progress(capsys: pytest.CaptureFixture) -> None:
+    tl.recipes.triage(MLP(), batch(), CE, checks=["init_loss", "weight_distribution"])
+    assert capsys.readouterr().err.splitlines()[:2] == [
+        "[torchlens_nb] triage 1/2: init_loss",
+        "[torchlens_nb] triage 2/2: weight_distribution",
+    ]
+
+
+class Recorder:
+    """Stands in for the live panel sink: keeps every report pushed to it."""
+
+    pushed: ClassVar[list[TriageReport]] = []
+
+    def __call__(self, report: TriageReport) -> None:
+        Recorder.pushed.append(report)
+
+
+def test_the_live_panel_gets_each_check_and_the_overfit_curve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torchlens_nb.recipes import _triage_progress
+
+    Recorder.pushed = []
+    monkeypatch.setattr(_triage_progress, "PanelSink", Recorder)
+    monkeypatch.setattr("torchlens_nb.recipes._overfit.LIVE_INTERVAL_S", 0.0)  # every step
+    final = tl.recipes.triage(
+        MLP(), batch(), CE, checks=["init_loss", "overfit_one_batch"], steps=5, live=True
+    )
+    pushed = Recorder.pushed
+    assert [(r.status, r.current, r.progress["done"]) for r in pushed[:2]] == [
+        ("running", "init_loss", 0),
+        ("running", "overfit_one_batch", 1),
+    ]
+    curves = [len(r.live_chart["labels"]) for r in pushed if r.live_chart is not None]
+    assert curves == [1, 2, 3, 4, 5]  # the loss curve grows while overfit_one_batch trains
+    assert pushed[-1] is final and final.status == "fail"  # 5 steps cannot memorise the batch
+    assert final.live_chart is None and final.progress == {"done": 2, "total": 2, "current": None}
+
+
+def test_an_optimizer_is_read_never_stepped() -> None:
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    report = run_untouched(
+        {"model": model, "batch": batch(), "loss_fn": CE, "optimizer": optimizer},
+        checks=["update_ratio"],
+    )
+    assert "update_ratio judged SGD lr=0.05 over 10 steps" in report.disclosures
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"checks": ["overfit"]}, DiagnosticArgumentError, r"unknown checks \['overfit'\]"),
+        ({"checks": "init_loss"}, DiagnosticArgumentError, r"checks must be a list"),
+        ({"optimizer": "adam"}, DiagnosticArgumentError, r"optimizer must be your optimizer"),
+        (
+            {"optimizer": lambda groups: torch.optim.SGD(groups, lr=0.1), "lr": 0.1},
+            DiagnosticArgumentError,
+            r"a factory sets its own lr",
+        ),
+        ({"seq_dim": 0}, DiagnosticArgumentError, r"seq_dim must be None or an int >= 1"),
+        ({"steps": 0}, DiagnosticArgumentError, r"steps must be an int >= 1, got 0"),
+        ({"live": "yes"}, DiagnosticArgumentError, r"live must be True, False or None"),
+    ],
+    ids=["unknown-check", "checks-string", "optimizer-string", "factory-with-lr", "seq-dim-0",
+         "steps-0", "live-string"],
+)  # fmt: skip
+def test_bad_arguments_are_refused_before_anything_runs(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    model = MLP()
+    before = snapshot(model)
+    with pytest.raises(error, match=match):
+        tl.recipes.triage(model, batch(), CE, **kwargs)
+    assert_untouched(before, model)
+
+
+def test_models_triage_cannot_copy_or_run_are_refused() -> None:
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(20, 10)))
+    with pytest.raises(ModelTypeError, match=r"TorchScript module .*triage trains a deep copy"):
+        tl.recipes.triage(scripted, batch(), CE, live=False)
+    with pytest.raises(InputFormError, match=r"on the meta device: it has no values to run"):
+        tl.recipes.triage(nn.Linear(20, 10, device="meta"), batch(), CE, live=False)
+
+
+def test_in_a_notebook_one_live_panel_is_displayed_and_updated_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import IPython.display
+
+    shown: list[Any] = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, display_id=False: shown.append(obj))
+    final = tl.recipes.triage(
+        MLP(), batch(), CE, checks=["init_loss", "weight_distribution"], live=True
+    )
+    (widget,) = shown  # tl.report.live_panel's widget, displayed once
+    assert (widget.panel, widget.report) == ("triage", final)
+    assert widget.payload["status"] == "pass" and widget.payload["data"]["progress"]["done"] == 2

@@ -1,0 +1,288 @@
+"""The checks ``tl.recipes.triage`` runs, in order, each an adapter around one recipe.
+
+Every adapter takes the :class:`TriageRun` (the working copy of the model, the cloned batch, the
+loss and the options) and returns its recipe's report, or raises :class:`Skipped` with the
+reason the check cannot apply here (never counted as a pass). :func:`key_of` picks the one
+number a row shows.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..capture import iter_tensors
+from ..errors import DiagnosticArgumentError, ForwardError, TorchlensNbError
+from ..report import Report
+from ..report._recipes_data import (
+    DataSanityReport,
+    InitLossReport,
+    LossKind,
+    RandomInputReport,
+)
+from ..report._recipes_flow import DependencyReport
+from ..report._recipes_training import (
+    GradientFlowReport,
+    OverfitReport,
+    UpdateRatioReport,
+    WeightDistributionReport,
+)
+from ..report._triage import OutputLossReport
+from ._batches import check_positive_float, split_batch
+from ._data import data_sanity
+from ._dependency import batch_independence, causal_dependency
+from ._gradients import gradient_flow
+from ._loss import init_loss, random_input_test
+from ._output_vs_loss import output_vs_loss
+from ._overfit import memorise_batch
+from ._update_ratio import update_ratio
+from ._weights import weight_distribution
+
+CHECKS: tuple[str, ...] = (
+    "data_sanity",
+    "init_loss",
+    "output_vs_loss",
+    "gradient_flow",
+    "batch_independence",
+    "causal_dependency",
+    "overfit_one_batch",
+    "random_input_test",
+    "update_ratio",
+    "weight_distribution",
+)
+"""The run order: the data, the loss at init (and the outputs' form against it), whether the
+gradient reaches every layer and examples stay independent, memorising one batch, whether the
+memorised model uses its input, the step size, the weights."""
+OVERFIT_LR = 3e-3
+"""overfit_one_batch trains Adam at 3e-3, whatever ``optimizer=`` says: it asks whether the
+architecture can fit one batch. Measured in 200 steps: at 1e-3 an 8-32-3 MLP on 32 examples and
+a 2-layer GPT-2 (n_embd 32, 4x16 tokens) only reach 20% and 8% of their initial loss
+("decreasing": a false warning); at 3e-3 they reach 1.6% and 0.6%, the 20-64-64-10 zoo MLP
+0.05%, and every zoo bug keeps its verdict (tests/recipes/test_triage.py)."""
+STEP_SIZE_STEPS = 10
+"""update_ratio trains 10 steps. Measured on the 20-64-64-10 MLP with Adam: at lr 0.3 (1000x
+too high) the median log10 ratio is -0.6 to -0.8 over 10 steps but -1.6 to -1.9 over 50
+(weights inflated by the first steps shrink the ratio back), while lr 3e-4 stays at -2.4 to
+-2.7 either way."""
+
+
+class Skipped(Exception):
+    """A check that cannot apply here; ``reason`` says why (never leaves ``triage``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class OptimizerChoice:
+    """The optimizer update_ratio judges: what the recipe receives, and how it is described."""
+
+    optimizer: Callable[..., torch.optim.Optimizer] | None
+    """An optimizer class (trained at ``lr``), a factory, or None (Adam at ``lr``)."""
+    lr: float | None
+    label: str
+    """E.g. ``"Adam lr=0.0003"``."""
+
+
+def resolve_optimizer(optimizer: Any, lr: Any) -> OptimizerChoice | None:
+    """What update_ratio trains with, from ``triage``'s ``optimizer=`` and ``lr=``.
+
+    An optimizer instance gives its class, its defaults and its first group's lr (it is read,
+    never stepped); a class gets ``lr`` or its own default lr; a factory sets its own lr; no
+    optimizer but an ``lr`` means Adam. None when neither is given: the step size is not judged.
+
+    Raises:
+        DiagnosticArgumentError: an ``optimizer`` of another kind, ``lr`` with a factory, a
+            class with no default lr and no ``lr``, or an ``lr`` that is not > 0.
+    """
+    if lr is not None:
+        lr = check_positive_float(lr, "lr")
+    if optimizer is None:
+        return None if lr is None else OptimizerChoice(None, lr, f"Adam lr={lr:g}")
+    if isinstance(optimizer, torch.optim.Optimizer):
+        cls = type(optimizer)
+        defaults = dict(optimizer.defaults)
+        rate = lr if lr is not None else float(optimizer.param_groups[0]["lr"])
+        defaults["lr"] = rate
+        return OptimizerChoice(
+            lambda groups: cls(groups, **defaults), rate, f"{cls.__name__} lr={rate:g}"
+        )
+    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        if lr is None:
+            default = inspect.signature(optimizer).parameters.get("lr")
+            if default is None or not isinstance(default.default, (int, float)):
+                raise DiagnosticArgumentError(
+                    f"{optimizer.__name__} has no default lr; pass lr= with it."
+                )
+            lr = float(default.default)
+        return OptimizerChoice(optimizer, lr, f"{optimizer.__name__} lr={lr:g}")
+    if callable(optimizer):
+        if lr is not None:
+            raise DiagnosticArgumentError(
+                "lr= goes with an optimizer class or instance; a factory sets its own lr "
+                "(e.g. lambda groups: torch.optim.SGD(groups, lr=0.1))."
+            )
+        return OptimizerChoice(optimizer, None, f"factory {getattr(optimizer, '__name__', '')}")
+    raise DiagnosticArgumentError(
+        f"optimizer must be your optimizer, its class or a factory groups -> Optimizer, got "
+        f"{type(optimizer).__name__}."
+    )
+
+
+@dataclass
+class TriageRun:
+    """What every check reads: copies only (the caller's objects never reach a recipe)."""
+
+    model: nn.Module
+    """The working deep copy of the caller's model."""
+    batch: Any
+    """A clone of the caller's first batch."""
+    loss_fn: Any
+    steps: int
+    optimizer: OptimizerChoice | None
+    seq_dim: int | None
+    num_classes: int | None
+    loss_kind: LossKind | None
+    on_overfit: Callable[[OverfitReport], None]
+    trained: nn.Module | None = None
+    """The copy overfit_one_batch trained, when it memorised or kept falling (released once
+    random_input_test has read it)."""
+    random_input_on_trained: bool = False
+    """random_input_test ran on ``trained`` (else on the untrained working copy)."""
+
+
+def _batch_size(run: TriageRun) -> int | None:
+    inputs, _ = split_batch(run.batch)
+    for tensor in iter_tensors(inputs):
+        return int(tensor.shape[0]) if tensor.dim() else None
+    return None
+
+
+def _dependency(run: TriageRun, check: str) -> Report:
+    inputs, _ = split_batch(run.batch)
+    if check == "causal_dependency":
+        if run.seq_dim is None:
+            raise Skipped("pass seq_dim= (the sequence axis of input and output) to check it")
+        return causal_dependency(run.model, inputs, dim=run.seq_dim)
+    size = _batch_size(run)
+    if size is not None and size < 2:
+        raise Skipped(f"the batch holds {size} example: independence needs 2 or more")
+    return batch_independence(run.model, inputs)
+
+
+def _overfit(run: TriageRun) -> Report:
+    report, trained = memorise_batch(
+        run.model, run.batch, run.loss_fn, steps=run.steps, lr=OVERFIT_LR, sinks=[run.on_overfit]
+    )
+    if report.verdict in ("memorised", "decreasing"):
+        run.trained = trained
+    return report
+
+
+def _random_input(run: TriageRun) -> Report:
+    model, run.trained = run.trained or run.model, None  # the trained copy is freed after this
+    run.random_input_on_trained = model is not run.model
+    return random_input_test(model, run.batch, run.loss_fn, loss_kind=run.loss_kind)
+
+
+def _update_ratio(run: TriageRun) -> Report:
+    choice = run.optimizer
+    if choice is None:
+        raise Skipped(
+            "no optimizer given: pass optimizer= (yours, its class or a factory) and lr= to "
+            "judge your step size"
+        )
+    return update_ratio(
+        run.model,
+        run.batch,
+        run.loss_fn,
+        steps=STEP_SIZE_STEPS,
+        lr=choice.lr if choice.lr is not None else 1e-3,  # a factory ignores it
+        optimizer=choice.optimizer,
+    )
+
+
+ADAPTERS: dict[str, Callable[[TriageRun], Report]] = {
+    "data_sanity": lambda run: data_sanity(run.batch, num_classes=run.num_classes),
+    "init_loss": lambda run: init_loss(
+        run.model, run.batch, run.loss_fn, num_classes=run.num_classes, loss_kind=run.loss_kind
+    ),
+    "output_vs_loss": lambda run: output_vs_loss(
+        run.model, run.batch, run.loss_fn, loss_kind=run.loss_kind
+    ),
+    "gradient_flow": lambda run: gradient_flow(run.model, run.batch, run.loss_fn),
+    "batch_independence": lambda run: _dependency(run, "batch_independence"),
+    "causal_dependency": lambda run: _dependency(run, "causal_dependency"),
+    "overfit_one_batch": _overfit,
+    "random_input_test": lambda run: _random_input(run),
+    "update_ratio": _update_ratio,
+    "weight_distribution": lambda run: weight_distribution(run.model),
+}
+
+
+def run_check(check: str, run: TriageRun) -> Report:
+    """The report of ``check``; :class:`Skipped` when it cannot apply.
+
+    A typed refusal from the recipe (its arguments do not fit this model: an output with no
+    batch axis, no weight matrix to judge) becomes the skip reason; a forward that raises is
+    not a reason to skip (ForwardError propagates), nor is an error of our own code.
+    """
+    try:
+        return ADAPTERS[check](run)
+    except ForwardError:
+        raise
+    except TorchlensNbError as exc:
+        raise Skipped(str(exc)) from exc
+
+
+def key_of(report: Report) -> tuple[str | None, float | None]:
+    """The key number of a check's report: its text, and the number when it is one."""
+    if isinstance(report, DataSanityReport):
+        inputs = [f for f in report.fields if f.stats is not None and f.role == "input"]
+        field = next((f for f in inputs if f.distinct is None), inputs[0] if inputs else None)
+        if field is None or field.stats is None:
+            return None, None
+        stats = field.stats
+        if field.distinct is not None:  # ids or other integers: their range, not moments
+            return f"{field.name}: {field.distinct} values in [{stats.min:g}, {stats.max:g}]", None
+        bad = stats.nan_count + stats.inf_count
+        extra = f", {stats.nan_count} NaN, {stats.inf_count} Inf" if bad else ""
+        return f"input mean {stats.mean:.3g}, std {stats.std:.3g}{extra}", stats.mean
+    if isinstance(report, InitLossReport):
+        if report.expected is None:
+            return f"loss {report.loss:.4g}", report.loss
+        return f"{report.loss:.4g} vs {report.expected:.4g} expected", report.loss
+    if isinstance(report, OutputLossReport):
+        return f"outputs: {report.output_form.replace('_', ' ')}", report.max_row_sum_error
+    if isinstance(report, GradientFlowReport):
+        flagged = sum(p.verdict not in ("ok", "frozen") for p in report.params)
+        if report.frontier:
+            first = report.frontier[0]
+            return f"frontier {first.op} in {first.module or '(root)'}", float(flagged)
+        return f"{flagged} of {len(report.params)} parameters flagged", float(flagged)
+    if isinstance(report, DependencyReport):
+        return f"{len(report.leaks)} of {report.size} indices leak", float(len(report.leaks))
+    if isinstance(report, OverfitReport):
+        initial, final = report.losses[0], report.losses[-1]
+        share = f" ({100 * final / initial:.2g}% of {initial:.3g})" if initial else ""
+        return f"final loss {final:.3g}{share}", final
+    if isinstance(report, RandomInputReport):
+        return f"real {report.real_loss:.3g} vs noise {report.noise_loss:.3g}", report.relative_gap
+    if isinstance(report, UpdateRatioReport):
+        medians = [layer.median for layer in report.layers if not math.isnan(layer.median)]
+        if not medians:
+            return None, None
+        median = statistics.median(medians)
+        return f"median log10 ratio {median:+.2f} (target -3)", median
+    if isinstance(report, WeightDistributionReport):
+        largest = max((p.stats.abs_max for p in report.params), default=math.nan)
+        return f"max |w| {largest:.3g}", largest
+    return None, None
