@@ -18,6 +18,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from ._selectors import canonical_address
+
 BlindSpotKind = Literal["opaque_module", "vmap"]
 """``opaque_module``: a TorchScript module; ``vmap``: a ``torch.vmap`` call."""
 
@@ -64,15 +66,17 @@ def describe(module: nn.Module) -> str:
 def opaque_modules(model: nn.Module) -> tuple[tuple[str, str], ...]:
     """``(address, type name)`` of the submodules a capture cannot see into, without running.
 
-    Only the outermost of nested opaque modules is listed (a scripted ``Sequential`` is one
-    entry, not one per layer). Addresses are spelled as ``tl.trace`` spells them (without the
-    ``_orig_mod`` segments of ``torch.compile`` wrappers).
+        Only the outermost of nested opaque modules is listed (a scripted ``Sequential`` is one
+        entry, not one per layer). Addresses are spelled as ``tl.trace`` spells them (without the
+        ``_orig_mod`` segments of ``torch.compile`` wrappers).
 
-    Example:
-        >>> from torch import nn
-        >>> model = nn.Sequential(nn.Linear(2, 2), torch.jit.script(nn.ReLU()))
-        >>> opaque_modules(model)
-        (('1', 'RecursiveScriptModule(ReLU)'),)
+        Example:
+            >>> from torch import nn
+
+    from ._selectors import canonical_address
+            >>> model = nn.Sequential(nn.Linear(2, 2), torch.jit.script(nn.ReLU()))
+            >>> opaque_modules(model)
+            (('1', 'RecursiveScriptModule(ReLU)'),)
     """
     found: list[tuple[str, str]] = []
     for address, module in model.named_modules():
@@ -80,15 +84,6 @@ def opaque_modules(model: nn.Module) -> tuple[tuple[str, str], ...]:
         if is_opaque(module) and not any(_is_inside(spelled, outer) for outer, _ in found):
             found.append((spelled, describe(module)))
     return tuple(found)
-
-
-def canonical_address(address: str) -> str:
-    """The one spelling of a module address: without the ``_orig_mod`` segments that a
-    ``torch.compile`` wrapper adds (``_orig_mod.0`` -> ``0``, ``block._orig_mod.fc`` ->
-    ``block.fc``)."""
-    if "_orig_mod" not in address:
-        return address
-    return ".".join(part for part in address.split(".") if part != "_orig_mod")
 
 
 def _is_inside(address: str, outer: str) -> bool:

@@ -23,8 +23,9 @@ import torch
 from torch import nn
 
 from ..options import Site
-from ._blind_spots import canonical_address, describe, is_opaque
+from ._blind_spots import describe, is_opaque
 from ._recorder import Recorder
+from ._selectors import canonical_address
 from ._tensors import arg_tensors, tensors_in
 
 _SKIP = None

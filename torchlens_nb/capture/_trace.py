@@ -9,9 +9,10 @@ import torch
 
 from ..errors import BackwardError, OpNotFoundError
 from ._backward import BackwardPass, log_backward
-from ._blind_spots import BlindSpot, canonical_address
+from ._blind_spots import BlindSpot
 from ._modules import ModuleCall
 from ._op import Op
+from ._selectors import canonical_address
 
 _analyses: dict[str, Callable[..., Any]] = {}
 
