@@ -82,10 +82,18 @@ def _unwrap_compiled(model: nn.Module) -> nn.Module:
     return model
 
 
-def _warn_if_compiled_regions() -> None:
+def _warn_if_compiled_regions(names: ModelNames) -> None:
     dynamo = sys.modules.get("torch._dynamo")
     frames = dynamo.utils.counters.get("frames", {}) if dynamo is not None else {}
-    if frames.get("ok", 0) or frames.get("total", 0):
+    if names.compiled:
+        warnings.warn(
+            f"the model holds torch.compile'd submodules {names.compiled[:4]}; capturing their "
+            "eager originals under torch.compiler.set_stance('force_eager') (addresses are "
+            "spelled without '_orig_mod').",
+            TorchlensNbWarning,
+            stacklevel=4,
+        )
+    elif frames.get("ok", 0) or frames.get("total", 0):
         warnings.warn(
             "torch.compile regions exist in this process; the capture ran them eagerly under "
             "torch.compiler.set_stance('force_eager').",
@@ -126,7 +134,7 @@ def run_capture(
     names = ModelNames(model)
     recorder = Recorder(names.params, save, options, tripwire)
     tracker = ModuleTracker(recorder, names)
-    _warn_if_compiled_regions()
+    _warn_if_compiled_regions(names)
     error: BaseException | None = None
     output: Any = None
     try:

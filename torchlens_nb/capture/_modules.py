@@ -60,9 +60,15 @@ class ModelNames:
         self.params: dict[int, str] = {}
         self.opaque: dict[int, str] = {}
         """``id`` -> type name of the TorchScript modules (recorded as one op each)."""
+        self.compiled: list[str] = []
+        """Addresses of the ``torch.compile`` wrappers inside the model."""
         for address, module in model.named_modules():
             spelled = canonical_address(address)
-            self.modules[id(module)] = _SKIP if _is_compile_wrapper(module) else spelled
+            if _is_compile_wrapper(module):
+                self.modules[id(module)] = _SKIP
+                self.compiled.append(spelled)
+                continue
+            self.modules[id(module)] = spelled
             if is_opaque(module):
                 self.opaque[id(module)] = describe(module)
             prefix = f"{spelled}." if spelled else ""

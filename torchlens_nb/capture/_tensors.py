@@ -2,8 +2,10 @@
 
 One bounded walk serves every place the capture looks for tensors, in this order: the value
 itself; tuples and lists (named tuples and ``torch.return_types`` included); mappings and objects
-with ``items``/``keys`` (a Hugging Face ``ModelOutput``, a ``BatchEncoding``), by value. Atomic
-values (numbers, strings, dtypes, devices, sizes) are not opened.
+with ``items``/``keys`` (a Hugging Face ``ModelOutput``, a ``BatchEncoding``), by value; other
+dataclasses, by field; and any other object, by its public instance attributes (a Hugging Face
+``DynamicCache`` holds its key/value tensors as ``cache.layers[i].keys``). Modules, classes,
+functions and atomic values (numbers, strings, dtypes, devices, sizes) are not opened.
 
 Bounds: containers deeper than ``MAX_DEPTH`` below the value are not opened, and a walk stops
 after ``MAX_VISITS`` values (a pathological object graph costs at most that many steps).
@@ -11,10 +13,13 @@ after ``MAX_VISITS`` values (a pathological object graph costs at most that many
 
 from __future__ import annotations
 
+import dataclasses
+import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+from torch import nn
 
 Tensor = torch.Tensor
 
@@ -43,6 +48,8 @@ ATOMIC_TYPES = frozenset(
     }
 )
 """Types that never hold a tensor (checked by exact type: one set lookup)."""
+
+_OPAQUE_TYPES = (nn.Module, type, types.FunctionType, types.MethodType, types.ModuleType)
 
 
 def iter_tensors(value: Any, depth: int = 0) -> Iterator[Tensor]:
@@ -98,4 +105,11 @@ def _items(value: Any) -> Iterable[Any] | None:
             return list(value.values())
         except (TypeError, AttributeError):  # an ``items`` that is not a mapping's
             return None
-    return None
+    if isinstance(value, _OPAQUE_TYPES):
+        return None
+    if dataclasses.is_dataclass(value):
+        return [getattr(value, field.name, None) for field in dataclasses.fields(value)]
+    attributes = getattr(value, "__dict__", None)
+    if type(attributes) is not dict:
+        return None
+    return [item for name, item in attributes.items() if not name.startswith("_")]
