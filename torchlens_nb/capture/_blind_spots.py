@@ -5,6 +5,8 @@ interpreter, out of reach of the torch-function mode: the capture records its ca
 (``jit_module``) whose parents are its tensor inputs and whose outputs are its outputs, so value
 checks still see what came out. A ``torch.vmap`` call inside a forward runs its function on
 batched tensors that cannot be saved or compared; it is recorded as one ``vmap`` op the same way.
+Ops inside other ``torch.func`` transforms (``grad``, ``jacrev``, ...) are recorded, but on
+wrapped tensors: their values are not saved and the transform's result is not linked to them.
 Each such region becomes a :class:`BlindSpot`; an analysis that reads the trace must not call
 what happened inside "clean".
 """
@@ -13,15 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import nn
 
 from ._selectors import canonical_address
 
-BlindSpotKind = Literal["opaque_module", "vmap"]
-"""``opaque_module``: a TorchScript module; ``vmap``: a ``torch.vmap`` call."""
+BlindSpotKind = Literal["opaque_module", "vmap", "functorch_transform"]
+"""``opaque_module``: a TorchScript module; ``vmap``: a ``torch.vmap`` call;
+``functorch_transform``: ops run inside another ``torch.func`` transform (``grad``, ``jacrev``,
+``jvp``, ...)."""
 
 _REASONS: dict[str, str] = {
     "opaque_module": (
@@ -33,6 +37,12 @@ _REASONS: dict[str, str] = {
         "is a torch.vmap call: the ops of the vmapped function ran on batched tensors and were "
         "not recorded, only the call ({labels}); call the function on one example (without "
         "vmap) under tl.trace to see inside it."
+    ),
+    "functorch_transform": (
+        "ran ops inside a torch.func transform (grad, jacrev, jvp, ...): {labels} ran on "
+        "wrapped tensors, so their values were not saved and their links to the ops outside the "
+        "transform are lost; call the transformed function without the transform under "
+        "tl.trace to see its values."
     ),
 }
 
@@ -95,13 +105,20 @@ def blind_spots(
 ) -> tuple[BlindSpot, ...]:
     """The trace's blind spots from the recorder's ``(kind, where) -> labels`` table."""
     spots = []
+    held: tuple[str, ...]
     for (kind, where), labels in found.items():
         template = _REASONS[kind]
         shown = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
         reason = template.format(
             type_name=type_names.get(where, "TorchScript"),
-            labels=f"op {shown}" if labels else "its call raised before returning",
+            labels=f"op{'s' if len(labels) > 1 else ''} {shown}"
+            if labels
+            else "its call raised before returning",
         )
-        subject = f"module {where!r}" if kind == "opaque_module" else f"op {where}"
-        spots.append(BlindSpot(kind, where, f"{subject} {reason}", tuple(labels)))  # type: ignore[arg-type]
+        if kind == "functorch_transform":  # its ops' values are not what came out of it
+            subject, held = (f"module {where!r}" if where != "(root)" else "the root module"), ()
+        else:
+            subject = f"module {where!r}" if kind == "opaque_module" else f"op {where}"
+            held = tuple(labels)
+        spots.append(BlindSpot(cast(BlindSpotKind, kind), where, f"{subject} {reason}", held))
     return tuple(spots)

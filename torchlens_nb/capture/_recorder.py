@@ -3,18 +3,20 @@
 Design (measured in ``benchmarks/bench_capture.py``): one torch-function mode sees every torch
 function, ``nn.functional`` call, tensor method and operator at the Python boundary, so nested
 internals (``F.layer_norm`` calling ``torch.layer_norm``) are recorded once, at the outermost
-call. Module context comes from ``_modules.ModuleTracker`` (process-wide module hooks, see
-``_scope``). Producer lookup is by tensor identity: ``id(tensor)`` -> ``(weakref, label)``,
+call. Module context comes from ``_modules.ModuleTracker`` (global module hooks registered per
+capture, see ``_scope``). Producer lookup is by tensor identity: ``id(tensor)`` -> ``(weakref, label)``,
 checked against the weak reference, so a ``save=False`` capture keeps no activation alive and a
 recycled id is never mistaken for a producer.
 
-Cost per op, 200 x (Linear(16) -> tanh -> mul -> add), batch 2, 2-core CPU, no grad: 17-21 us
-above the plain forward before this layout (``torch.utils.weak.WeakIdKeyDictionary`` lookups in
-Python, a recursive generator over the arguments, three calls per op, 28 attribute stores), and
-the figures ``bench_capture.py`` prints now next to a bare recording mode (func + calling frame).
-The path is one ``__torch_function__`` plus one ``_record`` call: cached function facts
-(``_funcs``), a flat argument scan (``_tensors.arg_tensors``), the source frame's cached
-internal/external verdict, one ``Op`` constructor call.
+Cost per op above the plain forward, 200 x (Linear(16) -> tanh -> mul -> add), batch 2, no grad,
+2-core CPU (``bench_capture.py``, min of interleaved rounds): 18.2 us (save=False) and 21.4 us
+(save=True) before this layout, which looked producers up in a ``WeakIdKeyDictionary`` (Python
+``__eq__``/``__hash__`` per lookup), walked arguments with a recursive generator and made three
+calls and 28 attribute stores per op; about 11 and 15 us now, against 1.8 us for a bare recording
+mode (func + calling frame). The path is one ``__torch_function__`` plus one ``record`` call:
+cached function facts (``_funcs``), a flat argument scan (``_tensors.arg_tensors``), the source
+frame's cached verdict (``_source``), one ``Op`` constructor call. In situ, the source walk, the
+argument metadata and the output metadata cost about 1.1, 1.1 and 0.8 us of that per op.
 
 Saved outputs are detached references, not copies; an in-place op on a tensor whose storage backs
 a saved value first replaces that saved value by a clone (copy on write), so saving every op costs
@@ -45,13 +47,20 @@ Tensor = torch.Tensor
 _ref = weakref.ref
 _now_ns = time.perf_counter_ns
 _getframe = sys._getframe
+_STRIDED = torch.strided
+_functorch_level = torch._C._functorch.maybe_current_level
 
-_DTYPE_NAMES: dict[torch.dtype, str] = {
-    value: str(value).removeprefix("torch.")
-    for value in vars(torch).values()
-    if isinstance(value, torch.dtype)
-}
-_device_names: dict[torch.device, str] = {}
+
+class _Names(dict[Any, str]):
+    """``str(key)`` without its ``torch.`` prefix, computed once per dtype or device."""
+
+    def __missing__(self, key: Any) -> str:
+        name = self[key] = str(key).removeprefix("torch.")
+        return name
+
+
+_DTYPE_NAMES = _Names()
+_DEVICE_NAMES = _Names()
 
 
 class _StopCapture(BaseException):
@@ -96,6 +105,8 @@ class Recorder(TorchFunctionMode):
         self.tripwire = tripwire
         self.stopped_at: Op | None = None
         self.thread = threading.get_ident()
+        self.functorch_level = _functorch_level()
+        """The torch.func transform level the capture started at (None: outside any)."""
         # module context, written by _modules.ModuleTracker
         self.stack: tuple[str, ...] = ()
         self.module = ""
@@ -180,10 +191,6 @@ class Recorder(TorchFunctionMode):
                     params.append(pname)
         file, line, code_name = locate(frame) if self.source_lines else NO_LOCATION
         first = outputs[0]
-        device = first.device
-        device_name = _device_names.get(device)
-        if device_name is None:
-            device_name = _device_names[device] = str(device)
         op = Op(
             label,
             len(self.ops),
@@ -198,7 +205,7 @@ class Recorder(TorchFunctionMode):
             tuple(meta),
             tuple(first.shape),
             _DTYPE_NAMES[first.dtype],
-            device_name,
+            _DEVICE_NAMES[first.device],
             first.requires_grad,
             first._is_view(),
             inplace,
@@ -214,7 +221,13 @@ class Recorder(TorchFunctionMode):
         if self.backward_ready and op.requires_grad and first.grad_fn is not None:
             self.grad_fns[label] = first.grad_fn
             op.grad_fn_name = type(first.grad_fn).__name__
-        if self.save_all or (self.save_selector is not None and self._wants_save(name)):
+        if _functorch_level() != self.functorch_level:
+            # inside a torch.func transform (grad, jacrev, jvp, ...): the values are wrappers
+            # that die with the transform, and the links to the ops outside are lost
+            self.blind_spots.setdefault(
+                ("functorch_transform", self.module or "(root)"), []
+            ).append(label)
+        elif self.save_all or (self.save_selector is not None and self._wants_save(name)):
             self._save(op, outputs)
         if observe and (self._op_hooks or self.tripwire is not None):
             self.observe(op, first)
@@ -301,14 +314,23 @@ class Recorder(TorchFunctionMode):
 
     # ----- saved values ------------------------------------------------------------------
     def _save(self, op: Op, outputs: list[Tensor]) -> None:
-        keep = self.backward_ready
-        values = [t if keep else t.detach() for t in outputs]
+        # a detached alias cuts the autograd graph; an output outside autograd has none to cut
+        # (skipping detach there saves 0.36 us per op, a third of what saving costs)
+        if self.backward_ready:
+            values = outputs
+        else:
+            values = [t.detach() if t.requires_grad else t for t in outputs]
         op.out = values[0] if len(values) == 1 else tuple(values)
         op.has_saved = True
+        saved = self.saved_storage
         for tensor in values:
             key = _storage_key(tensor)
             if key is not None:
-                self.saved_storage.setdefault(key, []).append(op)
+                owners = saved.get(key)
+                if owners is None:
+                    saved[key] = [op]
+                else:
+                    owners.append(op)
 
     def _copy_saved_before_write(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         first = args[0] if args else None
@@ -324,7 +346,7 @@ class Recorder(TorchFunctionMode):
 
 
 def _storage_key(tensor: Tensor) -> int | None:
-    if tensor.layout != torch.strided or tensor.device.type == "meta":
+    if tensor.layout is not _STRIDED or tensor.is_meta:
         return None
     try:
         return tensor.untyped_storage().data_ptr()

@@ -22,29 +22,31 @@ MAX_CACHED_CODES = 100_000
 """The verdict cache is emptied past this many code objects (a notebook that redefines its
 functions creates new code objects each time; the cache must not grow without bound)."""
 
-_internal: dict[CodeType, bool] = {}
+_INTERNAL = ("", "")
+"""Cache value of an internal code object (an external one maps to ``(file, function)``)."""
+
+_codes: dict[CodeType, tuple[str, str]] = {}
 
 Location = tuple[str | None, int | None, str | None]
 NO_LOCATION: Location = (None, None, None)
 
 
-def _classify(code: CodeType) -> bool:
-    if len(_internal) >= MAX_CACHED_CODES:
-        _internal.clear()
-    verdict = _internal[code] = code.co_filename.startswith(_INTERNAL_ROOTS)
+def _classify(code: CodeType) -> tuple[str, str]:
+    if len(_codes) >= MAX_CACHED_CODES:
+        _codes.clear()
+    internal = code.co_filename.startswith(_INTERNAL_ROOTS)
+    verdict = _codes[code] = _INTERNAL if internal else (code.co_filename, code.co_name)
     return verdict
 
 
 def locate(frame: FrameType | None) -> Location:
     """``(file, line, function)`` of the first frame at or above ``frame`` outside torch and
     torchlens_nb, or ``NO_LOCATION`` when every frame is internal."""
-    internal = _internal
+    codes = _codes
     while frame is not None:
         code = frame.f_code
-        verdict = internal.get(code)
-        if verdict is None:
-            verdict = _classify(code)
-        if not verdict:
-            return code.co_filename, frame.f_lineno, code.co_name
+        verdict = codes.get(code) or _classify(code)
+        if verdict is not _INTERNAL:
+            return verdict[0], frame.f_lineno, verdict[1]
         frame = frame.f_back
     return NO_LOCATION

@@ -1,4 +1,5 @@
-"""``torch.vmap`` inside a forward, and the one spelling of ``torch.compile``'d addresses."""
+"""``torch.vmap`` and ``torch.func.grad`` inside a forward, and the one spelling of
+``torch.compile``'d addresses."""
 
 from __future__ import annotations
 
@@ -58,6 +59,32 @@ def test_vmap_outside_a_capture_is_untouched() -> None:
     assert torch.equal(torch.vmap(torch.sin)(x), torch.sin(x))
     tl.trace(VmapBlock(), x)
     assert torch.equal(torch.func.vmap(torch.cos)(x), torch.cos(x))
+
+
+class GradInside(nn.Module):
+    """Uses ``torch.func.grad`` of a per-sample energy inside its forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        force = torch.func.grad(lambda v: (v.sin() ** 2).sum())(self.fc(x))
+        return force * 2
+
+
+def test_ops_inside_a_func_transform_are_a_named_blind_spot_and_not_saved() -> None:
+    model, x = GradInside(), torch.randn(2, 3)
+    expected = model(x)
+    trace = tl.trace(model, x, save=True)
+    assert torch.equal(trace.output, expected)
+    inside = ["sin_1", "pow_1", "sum_1"]  # the energy, run on grad-tracking wrappers
+    assert all(not trace[label].has_saved for label in inside)
+    assert trace["linear_1"].has_saved and trace["mul_1"].has_saved
+    (spot,) = [s for s in trace.blind_spots if s.kind == "functorch_transform"]
+    assert (spot.where, spot.output_labels) == ("(root)", ())
+    assert "ops sin_1, pow_1, sum_1" in spot.reason and "torch.func" in spot.reason
 
 
 class Outer(nn.Module):
