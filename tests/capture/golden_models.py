@@ -44,38 +44,37 @@ def _token_ids() -> dict[str, torch.Tensor]:
     return {"input_ids": torch.randint(0, VOCAB, (1, TOKENS), generator=generator)}
 
 
-def hf_gpt2() -> tuple[nn.Module, dict[str, torch.Tensor]]:
-    from transformers import GPT2Config, GPT2LMHeadModel
+def _hugging_face(config: str, model: str, **fields: int) -> tuple[nn.Module, dict[str, Any]]:
+    import transformers
 
     torch.manual_seed(0)
-    config = GPT2Config(
-        n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=64, bos_token_id=0,
-        eos_token_id=0, attn_implementation="eager",
+    settings = getattr(transformers, config)(
+        vocab_size=VOCAB, attn_implementation="eager", **fields
+    )
+    return getattr(transformers, model)(settings).eval(), _token_ids()
+
+
+def hf_gpt2() -> tuple[nn.Module, dict[str, Any]]:
+    return _hugging_face(
+        "GPT2Config", "GPT2LMHeadModel",
+        n_layer=2, n_embd=64, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
-    return GPT2LMHeadModel(config).eval(), _token_ids()
 
 
-def hf_bert() -> tuple[nn.Module, dict[str, torch.Tensor]]:
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    config = BertConfig(
+def hf_bert() -> tuple[nn.Module, dict[str, Any]]:
+    return _hugging_face(
+        "BertConfig", "BertModel",
         num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
-        vocab_size=VOCAB, max_position_embeddings=64, attn_implementation="eager",
+        max_position_embeddings=64,
     )  # fmt: skip
-    return BertModel(config).eval(), _token_ids()
 
 
-def hf_llama() -> tuple[nn.Module, dict[str, torch.Tensor]]:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
+def hf_llama() -> tuple[nn.Module, dict[str, Any]]:
+    return _hugging_face(
+        "LlamaConfig", "LlamaForCausalLM",
         num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=64,
-        attn_implementation="eager",
+        intermediate_size=128, max_position_embeddings=64,
     )  # fmt: skip
-    return LlamaForCausalLM(config).eval(), _token_ids()
 
 
 GOLDEN_MODELS: dict[str, Callable[[], tuple[nn.Module, Any]]] = {

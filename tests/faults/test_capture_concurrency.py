@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch._functorch import apis as functorch_apis
 from torch.nn.modules import module as nn_module
 from torch.overrides import _get_current_function_mode_stack
 
@@ -25,6 +26,7 @@ from torchlens_nb.capture import run_capture
 
 pytestmark = pytest.mark.fault("concurrency")
 
+VMAP_IMPL = functorch_apis.vmap_impl
 ROUNDS = 20
 """Captures per test: enough to see a race that hits one capture in a few."""
 
@@ -80,6 +82,7 @@ def assert_no_capture_state_left() -> None:
     assert not nn_module._global_forward_hooks
     assert not nn_module._global_forward_pre_hooks
     assert _get_current_function_mode_stack() == []
+    assert functorch_apis.vmap_impl is VMAP_IMPL  # the vmap entry point is torch's own again
 
 
 def test_a_forward_in_another_thread_is_not_recorded_into_the_capture() -> None:

@@ -103,26 +103,34 @@ def _acquire() -> None:
             handles = contextlib.ExitStack()
             handles.enter_context(_vmap_recorded())
             _state.handles = handles
-        if _state.stance is None and "torch._dynamo" in sys.modules:
-            # only when dynamo is loaded: importing it costs seconds, and without it nothing is
-            # compiled
-            _state.stance = torch.compiler.set_stance("force_eager")
         _state.captures += 1
+        try:
+            if _state.stance is None and "torch._dynamo" in sys.modules:
+                # only when dynamo is loaded: importing it costs seconds, and without it
+                # nothing is compiled
+                _state.stance = torch.compiler.set_stance("force_eager")
+        except BaseException:  # e.g. a capture started inside a compiled region
+            _release_locked()
+            raise
 
 
 def _release() -> None:
     with _lock:
-        _state.captures -= 1
-        if _state.captures:
-            return
-        handles, _state.handles = _state.handles, None
-        stance, _state.stance = _state.stance, None
-        try:
-            if handles is not None:
-                handles.close()
-        finally:
-            if stance is not None:
-                stance.__exit__(None, None, None)
+        _release_locked()
+
+
+def _release_locked() -> None:
+    _state.captures -= 1
+    if _state.captures:
+        return
+    handles, _state.handles = _state.handles, None
+    stance, _state.stance = _state.stance, None
+    try:
+        if handles is not None:
+            handles.close()
+    finally:
+        if stance is not None:
+            stance.__exit__(None, None, None)
 
 
 @contextlib.contextmanager
