@@ -5,7 +5,7 @@ op name (``__add__`` -> ``add``), whether a call is never recorded (bookkeeping 
 ``requires_grad_``, or a query that never returns a tensor such as ``size`` or ``x.shape``), and
 whether the name alone makes it in-place (``add_``, ``__iadd__``, ``setitem``). Queries return
 before the call is timed: on the 2-layer Hugging Face configs of ``tests/capture/golden_models.py``
-they are about a third of the calls the mode sees.
+they are 10-25% of the calls the mode sees (BERT 8 of 80, LLaMA 37 of 218, GPT-2 41 of 164).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Module context of a capture: which module each op ran in, module calls, own-hook phases.
 
-Process-wide module hooks (``_scope``) hand every module call of the capturing thread to its
-:class:`ModuleTracker`. PyTorch runs global forward hooks before a module's own
-(``register_forward_hook``) hooks, so the global post-hook alone would pop the module before its
-own hooks run and their ops would land on the parent. For a module that has its own hooks when
+Two global module hooks, registered per capture (``_scope``), hand every module call to the
+capture's :class:`ModuleTracker`, which ignores calls from other threads. PyTorch runs global
+forward hooks before a module's own (``register_forward_hook``) hooks, so the global post-hook
+alone would pop the module before its own hooks run and their ops would land on the parent. For a module that has its own hooks when
 the capture starts, the tracker appends a marker hook after them (removed when the capture ends):
 the pre-hook marker ends the ``forward_pre_hook`` phase, the post-hook marker closes the call
 once the module's own forward hooks have run, so their ops belong to the module and carry
