@@ -27,7 +27,8 @@ Targets (issue 22): the chain ``save=False`` <= 2.0x, ``save=True`` <= 2.5x; GPT
 ``save=False`` <= 1.3x, ``save=True`` <= 2.0x.
 
 Run: ``.venv/bin/python benchmarks/bench_capture.py`` (about 6 minutes on 2 cores with the
-peers; ``--no-memory`` skips the fresh-process memory runs, ``--no-peers`` the TorchLens rows).
+peers; ``--no-memory`` skips the fresh-process memory runs, ``--no-peers`` the TorchLens rows;
+other arguments select cases by substring, e.g. ``chain hf``).
 """
 
 from __future__ import annotations
@@ -178,11 +179,17 @@ def _row(case: str, contender: str, timing: _timing.Timing | None, plain: _timin
 
 
 def main(
-    rounds: int = 9, peer_rounds: int = 3, memory: bool = True, peers: bool = True
+    rounds: int = 9,
+    peer_rounds: int = 3,
+    memory: bool = True,
+    peers: bool = True,
+    only: tuple[str, ...] = (),
 ) -> list[dict[str, object]]:
     has_peer = peers and importlib.util.find_spec("torchlens") is not None
     measured: dict[str, tuple[nn.Module, Any, int, dict[str, _timing.Timing]]] = {}
     for case, (build, _) in CASES.items():
+        if only and not any(word in case for word in only):
+            continue
         model, inputs = build()
         contenders = [
             (name, runner(name, model, inputs)) for name in (PLAIN, BARE, NO_SAVE, SAVE_ALL)
