@@ -82,9 +82,12 @@ def test_ops_inside_a_func_transform_are_a_named_blind_spot_and_not_saved() -> N
     inside = ["sin_1", "pow_1", "sum_1"]  # the energy, run on grad-tracking wrappers
     assert all(not trace[label].has_saved for label in inside)
     assert trace["linear_1"].has_saved and trace["mul_1"].has_saved
-    (spot,) = [s for s in trace.blind_spots if s.kind == "functorch_transform"]
-    assert (spot.where, spot.output_labels) == ("(root)", ())
-    assert "ops sin_1, pow_1, sum_1" in spot.reason and "torch.func" in spot.reason
+    inner, after = trace.blind_spots
+    assert (inner.kind, inner.where, inner.output_labels) == ("functorch_transform", "(root)", ())
+    assert "ops sin_1, pow_1, sum_1" in inner.reason and "torch.func" in inner.reason
+    # the gradient comes out of the transform unlinked: the op that uses it says so
+    assert (after.kind, after.output_labels) == ("untracked_input", ("mul_1",))
+    assert trace["mul_1"].parents == ()
 
 
 class Outer(nn.Module):

@@ -113,3 +113,42 @@ def test_a_trace_that_saw_everything_has_no_blind_spots_and_a_partial_one_keeps_
     assert [(s.kind, s.where, s.output_labels) for s in partial.blind_spots] == [
         ("opaque_module", "0", ("jit_module_1",))
     ]
+
+
+@torch.jit.script
+def scripted_log(x: torch.Tensor) -> torch.Tensor:
+    return torch.log(x) * 2
+
+
+class ScriptedFunctionInside(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return scripted_log(x + 0) + 1  # log(-1) = nan, born inside the TorchScript function
+
+
+class PlainAttributeConstant(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.offset = torch.full((2,), float("nan"))  # a plain attribute, not a buffer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 2) + self.offset
+
+
+@pytest.mark.parametrize(
+    ("model", "consumer"),
+    [(ScriptedFunctionInside(), "add_2"), (PlainAttributeConstant(), "add_1")],
+    ids=["torchscript-function", "plain-attribute"],
+)
+def test_a_tensor_of_unknown_origin_is_disclosed_at_the_op_that_consumes_it(
+    model: nn.Module, consumer: str
+) -> None:
+    trace = tl.trace(model, -torch.ones(2))
+    (spot,) = trace.blind_spots
+    assert (spot.kind, spot.where, spot.output_labels) == ("untracked_input", "(root)", (consumer,))
+    assert "register constants as buffers" in spot.reason
+    assert torch.isnan(trace[consumer].out).all()
+
+
+def test_buffers_parameters_and_inputs_are_not_of_unknown_origin() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)).eval()
+    assert tl.trace(model, torch.ones(3, 2)).blind_spots == ()

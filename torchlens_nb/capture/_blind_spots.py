@@ -7,6 +7,9 @@ checks still see what came out. A ``torch.vmap`` call inside a forward runs its 
 batched tensors that cannot be saved or compared; it is recorded as one ``vmap`` op the same way.
 Ops inside other ``torch.func`` transforms (``grad``, ``jacrev``, ...) are recorded, but on
 wrapped tensors: their values are not saved and the transform's result is not linked to them.
+An op that consumes a tensor of unknown origin (a ``torch.jit.script`` function's result, a
+tensor kept as a plain attribute) is named too: what was born before it shows up first there.
+None of these occur in the golden models (``tests/capture/golden_models.py``).
 Each such region becomes a :class:`BlindSpot`; an analysis that reads the trace must not call
 what happened inside "clean".
 """
@@ -22,10 +25,11 @@ from torch import nn
 
 from ._selectors import canonical_address
 
-BlindSpotKind = Literal["opaque_module", "vmap", "functorch_transform"]
+BlindSpotKind = Literal["opaque_module", "vmap", "functorch_transform", "untracked_input"]
 """``opaque_module``: a TorchScript module; ``vmap``: a ``torch.vmap`` call;
 ``functorch_transform``: ops run inside another ``torch.func`` transform (``grad``, ``jacrev``,
-``jvp``, ...)."""
+``jvp``, ...); ``untracked_input``: ops that consumed a tensor no recorded op produced and that is
+no parameter, buffer or input of the model."""
 
 _REASONS: dict[str, str] = {
     "opaque_module": (
@@ -43,6 +47,13 @@ _REASONS: dict[str, str] = {
         "wrapped tensors, so their values were not saved and their links to the ops outside the "
         "transform are lost; call the transformed function without the transform under "
         "tl.trace to see its values."
+    ),
+    "untracked_input": (
+        "has {labels} consuming tensors that no recorded op produced and that are not the "
+        "model's parameters, buffers or inputs: they were made where the capture does not look "
+        "(a TorchScript function, a C++ extension, another thread, or before the forward, such "
+        "as a tensor kept as a plain attribute), so a value born there shows up first at these "
+        "ops; register constants as buffers, and run such code eagerly to see it."
     ),
 }
 
@@ -115,10 +126,11 @@ def blind_spots(
             if labels
             else "its call raised before returning",
         )
-        if kind == "functorch_transform":  # its ops' values are not what came out of it
-            subject, held = (f"module {where!r}" if where != "(root)" else "the root module"), ()
+        if kind == "vmap":
+            subject = f"op {where}"
         else:
-            subject = f"module {where!r}" if kind == "opaque_module" else f"op {where}"
-            held = tuple(labels)
+            subject = f"module {where!r}" if where != "(root)" else "the root module"
+        # the ops inside a transform hold wrapped values, not what came out of it
+        held = () if kind == "functorch_transform" else tuple(labels)
         spots.append(BlindSpot(cast(BlindSpotKind, kind), where, f"{subject} {reason}", held))
     return tuple(spots)

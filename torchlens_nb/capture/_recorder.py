@@ -179,6 +179,7 @@ class Recorder(TorchFunctionMode):
         parents: list[str] = []
         params: list[str] = []
         meta: list[tuple[tuple[int, ...], str]] = []
+        is_untracked = False
         for tensor in inputs:
             meta.append((tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype]))
             entry = producer.get(id(tensor))
@@ -187,7 +188,9 @@ class Recorder(TorchFunctionMode):
                     parents.append(entry[1])
             else:
                 pname = self.param_names.get(id(tensor))
-                if pname is not None and pname not in params:
+                if pname is None:
+                    is_untracked = True  # made where the capture did not look
+                elif pname not in params:
                     params.append(pname)
         file, line, code_name = locate(frame) if self.source_lines else NO_LOCATION
         first = outputs[0]
@@ -224,11 +227,12 @@ class Recorder(TorchFunctionMode):
         if _functorch_level() != self.functorch_level:
             # inside a torch.func transform (grad, jacrev, jvp, ...): the values are wrappers
             # that die with the transform, and the links to the ops outside are lost
-            self.blind_spots.setdefault(
-                ("functorch_transform", self.module or "(root)"), []
-            ).append(label)
-        elif self.save_all or (self.save_selector is not None and self._wants_save(name)):
-            self._save(op, outputs)
+            self._note("functorch_transform", label)
+        else:
+            if is_untracked:
+                self._note("untracked_input", label)
+            if self.save_all or (self.save_selector is not None and self._wants_save(name)):
+                self._save(op, outputs)
         if observe and (self._op_hooks or self.tripwire is not None):
             self.observe(op, first)
         return op
@@ -271,6 +275,9 @@ class Recorder(TorchFunctionMode):
             self.observe(op, outputs[0])
         finally:
             self.suspended -= 1
+
+    def _note(self, kind: BlindSpotKind, label: str) -> None:
+        self.blind_spots.setdefault((kind, self.module or "(root)"), []).append(label)
 
     def producer_of(self, tensor: Tensor) -> str | None:
         """Label of the op that produced ``tensor`` in this capture, or None."""
