@@ -24,6 +24,7 @@ from torch import nn
 
 from ..options import Site
 from ._blind_spots import describe, is_opaque
+from ._op import HookKind
 from ._recorder import Recorder
 from ._selectors import canonical_address
 from ._tensors import arg_tensors, tensors_in
@@ -85,29 +86,12 @@ def _is_compile_wrapper(module: nn.Module) -> bool:
     )
 
 
-class _OpenCall:
-    __slots__ = (
-        "address",
-        "first_op",
-        "inputs",
-        "is_awaiting_marker",
-        "module_id",
-        "prev_hook_kind",
-        "prev_stack",
-        "start_ns",
-        "type_name",
-    )
+_OpenCall = tuple[int, str, int, tuple[str, ...], "HookKind | None"]
+"""An open module call: ``(id(module), address, first op index, module stack before it,
+hook kind before it)``; a plain tuple, built once per module call."""
 
-    def __init__(self, module_id: int, address: str, type_name: str, rec: Recorder) -> None:
-        self.module_id = module_id
-        self.address = address
-        self.type_name = type_name
-        self.first_op = len(rec.ops)
-        self.prev_stack = rec.stack
-        self.prev_hook_kind = rec.hook_kind
-        self.is_awaiting_marker = False
-        self.inputs: list[torch.Tensor] | None = None
-        self.start_ns = 0
+_UNKNOWN: Any = object()
+"""Address lookup default: a module outside the model."""
 
 
 class ModuleTracker:
@@ -122,6 +106,12 @@ class ModuleTracker:
         self._open: list[_OpenCall] = []
         self._pre_marked: set[int] = set()
         self._post_marked: set[int] = set()
+        self._awaiting: set[int] = set()
+        """Ids of open modules whose own forward hooks are running (closed by the marker)."""
+        self._opaque_open: dict[int, tuple[list[torch.Tensor], int]] = {}
+        """Depth of an open opaque call -> its tensor inputs and start time."""
+        self._special = set(names.opaque)
+        """Ids that need more than a push on entry (marked pre-hooks, opaque modules)."""
 
     @contextlib.contextmanager
     def own_hook_markers(self, model: nn.Module) -> Iterator[None]:
@@ -131,6 +121,7 @@ class ModuleTracker:
                 if module._forward_pre_hooks:
                     handles.enter_context(module.register_forward_pre_hook(self._pre_hooks_done))
                     self._pre_marked.add(id(module))
+                    self._special.add(id(module))
                 if module._forward_hooks:
                     handles.enter_context(
                         module.register_forward_hook(self._hooks_done, always_call=True)
@@ -144,25 +135,29 @@ class ModuleTracker:
         rec = self.rec
         if rec.paused or get_ident() != rec.thread:
             return
-        known = self.names.modules
-        if id(module) in known:
-            address = known[id(module)]
-            if address is _SKIP:
-                return
-        else:
+        key = id(module)
+        address = self.names.modules.get(key, _UNKNOWN)
+        if address is _SKIP:  # a torch.compile wrapper: its _orig_mod stands for it
+            return
+        if address is _UNKNOWN:
             address = f"?{type(module).__name__}"
-        call = _OpenCall(id(module), address, type(module).__name__, rec)
-        self._open.append(call)
+            if is_opaque(module):
+                self.names.opaque[key] = describe(module)
+                self._special.add(key)
+        self._open.append((key, address, len(rec.ops), rec.stack, rec.hook_kind))
         if address:  # the root module has address "" and is not part of the stack
             rec.stack = (*rec.stack, address)
             rec.module = address
-        if id(module) in self._pre_marked:
+        if key in self._special:
+            self._enter_special(key, address, args)
+
+    def _enter_special(self, key: int, address: str, args: tuple[Any, ...]) -> None:
+        rec = self.rec
+        if key in self._pre_marked:
             rec.hook_kind = "forward_pre_hook"
-        opaque_type = self.names.opaque.get(id(module))
-        if opaque_type is not None or (address.startswith("?") and is_opaque(module)):
-            self.opaque_types[address] = opaque_type or describe(module)
-            call.inputs = arg_tensors(args, None)
-            call.start_ns = time.perf_counter_ns()
+        if key in self.names.opaque:
+            self.opaque_types[address] = self.names.opaque[key]
+            self._opaque_open[len(self._open)] = (arg_tensors(args, None), time.perf_counter_ns())
             rec.suspended += 1
 
     def exit(self, module: nn.Module, args: Any, output: Any) -> None:
@@ -170,8 +165,8 @@ class ModuleTracker:
         call = self._top(module)
         if call is None:
             return
-        if id(module) in self._post_marked:
-            call.is_awaiting_marker = True
+        if call[0] in self._post_marked:
+            self._awaiting.add(call[0])
             self.rec.hook_kind = "forward_hook"
             return
         self._close(call, module, output)
@@ -179,46 +174,50 @@ class ModuleTracker:
     def _pre_hooks_done(self, module: nn.Module, args: Any) -> None:
         call = self._top(module)
         if call is not None:
-            self.rec.hook_kind = call.prev_hook_kind
+            self.rec.hook_kind = call[4]
 
     def _hooks_done(self, module: nn.Module, args: Any, output: Any) -> None:
         call = self._top(module)
-        if call is not None and call.is_awaiting_marker:
+        if call is not None and call[0] in self._awaiting:
+            self._awaiting.discard(call[0])
             self._close(call, module, output)
 
     def _top(self, module: nn.Module) -> _OpenCall | None:
+        open_calls = self._open
+        if not open_calls or open_calls[-1][0] != id(module):
+            return None
         rec = self.rec
-        if rec.paused or not self._open or self._open[-1].module_id != id(module):
+        if rec.paused or get_ident() != rec.thread:
             return None
-        if get_ident() != rec.thread:
-            return None
-        return self._open[-1]
+        return open_calls[-1]
 
     def _close(self, call: _OpenCall, module: nn.Module, output: Any) -> None:
         rec = self.rec
+        _, address, first_op, prev_stack, prev_hook_kind = call
+        opaque = self._opaque_open.pop(len(self._open), None) if self._opaque_open else None
         self._open.pop()
         outputs = [output] if isinstance(output, torch.Tensor) else tensors_in(output)
-        if call.inputs is not None:  # an opaque module: its call is one op
+        if opaque is not None:  # an opaque module: its call is one op
             rec.suspended -= 1
+            inputs, start_ns = opaque
             owned = [*module.parameters(), *module.buffers()]
-            duration = time.perf_counter_ns() - call.start_ns
             rec.record_unseen(
-                "opaque_module", call.address, "jit_module", call.inputs + owned, outputs,
-                duration, sys._getframe(1),
+                "opaque_module", address, "jit_module", inputs + owned, outputs,
+                time.perf_counter_ns() - start_ns, sys._getframe(1),
             )  # fmt: skip
-        rec.stack = call.prev_stack
-        rec.module = call.prev_stack[-1] if call.prev_stack else ""
-        rec.hook_kind = call.prev_hook_kind
+        rec.stack = prev_stack
+        rec.module = prev_stack[-1] if prev_stack else ""
+        rec.hook_kind = prev_hook_kind
         if len(outputs) == 1:
             label = rec.producer_of(outputs[0])
             labels: tuple[str, ...] = () if label is None else (label,)
         else:
             labels = tuple(label for label in map(rec.producer_of, outputs) if label is not None)
         self.calls.append(
-            ModuleCall(call.address, call.type_name, call.first_op, len(rec.ops), labels)
+            ModuleCall(address, type(module).__name__, first_op, len(rec.ops), labels)
         )
         if rec.module_hooks and labels:
-            self._run_module_hooks(call.address, labels[0], outputs[0])
+            self._run_module_hooks(address, labels[0], outputs[0])
 
     def _run_module_hooks(self, address: str, label: str, value: torch.Tensor) -> None:
         rec = self.rec
