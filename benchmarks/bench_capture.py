@@ -240,6 +240,6 @@ if __name__ == "__main__":
             print(json.dumps(_timing.rss_growth_mb(runner(sys.argv[3], model, inputs))))
     else:
         flags = sys.argv[1:]
-        _timing.print_table(
-            _fill(main(memory="--no-memory" not in flags, peers="--no-peers" not in flags))
-        )
+        only = tuple(word for word in flags if not word.startswith("--"))
+        rows = main(memory="--no-memory" not in flags, peers="--no-peers" not in flags, only=only)
+        _timing.print_table(_fill(rows))
