@@ -9,11 +9,11 @@ checked against the weak reference, so a ``save=False`` capture keeps no activat
 recycled id is never mistaken for a producer.
 
 Cost per op above the plain forward, 200 x (Linear(16) -> tanh -> mul -> add), batch 2, no grad,
-2-core CPU (``bench_capture.py``, min of interleaved rounds): 18.2 us (save=False) and 21.4 us
-(save=True) before this layout, which looked producers up in a ``WeakIdKeyDictionary`` (Python
-``__eq__``/``__hash__`` per lookup), walked arguments with a recursive generator and made three
-calls and 28 attribute stores per op; about 11 and 15 us now, against 1.8 us for a bare recording
-mode (func + calling frame). The path is one ``__torch_function__`` plus one ``record`` call:
+2-core CPU (min of 25 interleaved rounds, as ``bench_capture.py`` prints it): 19.0 us
+(save=False) and 22.9 us (save=True) before this layout, which looked producers up in a
+``WeakIdKeyDictionary`` (Python ``__eq__``/``__hash__`` per lookup), walked arguments with a
+recursive generator and made three calls and 28 attribute stores per op; 11.4 and 13.0 us now,
+against 1.7 us for a bare recording mode (func + calling frame). The path is one ``__torch_function__`` plus one ``record`` call:
 cached function facts (``_funcs``), a flat argument scan (``_tensors.arg_tensors``), the source
 frame's cached verdict (``_source``), one ``Op`` constructor call. In situ, the source walk, the
 argument metadata and the output metadata cost about 1.1, 1.1 and 0.8 us of that per op.
