@@ -13,10 +13,11 @@ Cost per op above the plain forward, 200 x (Linear(16) -> tanh -> mul -> add), b
 (save=False) and 22.9 us (save=True) before this layout, which looked producers up in a
 ``WeakIdKeyDictionary`` (Python ``__eq__``/``__hash__`` per lookup), walked arguments with a
 recursive generator and made three calls and 28 attribute stores per op; 11.4 and 13.0 us now,
-against 1.7 us for a bare recording mode (func + calling frame). The path is one ``__torch_function__`` plus one ``record`` call:
-cached function facts (``_funcs``), a flat argument scan (``_tensors.arg_tensors``), the source
-frame's cached verdict (``_source``), one ``Op`` constructor call. In situ, the source walk, the
-argument metadata and the output metadata cost about 1.1, 1.1 and 0.8 us of that per op.
+against 1.7 us for a bare recording mode (func + calling frame). The path is one
+``__torch_function__`` plus one ``record`` call: cached function facts (``_funcs``), a flat
+argument scan (``_tensors.arg_tensors``), the source frame's cached verdict (``_source``), one
+``Op`` constructor call. In situ, the source walk, the argument metadata and the output metadata
+cost about 1.1, 1.1 and 0.8 us of that per op.
 
 Saved outputs are detached references, not copies; an in-place op on a tensor whose storage backs
 a saved value first replaces that saved value by a clone (copy on write), so saving every op costs
