@@ -53,7 +53,15 @@ lint: setup
 	$(BIN)/mypy
 	cd js && node_modules/.bin/tsc -p jsconfig.json
 
-bench: setup
+# The bench extra (peers: TorchLens, torchviz) installs against the torch already in the venv:
+# the constraint file pins it, so pip never replaces it with a multi-GB download.
+BENCH_STAMP := $(VENV)/.torchlens_nb-bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-constraint.txt
+	$(BIN)/python -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[bench]"
+	touch $(BENCH_STAMP)
+
+bench: setup $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:

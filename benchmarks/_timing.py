@@ -7,6 +7,7 @@ median; targets are checked on the min ratio.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -84,3 +85,34 @@ def _fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if value < 10 else f"{value:.1f}"
     return str(value)
+
+
+def status_mb(key: str) -> float:
+    """A ``/proc/self/status`` figure in MB (``VmRSS:``, ``VmHWM:``; Linux only)."""
+    with open("/proc/self/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith(key):
+                return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"{key} not in /proc/self/status (this measurement needs Linux)")
+
+
+def rss_growth_mb(run: Callable[[], object]) -> dict[str, float]:
+    """Peak and retained resident-set growth of one call of ``run`` (after one warm-up call).
+
+    Meant for a fresh process started with ``MALLOC_MMAP_THRESHOLD_=65536``, so glibc returns
+    freed activations to the OS and the resident set follows live memory. The peak mark
+    (``VmHWM``) is reset through ``/proc/self/clear_refs`` before the measured call;
+    ``peak_MB`` is its growth during the call, ``held_MB`` what remains while the result is
+    alive. tracemalloc would not see torch's C++ allocations, and torch has no CPU allocator
+    statistics.
+    """
+    run()  # warm-up: lazy imports, caches
+    gc.collect()
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+        handle.write("5")  # reset the peak-RSS mark (VmHWM) to the current RSS
+    before = status_mb("VmRSS:")
+    result = run()
+    gc.collect()
+    peak, after = status_mb("VmHWM:"), status_mb("VmRSS:")
+    del result
+    return {"peak_MB": peak - before, "held_MB": after - before}

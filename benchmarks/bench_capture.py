@@ -1,30 +1,68 @@
-"""Capture cost: plain forward vs ``tl.trace`` (save=False, save everything), side by side.
+"""Capture cost: plain forward vs ``tl.trace`` (save=False, save everything), per op, with peers.
 
-Models: an MLP, a small CNN, GPT-2 small (``GPT2Config()`` random init, 1x64 tokens, eager
-attention). Targets (issue 2): on GPT-2 small, capture without saves <= 1.3x the plain forward,
-saving every op <= 2x. If the PyPI package ``torchlens`` is importable (benchmark extra only),
-its ``log_forward_pass`` on the same model is added as a column.
+Models (the first four are ``tests/capture/golden_models.py``, whose recorded facts the golden
+test pins): the 801-op chain ``200 x (Linear(16) -> tanh -> mul -> add)`` at batch 2; 2-layer
+Hugging Face GPT-2, BERT and LLaMA configs, hidden 64, 1 x 16 tokens; 8 x (Linear(256) + ReLU)
+at batch 32; an 11-conv CNN; GPT-2 small (``GPT2Config()``, random init, eager attention,
+1 x 64 tokens). Everything runs under ``torch.no_grad()``, as before.
 
-Run: ``.venv/bin/python benchmarks/bench_capture.py`` (about 1-2 minutes on 2 cores).
+Columns: ``min_ms`` / ``median_ms`` of interleaved rounds and their ratios to the plain
+forward; ``us_per_op``, what the contender adds per recorded op above the plain forward (min
+times); ``peak_MB`` / ``held_MB`` for the plain forward and the save-everything captures: growth of
+the resident set during one call and while its result is alive, each measured in a fresh process
+(``_timing.rss_growth_mb``: RSS, not tracemalloc, which does not see torch's allocations).
+
+Contenders, side by side in one process:
+
+* ``bare recording mode``: a ``TorchFunctionMode`` that appends (func, calling code, line) per
+  call and nothing else; the floor of the torch-function-mode design;
+* ``tl.trace save=False`` and ``tl.trace save=True``;
+* ``torchlens trace none`` / ``torchlens trace all``: TorchLens 2.36.1's ``torchlens.trace``
+  (``layers_to_save`` "none" / "all"), when the ``bench`` extra is installed. TorchLens wraps
+  every torch function on its first call and leaves them wrapped (a plain forward then runs
+  2.4x slower: 2.5 -> 6.0 ms on the chain), so it is timed after every other contender of every
+  case, against the unwrapped plain forward measured before; a failure is printed in its row.
+
+Targets (issue 22): the chain ``save=False`` <= 2.0x, ``save=True`` <= 2.5x; GPT-2 small
+``save=False`` <= 1.3x, ``save=True`` <= 2.0x.
+
+Run: ``.venv/bin/python benchmarks/bench_capture.py`` (about 6 minutes on 2 cores with the
+peers; ``--no-memory`` skips the fresh-process memory runs, ``--no-peers`` the TorchLens rows;
+other arguments select cases by substring, e.g. ``chain hf``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # golden models: tests/capture
 import _timing
 
 import torchlens_nb as tl
+from tests.capture.golden_models import hf_bert, hf_gpt2, hf_llama, tanh_chain
+
+PLAIN = "plain forward"
+BARE = "bare recording mode"
+NO_SAVE = "tl.trace save=False"
+SAVE_ALL = "tl.trace save=True"
+PEER_NONE = "torchlens trace none"
+PEER_ALL = "torchlens trace all"
 
 
 def _mlp() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
     layers: list[nn.Module] = []
     for _ in range(8):
         layers += [nn.Linear(256, 256), nn.ReLU()]
@@ -32,57 +70,176 @@ def _mlp() -> tuple[nn.Module, torch.Tensor]:
 
 
 def _cnn() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
     blocks: list[nn.Module] = [nn.Conv2d(3, 32, 3, padding=1)]
     for _ in range(10):
         blocks += [nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU()]
     return nn.Sequential(*blocks).eval(), torch.randn(4, 3, 32, 32)
 
 
-def _gpt2() -> tuple[nn.Module, dict[str, torch.Tensor]]:
+def _gpt2_small() -> tuple[nn.Module, dict[str, torch.Tensor]]:
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    torch.manual_seed(0)
     config = GPT2Config(attn_implementation="eager")
     return GPT2LMHeadModel(config).eval(), {"input_ids": torch.randint(0, 50257, (1, 64))}
 
 
-def _call(model: nn.Module, inputs: object) -> Callable[[], object]:
+CASES: dict[str, tuple[Callable[[], tuple[nn.Module, Any]], dict[str, float]]] = {
+    "chain 200 x (linear, tanh, mul, add)": (tanh_chain, {NO_SAVE: 2.0, SAVE_ALL: 2.5}),
+    "hf gpt2 2 x 64": (hf_gpt2, {}),
+    "hf bert 2 x 64": (hf_bert, {}),
+    "hf llama 2 x 64": (hf_llama, {}),
+    "mlp 8 x Linear(256) b32": (_mlp, {}),
+    "cnn 11 conv": (_cnn, {}),
+    "gpt2-small 1x64": (_gpt2_small, {NO_SAVE: 1.3, SAVE_ALL: 2.0}),
+}
+
+
+class _BareRecordingMode(TorchFunctionMode):
+    """The floor: one tuple per call (function, calling code object, line), nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, Any, int]] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        frame = sys._getframe(1)
+        self.calls.append((func, frame.f_code, frame.f_lineno))
+        return func(*args, **(kwargs or {}))
+
+
+def _call(model: nn.Module, inputs: Any) -> Callable[[], object]:
     if isinstance(inputs, dict):
         return lambda: model(**inputs)
     return lambda: model(inputs)
 
 
-def main(rounds: int = 7) -> list[dict[str, object]]:
-    torch.manual_seed(0)
-    has_torchlens = importlib.util.find_spec("torchlens") is not None
-    rows: list[dict[str, object]] = []
-    for case, build in (("mlp", _mlp), ("cnn", _cnn), ("gpt2-small 1x64", _gpt2)):
-        model, inputs = build()
-        contenders: list[tuple[str, Callable[[], object]]] = [
-            ("plain forward", _call(model, inputs)),
-            ("tl.trace save=False", lambda: tl.trace(model, inputs, save=False)),
-            ("tl.trace save=True", lambda: tl.trace(model, inputs, save=True)),
-        ]
-        if has_torchlens:
-            import torchlens
+def _bare(model: nn.Module, inputs: Any) -> Callable[[], object]:
+    forward = _call(model, inputs)
 
-            contenders.append(
-                (
-                    "torchlens log_forward_pass",
-                    lambda: torchlens.log_forward_pass(
-                        model,
-                        inputs if not isinstance(inputs, dict) else [],
-                        input_kwargs=inputs if isinstance(inputs, dict) else None,
-                    ),
-                )
-            )
-        targets = {"tl.trace save=False": 1.3, "tl.trace save=True": 2.0} if "gpt2" in case else {}
+    def run() -> object:
+        with _BareRecordingMode() as mode:
+            forward()
+        return mode.calls
+
+    return run
+
+
+def _peer(model: nn.Module, inputs: Any, layers: str) -> Callable[[], object]:
+    import torchlens
+    from torchlens.options import CaptureOptions
+
+    args, kwargs = ([], inputs) if isinstance(inputs, dict) else (inputs, None)
+    options = CaptureOptions(layers_to_save=layers)
+    return lambda: torchlens.trace(model, args, input_kwargs=kwargs, capture=options)
+
+
+def runner(name: str, model: nn.Module, inputs: Any) -> Callable[[], object]:
+    """The call that contender ``name`` times on ``model``."""
+    if name == PLAIN:
+        return _call(model, inputs)
+    if name == BARE:
+        return _bare(model, inputs)
+    if name in (NO_SAVE, SAVE_ALL):
+        return lambda: tl.trace(model, inputs, save=name == SAVE_ALL)
+    return _peer(model, inputs, "none" if name == PEER_NONE else "all")
+
+
+def _memory(case: str, contender: str) -> dict[str, float]:
+    """Peak/held RSS growth of one call, in a fresh process (see ``_timing.rss_growth_mb``)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--memory", case, contender],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
+    )
+    if out.returncode != 0:
+        return {}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _row(case: str, contender: str, timing: _timing.Timing | None, plain: _timing.Timing,
+         n_ops: int, target: float | None) -> dict[str, object]:  # fmt: skip
+    row: dict[str, object] = {"case": case, "contender": contender}
+    if timing is None:
+        return row
+    ratio = timing.min_s / plain.min_s
+    row.update(
+        min_ms=timing.min_s * 1e3,
+        median_ms=timing.median_s * 1e3,
+        min_ratio=ratio,
+        median_ratio=timing.median_s / plain.median_s,
+        us_per_op=(timing.min_s - plain.min_s) / n_ops * 1e6 if contender != PLAIN else 0.0,
+        target=f"<= {target:.2f}x" if target else "",
+        ok="" if target is None else ("yes" if ratio <= target else "NO"),
+    )
+    return row
+
+
+def main(
+    rounds: int = 9,
+    peer_rounds: int = 3,
+    memory: bool = True,
+    peers: bool = True,
+    only: tuple[str, ...] = (),
+) -> list[dict[str, object]]:
+    has_peer = peers and importlib.util.find_spec("torchlens") is not None
+    measured: dict[str, tuple[nn.Module, Any, int, dict[str, _timing.Timing]]] = {}
+    for case, (build, _) in CASES.items():
+        if only and not any(word in case for word in only):
+            continue
+        model, inputs = build()
+        contenders = [
+            (name, runner(name, model, inputs)) for name in (PLAIN, BARE, NO_SAVE, SAVE_ALL)
+        ]
         with torch.no_grad():
             timings = _timing.interleaved(contenders, rounds=rounds)
-        rows += _timing.ratio_rows(timings, "plain forward", case=case, targets=targets)
         n_ops = len(tl.trace(model, inputs, save=False))
-        rows[-1 - (len(contenders) - 1)]["case"] = f"{case} ({n_ops} ops)"
+        measured[case] = (model, inputs, n_ops, {t.name: t for t in timings})
+    failures: dict[tuple[str, str], str] = {}
+    if has_peer:  # after every other contender: TorchLens leaves torch wrapped
+        for case, (model, inputs, _, timings) in measured.items():
+            for name in (PEER_NONE, PEER_ALL):
+                try:
+                    with torch.no_grad():
+                        (timing,) = _timing.interleaved(
+                            [(name, runner(name, model, inputs))], rounds=peer_rounds, warmup=1
+                        )
+                    timings[name] = timing
+                except Exception as exc:  # the peer's failure is a result: print it
+                    failures[case, name] = f"failed: {type(exc).__name__}: {str(exc)[:60]}"
+    rows: list[dict[str, object]] = []
+    for case, (_, _, n_ops, timings) in measured.items():
+        targets = CASES[case][1]
+        names = [PLAIN, BARE, NO_SAVE, SAVE_ALL] + ([PEER_NONE, PEER_ALL] if has_peer else [])
+        for name in names:
+            row = _row(f"{case} ({n_ops} ops)", name, timings.get(name), timings[PLAIN], n_ops,
+                       targets.get(name))  # fmt: skip
+            if (case, name) in failures:
+                row["ok"] = failures[case, name]
+            if memory and name in (PLAIN, SAVE_ALL, PEER_ALL) and (case, name) not in failures:
+                row.update(_memory(case, name))
+            rows.append(row)
+    if peers and not has_peer:
+        print("torchlens is not installed (make bench installs the bench extra): no peer column")
     return rows
 
 
+def _fill(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    columns = ["case", "contender", "min_ms", "median_ms", "min_ratio", "median_ratio",
+               "us_per_op", "peak_MB", "held_MB", "target", "ok"]  # fmt: skip
+    return [{c: row.get(c, "") for c in columns} for row in rows]
+
+
 if __name__ == "__main__":
-    _timing.print_table(main())
+    if len(sys.argv) == 4 and sys.argv[1] == "--memory":
+        model, inputs = CASES[sys.argv[2]][0]()
+        with torch.no_grad():
+            print(json.dumps(_timing.rss_growth_mb(runner(sys.argv[3], model, inputs))))
+    else:
+        flags = sys.argv[1:]
+        only = tuple(word for word in flags if not word.startswith("--"))
+        rows = main(memory="--no-memory" not in flags, peers="--no-peers" not in flags, only=only)
+        _timing.print_table(_fill(rows))

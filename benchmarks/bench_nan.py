@@ -27,7 +27,6 @@ Run: ``.venv/bin/python benchmarks/bench_nan.py`` (about 2 minutes on 2 cores).
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import os
@@ -82,30 +81,12 @@ def _trace_and_scan(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> 
     return trace
 
 
-def _status_mb(key: str) -> float:
-    with open("/proc/self/status", encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith(key):
-                return int(line.split()[1]) / 1024  # kB
-    raise RuntimeError(f"{key} not in /proc/self/status (this measurement needs Linux)")
-
-
 def measure_memory(name: str) -> dict[str, float]:
     """In this (fresh) process: peak and retained RSS growth of one warm call of ``name``."""
     model, inputs = _gpt2(with_nan=True)
     clean, _ = _gpt2(with_nan=False)
-    run = _runner(name, model, clean, inputs)
     with torch.no_grad():
-        run()  # warm-up: lazy imports, caches
-        gc.collect()
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
-            handle.write("5")  # reset the peak-RSS mark (VmHWM) to the current RSS
-        before = _status_mb("VmRSS:")
-        result = run()
-        gc.collect()
-        peak, after = _status_mb("VmHWM:"), _status_mb("VmRSS:")
-    del result
-    return {"peak_MB": peak - before, "held_MB": after - before}
+        return _timing.rss_growth_mb(_runner(name, model, clean, inputs))
 
 
 def check_costs(rounds: int = 50) -> list[dict[str, object]]:

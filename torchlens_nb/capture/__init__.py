@@ -1,17 +1,24 @@
 """Capture: record what a PyTorch model did into a :class:`Trace`."""
 
 from ._backward import BackwardPass, GradFnFire
+from ._blind_spots import BlindSpot, BlindSpotKind, opaque_modules
 from ._capture import call_arguments, run_capture, trace, validate_model
-from ._op import Op
-from ._recorder import Tripwire, func_name, iter_tensors
+from ._funcs import func_name
+from ._modules import ModuleCall
+from ._op import HookKind, Op
+from ._recorder import Tripwire
 from ._selectors import AnySelector, FuncSelector, ModuleSelector, Selector, func, module
-from ._trace import ModuleCall, PartialTrace, Trace
+from ._tensors import iter_tensors
+from ._trace import PartialTrace, Trace
 
 __all__ = [
     "AnySelector",
     "BackwardPass",
+    "BlindSpot",
+    "BlindSpotKind",
     "FuncSelector",
     "GradFnFire",
+    "HookKind",
     "ModuleCall",
     "ModuleSelector",
     "Op",
@@ -24,6 +31,7 @@ __all__ = [
     "func_name",
     "iter_tensors",
     "module",
+    "opaque_modules",
     "run_capture",
     "trace",
     "validate_model",

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import nn
 
 from ..errors import (
@@ -19,9 +17,13 @@ from ..errors import (
     TorchlensNbWarning,
 )
 from ..options import CaptureOptions
-from ._recorder import Recorder, RecordingMode, Tripwire, _StopCapture, iter_tensors
+from ._blind_spots import blind_spots
+from ._modules import ModelNames, ModuleTracker
+from ._recorder import Recorder, Tripwire, _StopCapture
+from ._scope import capture_scope
 from ._selectors import Selector
-from ._trace import ModuleCall, PartialTrace, Trace
+from ._tensors import tensors_in
+from ._trace import PartialTrace, Trace
 
 
 def call_arguments(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -80,35 +82,24 @@ def _unwrap_compiled(model: nn.Module) -> nn.Module:
     return model
 
 
-@contextlib.contextmanager
-def _eager_stance() -> Iterator[None]:
-    """Run compiled regions eagerly during capture (torch >= 2.6), and say so when they exist."""
+def _warn_if_compiled_regions(names: ModelNames) -> None:
     dynamo = sys.modules.get("torch._dynamo")
-    if dynamo is None:
-        yield
-        return
-    frames = dynamo.utils.counters.get("frames", {})
-    if frames.get("ok", 0) or frames.get("total", 0):
+    frames = dynamo.utils.counters.get("frames", {}) if dynamo is not None else {}
+    if names.compiled:
+        warnings.warn(
+            f"the model holds torch.compile'd submodules {names.compiled[:4]}; capturing their "
+            "eager originals under torch.compiler.set_stance('force_eager') (addresses are "
+            "spelled without '_orig_mod').",
+            TorchlensNbWarning,
+            stacklevel=4,
+        )
+    elif frames.get("ok", 0) or frames.get("total", 0):
         warnings.warn(
             "torch.compile regions exist in this process; the capture ran them eagerly under "
             "torch.compiler.set_stance('force_eager').",
             TorchlensNbWarning,
-            stacklevel=5,
+            stacklevel=4,
         )
-    with torch.compiler.set_stance("force_eager"):
-        yield
-
-
-@contextlib.contextmanager
-def _module_hooks(recorder: Recorder) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(
-            nn.modules.module.register_module_forward_pre_hook(recorder.enter_module)
-        )
-        stack.enter_context(
-            nn.modules.module.register_module_forward_hook(recorder.exit_module, always_call=True)
-        )
-        yield
 
 
 def _check_save(save: Any) -> bool | Selector:
@@ -140,34 +131,26 @@ def run_capture(
             f"capture must be tl.options.CaptureOptions(...), got {type(options).__name__}."
         )
     args, kwargs = call_arguments(inputs)
-    recorder = Recorder(model, save, options, tripwire)
+    names = ModelNames(model)
+    recorder = Recorder(names.params, save, options, tripwire)
+    tracker = ModuleTracker(recorder, names)
+    _warn_if_compiled_regions(names)
     error: BaseException | None = None
     output: Any = None
     try:
         # Inside the try: a tripwire may stop the capture at an input (a NaN fed to the model),
         # and then the forward never runs.
         recorder.record_inputs(args, kwargs)
-        with _eager_stance(), _module_hooks(recorder), RecordingMode(recorder):
+        with capture_scope(recorder, tracker), tracker.own_hook_markers(model):
             output = model(*args, **kwargs)
-    except _StopCapture:
-        pass
+    except _StopCapture as stop:
+        if stop.recorder is not recorder:  # an enclosing capture's stop: not ours to end
+            raise
     except Exception as exc:  # the user's forward raised: keep what was recorded
         error = exc
-    calls = [
-        ModuleCall(
-            c["address"],
-            c["type"],
-            c["first_op"],
-            c.get("last_op", len(recorder.ops)),
-            c.get("output_labels", ()),
-        )
-        for c in recorder.module_calls
-    ]
     output_layers = tuple(
         dict.fromkeys(
-            label
-            for label in (recorder.producer.get(t) for t in iter_tensors(output))
-            if label is not None
+            label for label in map(recorder.producer_of, tensors_in(output)) if label is not None
         )
     )
     for label in output_layers:
@@ -178,10 +161,16 @@ def run_capture(
         output_layers=output_layers,
         save_all=save is True,
         options=options,
+        blind_spots=blind_spots(recorder.blind_spots, tracker.opaque_types),
+        by_label=recorder.by_label,
     )
     if error is not None or recorder.stopped_at is not None:
         partial = PartialTrace(
-            recorder.ops, calls, recorder.grad_fns, exception=error or _StopCapture(), **common
+            recorder.ops,
+            tracker.calls,
+            recorder.grad_fns,
+            exception=error or _StopCapture(None),
+            **common,
         )
         if error is not None:
             raise ForwardError(
@@ -191,7 +180,7 @@ def run_capture(
                 partial,
             ) from error
         return partial
-    return Trace(recorder.ops, calls, recorder.grad_fns, **common)
+    return Trace(recorder.ops, tracker.calls, recorder.grad_fns, **common)
 
 
 def trace(
@@ -204,7 +193,10 @@ def trace(
     """Run ``model``'s forward once on ``inputs`` and record every tensor-producing op.
 
     Args:
-        model: the module to run (a ``torch.compile``'d one is captured eagerly, with a warning).
+        model: the module to run. A ``torch.compile``'d one is captured eagerly, with a warning;
+            module addresses are spelled without the wrapper's ``_orig_mod`` segments (``0``,
+            not ``_orig_mod.0``; ``block.fc`` for a compiled submodule ``block``), and
+            ``trace.module(...)`` and ``tl.module(...)`` accept either spelling.
         inputs: a tensor, a tuple/list of positional arguments, or a dict of keyword arguments
             (a Hugging Face ``BatchEncoding`` included).
         save: which op outputs to keep: True (all), False (metadata only) or a selector such

@@ -42,12 +42,23 @@ class Selector:
         return AnySelector((self, other))
 
 
+def canonical_address(address: str) -> str:
+    """The one spelling of a module address: without the ``_orig_mod`` segments that a
+    ``torch.compile`` wrapper adds (``_orig_mod.0`` -> ``0``, ``block._orig_mod.fc`` ->
+    ``block.fc``)."""
+    if "_orig_mod" not in address:
+        return address
+    return ".".join(part for part in address.split(".") if part != "_orig_mod")
+
+
 def _compile(patterns: tuple[str, ...], what: str) -> re.Pattern[str]:
     if not patterns:
         raise SelectorError(f"tl.{what}() needs at least one pattern, e.g. tl.{what}('relu').")
     for pattern in patterns:
         if not isinstance(pattern, str) or not pattern:
             raise SelectorError(f"tl.{what}() patterns must be non-empty strings, got {pattern!r}.")
+    if what == "module":
+        patterns = tuple(canonical_address(p) or p for p in patterns)
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
 
 
@@ -76,7 +87,11 @@ class FuncSelector(Selector):
 
 @dataclass(frozen=True)
 class ModuleSelector(Selector):
-    """Selects ops that ran inside a matching module, and that module's output as a site."""
+    """Selects ops that ran inside a matching module, and that module's output as a site.
+
+    Patterns may carry the ``_orig_mod`` segments of a ``torch.compile`` wrapper
+    (``_orig_mod.0``); they match the trace's spelling without them (``0``).
+    """
 
     patterns: tuple[str, ...]
     kind = "module"

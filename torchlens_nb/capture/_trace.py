@@ -3,32 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..errors import BackwardError, OpNotFoundError
 from ._backward import BackwardPass, log_backward
+from ._blind_spots import BlindSpot
+from ._modules import ModuleCall
 from ._op import Op
+from ._selectors import canonical_address
 
 if TYPE_CHECKING:
     from ..report import FindNanReport, HealthReport
-
-
-@dataclass(frozen=True)
-class ModuleCall:
-    """One call of a module during the forward."""
-
-    address: str
-    """Module address (``""`` for the root; ``?Type`` for a module outside the model)."""
-    type_name: str
-    first_op: int
-    """Index of the first op recorded inside the call."""
-    last_op: int
-    """One past the index of the last op recorded inside the call."""
-    output_labels: tuple[str, ...]
-    """Labels of the ops that produced the call's tensor outputs."""
 
 
 class Trace:
@@ -37,7 +24,8 @@ class Trace:
     Index with a label (``trace["relu_1"]``) or an execution index (``trace[0]``); iterate for ops
     in order. The trace holds saved output values (per the ``save`` selector), and, when captured
     with ``backward_ready``, each op's ``grad_fn``: that keeps the autograd graph alive until the
-    trace is released.
+    trace is released. ``blind_spots`` lists what the capture could not see into (TorchScript
+    modules, vmap calls); an analysis must not call a trace with blind spots fully checked.
     """
 
     is_partial = False
@@ -53,9 +41,11 @@ class Trace:
         output_layers: tuple[str, ...],
         save_all: bool,
         options: Any,
+        blind_spots: tuple[BlindSpot, ...] = (),
+        by_label: dict[str, Op] | None = None,
     ) -> None:
         self.ops = ops
-        self._by_label = {op.label: op for op in ops}
+        self._by_label = by_label if by_label is not None else {op.label: op for op in ops}
         self.module_calls = module_calls
         self._grad_fns = grad_fns
         self.model_type = model_type
@@ -65,6 +55,8 @@ class Trace:
         self.save_all = save_all
         """True when every op's output was saved (full coverage for value scans)."""
         self.options = options
+        self.blind_spots = blind_spots
+        """What the capture could not see into (see ``tl.capture.BlindSpot``)."""
         self.backward_passes: list[BackwardPass] = []
         children: dict[str, list[str]] = {op.label: [] for op in ops}
         for op in ops:
@@ -125,7 +117,13 @@ class Trace:
         return table
 
     def module(self, address: str) -> list[Op]:
-        """Ops recorded inside the module at ``address`` (every call), in execution order."""
+        """Ops recorded inside the module at ``address`` (every call), in execution order.
+
+        ``address`` may be spelled with the ``_orig_mod`` segments of a ``torch.compile``
+        wrapper (``_orig_mod.0``, as ``named_modules()`` of the compiled model spells it) or
+        without them (``0``, the trace's own spelling).
+        """
+        address = canonical_address(address)
         if address and address not in self.modules:
             raise OpNotFoundError(
                 f"no module {address!r} ran in this trace; modules: {sorted(self.modules)[:8]}."

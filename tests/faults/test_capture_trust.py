@@ -1,0 +1,154 @@
+"""The capture says what it could not see into (``Trace.blind_spots``) and keeps it checkable.
+
+A TorchScript submodule (``torch.jit.script`` / ``torch.jit.trace``) is recorded as one op whose
+parents are its inputs and whose outputs are its outputs; a live NaN check then finds the NaN
+that comes out of it instead of calling the run clean.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import torchlens_nb as tl
+from torchlens_nb.capture import opaque_modules
+
+pytestmark = pytest.mark.fault("no_false_clean")
+
+
+class NanInside(nn.Module):
+    """``fc`` then ``log``: a negative pre-activation makes a NaN inside the module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(self.fc(x))
+
+
+class Host(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.pre = nn.Linear(2, 2)
+        self.inner = inner
+        self.head = nn.Linear(2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.inner(self.pre(x)))
+
+
+def scripted_host() -> Host:
+    torch.manual_seed(0)
+    return Host(torch.jit.script(NanInside()))
+
+
+def traced_host() -> Host:
+    torch.manual_seed(0)
+    return Host(torch.jit.trace(NanInside(), torch.ones(1, 2)))
+
+
+X = torch.tensor([[1.0, -3.0], [-2.0, 0.5]])
+
+
+@pytest.mark.parametrize("build", [scripted_host, traced_host], ids=["script", "trace"])
+def test_a_torchscript_submodule_is_one_op_and_a_named_blind_spot(build) -> None:
+    model = build()
+    expected = model(X)
+    trace = tl.trace(model, X)
+    assert torch.equal(trace.output.view(torch.int32), expected.view(torch.int32))  # bitwise
+    assert [(op.label, op.module, op.parents) for op in trace] == [
+        ("input_1", "", ()),
+        ("linear_1", "pre", ("input_1",)),
+        ("jit_module_1", "inner", ("linear_1",)),
+        ("linear_2", "head", ("jit_module_1",)),
+    ]
+    # the scripted module's own parameters are what its op used
+    assert trace["jit_module_1"].param_names == ("inner.fc.weight", "inner.fc.bias")
+    # what came out of it was saved and can be checked
+    assert torch.isnan(trace["jit_module_1"].out).any()
+    (spot,) = trace.blind_spots
+    assert (spot.kind, spot.where, spot.output_labels) == (
+        "opaque_module",
+        "inner",
+        ("jit_module_1",),
+    )
+    assert "TorchScript" in spot.reason and "jit_module_1" in spot.reason
+
+
+def test_a_live_nan_check_finds_the_nan_that_comes_out_of_a_scripted_module() -> None:
+    report = tl.debug.find_nan(scripted_host(), X)
+    assert report.found and report.op == "jit_module_1"
+    assert report.first_bad_thing.module == "inner"
+
+
+def test_opaque_modules_are_listed_without_running_the_model() -> None:
+    class NeverRun(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = torch.jit.script(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
+            self.head = nn.Linear(2, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise AssertionError("opaque_modules must not run the model")
+
+    # the scripted Sequential is one entry, not one per scripted layer inside it
+    assert opaque_modules(NeverRun()) == (("encoder", "RecursiveScriptModule(Sequential)"),)
+    assert opaque_modules(nn.Sequential(nn.Linear(2, 2))) == ()
+
+
+def test_a_trace_that_saw_everything_has_no_blind_spots_and_a_partial_one_keeps_them() -> None:
+    assert tl.trace(nn.Sequential(nn.Linear(2, 2)), X).blind_spots == ()
+
+    class BoomAfter(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("after the scripted module")
+
+    model = nn.Sequential(torch.jit.script(NanInside()), BoomAfter())
+    with pytest.raises(tl.errors.ForwardError, match="after the scripted module") as caught:
+        tl.trace(model, X)
+    partial = caught.value.partial_trace
+    assert [(s.kind, s.where, s.output_labels) for s in partial.blind_spots] == [
+        ("opaque_module", "0", ("jit_module_1",))
+    ]
+
+
+@torch.jit.script
+def scripted_log(x: torch.Tensor) -> torch.Tensor:
+    return torch.log(x) * 2
+
+
+class ScriptedFunctionInside(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return scripted_log(x + 0) + 1  # log(-1) = nan, born inside the TorchScript function
+
+
+class PlainAttributeConstant(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.offset = torch.full((2,), float("nan"))  # a plain attribute, not a buffer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 2) + self.offset
+
+
+@pytest.mark.parametrize(
+    ("model", "consumer"),
+    [(ScriptedFunctionInside(), "add_2"), (PlainAttributeConstant(), "add_1")],
+    ids=["torchscript-function", "plain-attribute"],
+)
+def test_a_tensor_of_unknown_origin_is_disclosed_at_the_op_that_consumes_it(
+    model: nn.Module, consumer: str
+) -> None:
+    trace = tl.trace(model, -torch.ones(2))
+    (spot,) = trace.blind_spots
+    assert (spot.kind, spot.where, spot.output_labels) == ("untracked_input", "(root)", (consumer,))
+    assert "register constants as buffers" in spot.reason
+    assert torch.isnan(trace[consumer].out).all()
+
+
+def test_buffers_parameters_and_inputs_are_not_of_unknown_origin() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)).eval()
+    assert tl.trace(model, torch.ones(3, 2)).blind_spots == ()

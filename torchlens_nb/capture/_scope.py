@@ -1,0 +1,171 @@
+"""The scope of a capture: its thread, the captures around it, and the process-wide state.
+
+Two things are process-wide in PyTorch and a capture changes them: the ``torch.compile`` stance
+(``force_eager``, so compiled regions run as recorded eager code) and the ``torch.vmap`` entry
+point (so a vmap call is recorded as one op instead of being lost). They are changed when the
+first capture of the process starts and restored when the last one ends, under a lock, however
+captures in several threads interleave: two overlapping captures each restoring "their" stance
+left the process at ``force_eager`` (tests/capture/test_threads.py).
+
+Module hooks are global in PyTorch too; each capture registers its own pair (one handle each,
+instead of one per module), and its tracker ignores calls from other threads. Torch-function
+modes are per-thread, so a forward in another thread is never recorded. Each thread keeps a
+stack of its active captures: a capture started inside another (a ``tl.trace`` in a forward hook)
+suspends the outer recorder until it ends, so the outer one does not record the inner capture's
+ops and the inner one never sees the outer's; vmap calls go to the innermost capture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._modules import ModuleTracker
+from ._recorder import Recorder
+from ._tensors import arg_tensors, tensors_in
+
+_lock = threading.Lock()
+_local = threading.local()
+
+
+class _ProcessState:
+    """The globals the captures share while at least one is running (guarded by ``_lock``)."""
+
+    def __init__(self) -> None:
+        self.captures = 0
+        self.handles: contextlib.ExitStack | None = None
+        self.stance: Any = None
+        """The ``set_stance`` object whose exit restores the stance found before (or None)."""
+
+
+_state = _ProcessState()
+
+
+def _thread_stack() -> list[Recorder]:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def active_recorder() -> Recorder | None:
+    """The recorder of the capture running in this thread (the innermost one), or None."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def capture_scope(recorder: Recorder, tracker: ModuleTracker) -> Iterator[None]:
+    """Make ``recorder`` this thread's active capture and its mode the innermost one.
+
+    The tracker's module hooks are registered for this capture only (their first check is the
+    thread, so a forward in another thread costs them one comparison); an enclosing capture of
+    this thread is suspended and paused until this one ends.
+    """
+    _acquire()
+    stack = _thread_stack()
+    outer = stack[-1] if stack else None
+    try:
+        if outer is not None:
+            outer.suspended += 1
+            outer.paused += 1
+        stack.append(recorder)
+        try:
+            with contextlib.ExitStack() as hooks:
+                hooks.enter_context(
+                    nn.modules.module.register_module_forward_pre_hook(tracker.enter)
+                )
+                hooks.enter_context(
+                    nn.modules.module.register_module_forward_hook(tracker.exit, always_call=True)
+                )
+                with recorder:
+                    yield
+        finally:
+            stack.pop()
+            if outer is not None:
+                outer.suspended -= 1
+                outer.paused -= 1
+    finally:
+        _release()
+
+
+def _acquire() -> None:
+    with _lock:
+        if _state.captures == 0:
+            handles = contextlib.ExitStack()
+            handles.enter_context(_vmap_recorded())
+            _state.handles = handles
+        _state.captures += 1
+        try:
+            if _state.stance is None and "torch._dynamo" in sys.modules:
+                # only when dynamo is loaded: importing it costs seconds, and without it
+                # nothing is compiled
+                _state.stance = torch.compiler.set_stance("force_eager")
+        except BaseException:  # e.g. a capture started inside a compiled region
+            _release_locked()
+            raise
+
+
+def _release() -> None:
+    with _lock:
+        _release_locked()
+
+
+def _release_locked() -> None:
+    _state.captures -= 1
+    if _state.captures:
+        return
+    handles, _state.handles = _state.handles, None
+    stance, _state.stance = _state.stance, None
+    try:
+        if handles is not None:
+            handles.close()
+    finally:
+        if stance is not None:
+            stance.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def _vmap_recorded() -> Iterator[None]:
+    """Route ``torch.vmap`` calls through ``_record_vmap`` (``torch.vmap``, ``torch.func.vmap``
+    and earlier ``from torch import vmap`` aliases all call ``torch._functorch.apis.vmap_impl``
+    at call time). If this torch has no such entry point, vmap calls are not intercepted."""
+    apis = sys.modules.get("torch._functorch.apis")
+    original = getattr(apis, "vmap_impl", None)
+    if original is None:
+        yield
+        return
+    apis.vmap_impl = functools.partial(_record_vmap, original)  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        apis.vmap_impl = original  # type: ignore[union-attr]
+
+
+def _record_vmap(original: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    recorder = active_recorder()
+    if recorder is None or recorder.suspended:
+        return original(func, *args, **kwargs)
+    # vmap_impl(func, in_dims, out_dims, randomness, chunk_size, *inputs, **kwargs)
+    inputs = arg_tensors(args[4:], kwargs)
+    frame = sys._getframe(1)
+    recorder.suspended += 1
+    begin = time.perf_counter_ns()
+    try:
+        out = original(func, *args, **kwargs)
+    except BaseException:
+        recorder.record_unseen("vmap", None, "vmap", inputs, [], 0, frame)
+        raise
+    finally:
+        recorder.suspended -= 1
+    duration = time.perf_counter_ns() - begin
+    recorder.record_unseen("vmap", None, "vmap", inputs, tensors_in(out), duration, frame)
+    return out
