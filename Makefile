@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.torchlens_nb-installed
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: setup sysdeps bundle demo test lint bench docs clean
+.PHONY: setup sysdeps bundle demo test lint payload-types bench docs clean
 
 setup: sysdeps $(STAMP) bundle
 
@@ -36,7 +36,9 @@ demo: setup
 	  --output-dir $${TMPDIR:-/tmp} --output tour_executed.ipynb
 	@echo "tour executed: $${TMPDIR:-/tmp}/tour_executed.ipynb (open notebooks/00_tour.ipynb in JupyterLab to click through)"
 
-test: setup
+# lint first: ruff, mypy and tsc (the panels' reads are checked against the payload types
+# generated from the Python reports: js/shared/payload_types.d.ts, tests/test_payload_types.py).
+test: setup lint
 	$(PYTEST) -q tests
 	$(PYTEST) -q -p nbval --nbval-lax --nbval-current-env notebooks
 
@@ -52,6 +54,10 @@ lint: setup
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 	cd js && node_modules/.bin/tsc -p jsconfig.json
+
+# Regenerate the panels' payload types after changing a report dataclass (commit the result).
+payload-types: $(STAMP)
+	$(BIN)/python -m torchlens_nb.widgets._payload_types --write
 
 bench: setup
 	$(BIN)/python benchmarks/run.py

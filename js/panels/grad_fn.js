@@ -19,7 +19,7 @@ const MAX_RESULTS = 20;
 const SYNC_LAYOUT_UNITS = 300;
 
 /**
- * @param {import("../shared/payload.js").Payload} payload
+ * @param {import("../shared/payload_types.js").GradFnReportPayload} payload
  * @param {import("../shared/panel.js").PanelContext} ctx
  */
 function view(payload, ctx) {

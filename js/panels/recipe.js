@@ -10,7 +10,12 @@ import { tableView } from "../shared/table.js";
 
 /**
  * @typedef {{ title: string, kind: "bar" | "line", labels?: string[], log?: boolean,
- *   y_label?: string, series: { name: string, values: number[] }[] }} ChartPayload
+ *   y_label?: string, series: { name: string, values: number[] }[] }} ChartPayload  one of
+ *   `data.charts` (a plain dict in Python: the recipes' `charts` properties)
+ * @typedef {import("../shared/payload_types.js").PayloadByType} ByType
+ * @typedef {ByType["class_balance"] | ByType["confident_errors"] | ByType["gradient_flow"] | ByType["init_loss"]
+ *   | ByType["overfit_one_batch"] | ByType["random_input_test"] | ByType["update_ratio"]
+ *   | ByType["weight_distribution"]} Payload  the reports registered to this panel
  */
 
 /** @param {ChartPayload} spec */
@@ -29,12 +34,11 @@ function legend(series) {
 }
 
 /**
- * @param {import("../shared/payload.js").Payload} payload
+ * @param {Payload} payload
  * @param {import("../shared/panel.js").PanelContext} ctx
  */
 function view(payload, ctx) {
-  /** @type {ChartPayload[]} */
-  const specs = Array.isArray(payload.data?.charts) ? payload.data.charts : [];
+  const specs = /** @type {ChartPayload[]} */ (payload.data.charts);
   const running = payload.status === "running";
   const middle = [
     running ? h("p", { class: "tln-recipe-progress", role: "status", "aria-live": "polite" },

@@ -1,7 +1,7 @@
 // The table every tabular panel uses: sortable, filterable, paged; large tables page through
 // the kernel (Python sorts and filters with pandas) so 100k rows never travel to the browser.
 import { h, listen } from "./dom.js";
-import { columnKind, exactText, formatNumber, formatValue } from "./format.js";
+import { columnKind, exactText, formatNumber, formatSourceLine, formatValue, isNamedLocation } from "./format.js";
 import { definitionList } from "./findings.js";
 import { decodeFloats } from "./payload.js";
 import { PAGE_TIMEOUT_MS } from "./rpc.js";
@@ -52,7 +52,7 @@ export function tableView(table, ctx, { onRow, rowLabel = "Open" } = {}) {
   /** @param {unknown[]} row @param {number} index */
   const rowEl = (row, index) => {
     const cells = row.map((value, i) => {
-      const text = formatValue(value);
+      const text = isNamedLocation(value, ctx.locations) ? formatSourceLine(value, ctx.locations) : formatValue(value);
       const attrs = { class: numeric[i] ? "tln-num" : null, title: exactText(value) !== text ? exactText(value) : null };
       if (i > 0) return h("td", attrs, text);
       return h("th", { ...attrs, scope: "row" },

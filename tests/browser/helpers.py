@@ -65,9 +65,11 @@ class PanelPage:
         *,
         arrays: dict[str, Any] | None = None,
         offline: bool = False,
+        traits: dict[str, Any] | None = None,
     ) -> Locator:
         """Render ``panel`` with ``payload`` (use ``widgets.panel_payload(report)``); returns the
-        panel root (``.tln-panel``). ``arrays`` as from ``widgets.panel_arrays(report)``."""
+        panel root (``.tln-panel``). ``arrays`` as from ``widgets.panel_arrays(report)``;
+        ``traits`` are further model traits (the live dashboard's ``live_id``)."""
         encoded = {
             name: {
                 **{k: v for k, v in spec.items() if k != "data"},
@@ -77,7 +79,11 @@ class PanelPage:
         }
         index = self.page.evaluate(
             "([panel, state, arrays]) => harness.mountPanel(panel, state, arrays)",
-            [panel, {"payload": payload, "offline": offline, "panel": panel}, encoded],
+            [
+                panel,
+                {"payload": payload, "offline": offline, "panel": panel, **(traits or {})},
+                encoded,
+            ],
         )
         return self.page.locator(".harness-el").nth(index)  # render() made `el` the .tln-panel
 

@@ -65,7 +65,10 @@ def test_live_counters_checks_findings_and_chart_update_per_increment(
     panel_page, dead_layer_run
 ) -> None:
     snapshot, increments, _ = dead_layer_run
-    root = panel_page.mount("checks", widgets.panel_payload(snapshot))
+    # the dashboard widget (LiveChecksWidget) carries a live_id: this mount stands in for it
+    root = panel_page.mount(
+        "checks", widgets.panel_payload(snapshot), traits={"live_id": "dead-layer-run"}
+    )
     accepted = root.locator('[data-counter="accepted"]')
     expect(accepted).to_have_text("0")
     expect(root.get_by_role("status").first).to_have_text(
@@ -126,7 +129,7 @@ def ddp_live_run(tmp_path_factory):
 
 
 def test_live_dashboard_on_rank_0_lays_out_every_ranks_counters(ddp_live_run, panel_page) -> None:
-    root = panel_page.mount("checks", ddp_live_run["snapshot"])
+    root = panel_page.mount("checks", ddp_live_run["snapshot"], traits={"live_id": "ddp-run"})
     table = root.locator('table[data-table="ranks"]')
     expect(table).to_have_count(0)  # no agreement yet: no per-rank rows
     for message in ddp_live_run["increments"]:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import traitlets
 
 from .._jsonsafe import to_jsonable
+from ..report import CheckReport
+from ..report._status import resolve_tone, status_phrase
 from ._registry import THEME_CSS, bundle_path
 from ._widget import ReportWidget
 
@@ -37,7 +39,19 @@ class LiveChecksWidget(ReportWidget):
     ``{"type": "final", "seq"}`` once the final report is shown."""
 
     def push(self, message: dict[str, Any]) -> None:
-        """Send one increment to every view (one comm message; NaN/Inf tagged as in payloads)."""
+        """Send one increment to every view (one comm message; NaN/Inf tagged as in payloads).
+
+        The increment's ``status`` gets its ``tone`` and ``status_label`` here, decided as a
+        ``CheckReport``'s are (``raised`` is critical), so the live badge maps no word in JS.
+        """
+        status = message.get("status")
+        if isinstance(status, str) and status in CheckReport.status_tones:
+            severities = [f.get("severity") for f in message.get("findings", ())]
+            message = {
+                **message,
+                "tone": resolve_tone(CheckReport.status_tones[status], severities),
+                "status_label": status_phrase(status),
+            }
         self.live = to_jsonable(message)
 
     def finish(self, report: Report) -> None:

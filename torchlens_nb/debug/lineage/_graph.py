@@ -1,0 +1,185 @@
+"""``OpGraph``: what the lineage follow-ups need from a trace, held without any tensor.
+
+A report holds its trace by weak reference (a report never pins activations), so a follow-up that
+walked the trace itself would fail once the notebook rebinds ``trace`` or passes it inline
+(``tl.debug.compare(tl.trace(m, a), tl.trace(m, b))``). The lineage follow-ups hold an
+``OpGraph`` instead: every op's label, function, module, source line, shape, dtype, parents and
+children, and its finiteness as known when the report was made (a saved value checked here, a
+live check of a NaN run, an integer dtype). The labels and tuples are the trace's own objects,
+shared while the trace lives. Value statistics need the values: they are read from the trace
+while it lives and are absent (and disclosed) once it was released.
+
+Cost (``benchmarks/bench_followups.py``, 20,000 ops, 2-core CPU): see the benchmark's docstring
+for the numbers and what each covers.
+"""
+
+from __future__ import annotations
+
+import linecache
+import weakref
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ...capture import Op, Trace
+from ...errors import OpNotFoundError
+from ...report._lineage import CheckedBy, Finiteness
+from .._values import finite_flags, is_float_dtype, saved_tensors, value_stats
+
+if TYPE_CHECKING:
+    from ...report._nonfinite import ValueStats
+    from ..nonfinite._forward_scan import ForwardFacts
+
+
+class GraphOp:
+    """One op of an :class:`OpGraph`: the attributes of ``Op`` a lineage reads, no value."""
+
+    __slots__ = (
+        "checked_by",
+        "children",
+        "dtype",
+        "file",
+        "finiteness",
+        "func",
+        "index",
+        "label",
+        "line",
+        "module",
+        "parents",
+        "shape",
+    )
+
+    def __init__(self, op: Op, finiteness: Finiteness, checked_by: CheckedBy | None) -> None:
+        self.label = op.label
+        self.index = op.index
+        self.func = op.func
+        self.module = op.module
+        self.file = op.file
+        self.line = op.line
+        self.shape = op.shape
+        self.dtype = op.dtype
+        self.parents = op.parents
+        self.children = op.children
+        self.finiteness: Finiteness = finiteness
+        self.checked_by: CheckedBy | None = checked_by
+
+    @property
+    def code(self) -> str | None:
+        """Text of the source line, read lazily from ``linecache`` as ``Op.code`` does."""
+        if self.file is None or self.line is None:
+            return None
+        return linecache.getline(self.file, self.line).strip() or None
+
+
+class OpGraph:
+    """The structure and finiteness of a trace's ops; index it like a trace (``graph[label]``).
+
+    Build it with :func:`op_graph` (cached per trace) or :func:`facts_graph` (a live NaN run).
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        ops: list[GraphOp],
+        *,
+        stats: dict[str, ValueStats] | None = None,
+        mode: CheckedBy = "saved",
+    ) -> None:
+        self.model_type = trace.model_type
+        self.ops = ops
+        self._by_label = {op.label: op for op in ops}
+        self._trace = weakref.ref(trace)
+        self._stats = stats
+        self.mode = mode
+        """How finiteness was known: ``saved`` values checked here, or a ``live`` NaN run."""
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __contains__(self, label: object) -> bool:
+        return isinstance(label, str) and label in self._by_label
+
+    def __getitem__(self, key: str | int | Op) -> GraphOp:
+        if isinstance(key, Op):
+            key = key.label
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise OpNotFoundError(
+                f"index a lineage with an op label (e.g. {self._example()}) or an int, got "
+                f"{type(key).__name__}."
+            )
+        if isinstance(key, int):
+            if -len(self.ops) <= key < len(self.ops):
+                return self.ops[key]
+            raise OpNotFoundError(f"op index {key} is out of range for {len(self.ops)} ops.")
+        op = self._by_label.get(key)
+        if op is None:
+            close = [label for label in self._by_label if label.split("_")[0] == key.split("_")[0]]
+            hint = f" Labels like it: {close[:5]}." if close else f" Try {self._example()}."
+            raise OpNotFoundError(f"no op labelled {key!r} in this trace.{hint}")
+        return op
+
+    def _example(self) -> str:
+        return repr(self.ops[-1].label) if self.ops else "'linear_1'"
+
+    @property
+    def is_trace_alive(self) -> bool:
+        """Whether the trace (and so its saved values) still exists."""
+        return self._trace() is not None
+
+    def value_stats(self, labels: Iterable[str]) -> dict[str, ValueStats]:
+        """Statistics of the values of ``labels`` that can be read now (a live run's record,
+        or the saved values while the trace lives); one host sync per device."""
+        wanted = list(labels)
+        if self._stats is not None:
+            return {label: self._stats[label] for label in wanted if label in self._stats}
+        trace = self._trace()
+        if trace is None:
+            return {}
+        saved = [label for label in wanted if saved_tensors(trace[label].out)]
+        values = [saved_tensors(trace[label].out) for label in saved]
+        return dict(zip(saved, value_stats(values)))
+
+
+_GRAPHS: weakref.WeakKeyDictionary[Trace, OpGraph] = weakref.WeakKeyDictionary()
+"""One graph per trace: reports on the same trace (an audit runs three) share it."""
+
+
+def op_graph(trace: Trace) -> OpGraph:
+    """The :class:`OpGraph` of a trace, finiteness from its saved values (built once per trace).
+
+    Checks every saved floating-point value (one batched reduction, one host sync per device);
+    integer outputs are finite by dtype; the rest is ``unknown``.
+    """
+    graph = _GRAPHS.get(trace)
+    if graph is None or len(graph) != len(trace):
+        graph = OpGraph(trace, _graph_ops(trace))
+        _GRAPHS[trace] = graph
+    return graph
+
+
+def _graph_ops(trace: Trace) -> list[GraphOp]:
+    saved = [op for op in trace if saved_tensors(op.out)]
+    flags = dict(
+        zip((op.label for op in saved), finite_flags([saved_tensors(op.out) for op in saved]))
+    )
+    ops = []
+    for op in trace:
+        state: tuple[Finiteness, CheckedBy | None]
+        if op.label in flags:
+            state = ("finite" if flags[op.label] else "nonfinite", "saved")
+        elif not is_float_dtype(op.dtype):
+            state = ("finite", "dtype")
+        else:
+            state = ("unknown", None)
+        ops.append(GraphOp(op, *state))
+    return ops
+
+
+def facts_graph(facts: ForwardFacts) -> OpGraph:
+    """The :class:`OpGraph` of a live NaN run: finiteness and statistics from its record."""
+    trace = facts.trace
+    ops = []
+    for op in trace:
+        known = op.label in facts.state and op.label not in facts.partial
+        state: Any = facts.state[op.label] if known else "unknown"
+        ops.append(GraphOp(op, state, facts.checked_by.get(op.label) if known else None))
+    return OpGraph(trace, ops, stats=dict(facts.stats), mode="live")
