@@ -3,6 +3,7 @@ import { clear, h } from "./dom.js";
 import { readArrays, readPayload, unreadable } from "./payload.js";
 import { createRpc } from "./rpc.js";
 import { renderReply } from "./child.js";
+import { followHostTheme } from "./theme.js";
 
 /**
  * @typedef {object} PanelContext
@@ -20,7 +21,8 @@ import { renderReply } from "./child.js";
  */
 
 /**
- * Mount a panel: add the `.tln-panel` scope, draw `view(payload, ctx)`, redraw on
+ * Mount a panel: add the `.tln-panel` scope, follow the host's theme (theme.js), draw
+ * `view(payload, ctx)`, redraw on
  * `change:payload` / `change:arrays`, and return a cleanup that removes every model listener,
  * every DOM listener (through `ctx.signal`) and every follow-up panel.
  * A payload that cannot be read, or a view that throws, shows the text card instead.
@@ -42,6 +44,8 @@ export function mountPanel({ model, el }, view, panel) {
   const followups = new Map();
   /** @type {AbortController | null} */
   let controller = null;
+  const mounted = new AbortController();  // lives as long as the panel: the theme follower
+  followHostTheme(el, mounted.signal);
 
   const dropFollowups = () => {
     for (const cleanup of followups.values()) cleanup();
@@ -86,6 +90,7 @@ export function mountPanel({ model, el }, view, panel) {
   draw();
   return () => {
     controller?.abort();
+    mounted.abort();
     dropFollowups();
     rpc.dispose();
     model.off("change:payload", draw);

@@ -9,6 +9,8 @@ import { offlineNote, setStatus } from "./status.js";
 
 /** Rows shown per page. */
 export const PAGE_ROWS = 25;
+/** A text cell longer than this may wrap (theme.css .tln-long); shorter cells stay on one line. */
+const LONG_TEXT_CHARS = 60;
 /** Table attrs the panel reads itself instead of listing them as facts. */
 const CONTROL_ATTRS = new Set(["row_action", "row_arg"]);
 
@@ -53,7 +55,8 @@ export function tableView(table, ctx, { onRow, rowLabel = "Open" } = {}) {
   const rowEl = (row, index) => {
     const cells = row.map((value, i) => {
       const text = isNamedLocation(value, ctx.locations) ? formatSourceLine(value, ctx.locations) : formatValue(value);
-      const attrs = { class: numeric[i] ? "tln-num" : null, title: exactText(value) !== text ? exactText(value) : null };
+      const attrs = { class: numeric[i] ? "tln-num" : text.length > LONG_TEXT_CHARS ? "tln-long" : null,
+        title: exactText(value) !== text ? exactText(value) : null };
       if (i > 0) return h("td", attrs, text);
       return h("th", { ...attrs, scope: "row" },
         onRow ? h("button", { type: "button", class: "tln-row-button", "aria-label": `${rowLabel} ${text}` }, text) : text);

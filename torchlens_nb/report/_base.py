@@ -404,12 +404,20 @@ class Report:
                 return _thaw(item.args)
         return {}
 
+    def card_html(self, *, beside_panel: bool = False) -> str:
+        """The card as static HTML (a ``<pre>`` block): what a page shows with no panel.
+        ``beside_panel`` marks the copy displayed next to a live panel, which hides it."""
+        return _display.static_html(self, beside_panel=beside_panel)
+
     def to_html(self, path: str | None = None) -> str:
         """Self-contained HTML of the panel (offline, no kernel); written to ``path`` if given."""
         return _display.to_html(self, path)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         return _display.mimebundle(self)
+
+    def _ipython_display_(self) -> None:
+        _display.ipython_display(self)
 
     def _data(self) -> dict[str, Any]:
         """The payload's ``data``: the subclass's fields and ``payload_properties``."""

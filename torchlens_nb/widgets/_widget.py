@@ -63,6 +63,7 @@ class ReportWidget(anywidget.AnyWidget):
         self._reports: OrderedDict[int, Report] = OrderedDict({0: report})
         self._next_report_id = 1
         self._pagers: dict[tuple[int, str], TablePager] = {}
+        self._card: Any = None
         self.on_msg(self._on_custom_message)
         self._watch_releases(report)
 
@@ -81,6 +82,22 @@ class ReportWidget(anywidget.AnyWidget):
         self._reports = OrderedDict({0: report})
         self._pagers.clear()
         self._watch_releases(report)
+        if self._card is not None:  # the card beside the panel follows it (nbconvert keeps it)
+            self._card.update(_card_bundle(report), raw=True)
+
+    def _ipython_display_(self) -> None:
+        """``display(widget)``: the report's card as an output of its own, then the panel.
+
+        ``nbconvert --execute`` to HTML renders a stored widget view only through the widget
+        manager it loads from a CDN, so offline the panel is blank; the card output is plain
+        HTML every converter shows, and the panel's stylesheet hides it wherever the panel
+        runs. ``update`` keeps that card current (one display update per report).
+        """
+        from IPython.display import display
+
+        self._card = display(_card_bundle(self.report), raw=True, display_id=True)
+        view = self._repr_mimebundle_()
+        display(view[0] if isinstance(view, tuple) else view, raw=True)
 
     def _watch_releases(self, report: Report) -> None:
         """Re-send ``report``'s payload when an object one of its follow-ups needs is
@@ -195,6 +212,10 @@ class ReportWidget(anywidget.AnyWidget):
             offset=content.get("offset", 0),
             limit=content.get("limit", 25),
         )
+
+
+def _card_bundle(report: Report) -> dict[str, str]:
+    return {"text/plain": report.card(), "text/html": report.card_html(beside_panel=True)}
 
 
 @functools.cache
