@@ -26,9 +26,12 @@ LOOPBACK = re.compile(r"^(https?|wss?)://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?
 
 
 @contextlib.contextmanager
-def guarded_page(browser: Browser, viewport: dict[str, int]) -> Iterator[Page]:
-    """A fresh page; on exit, fail on non-loopback requests, page errors, console errors."""
-    context = browser.new_context(viewport=viewport)
+def guarded_page(browser: Browser, viewport: dict[str, int], **options: Any) -> Iterator[Page]:
+    """A fresh page; on exit, fail on non-loopback requests, page errors, console errors.
+
+    ``options`` go to ``browser.new_context`` (e.g. ``color_scheme="dark"``: the OS setting).
+    """
+    context = browser.new_context(viewport=viewport, **options)
     external: list[str] = []
     context.route(
         lambda url: not (LOOPBACK.match(url) or url.startswith(("blob:", "data:"))),

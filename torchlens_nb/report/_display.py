@@ -34,7 +34,9 @@ def static_html(report: Report, *, beside_panel: bool = False) -> str:
     extra = " tln-card-beside-panel" if beside_panel else ""
     return (
         f'<div class="tln-static-card{extra}" data-report-type="{html.escape(report.report_type)}">'
-        f"<pre>{html.escape(report.card())}</pre></div>"
+        # inline style: the page showing this card may carry no stylesheet of ours
+        f'<pre style="white-space: pre-wrap; overflow-wrap: break-word; word-break: normal">'
+        f"{html.escape(report.card())}</pre></div>"
     )
 
 
