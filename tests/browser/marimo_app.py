@@ -12,18 +12,13 @@ in 20-40 s (importing torch and transformers in the app's kernel).
 from __future__ import annotations
 
 import contextlib
-import os
 import pathlib
-import signal
-import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
-from tests.browser.lab import _free_port
+from tests.browser.servers import free_port, running_server, server_env
 
 MARIMO_START_TIMEOUT_S = 60
 
@@ -47,14 +42,9 @@ def running_marimo(
     root.mkdir(parents=True, exist_ok=True)
     (root / "app.py").write_text(_notebook(cells), encoding="utf-8")
     (root / "pyproject.toml").write_text(f'[tool.marimo.display]\ntheme = "{theme}"\n')
-    port = _free_port()
-    env = {
-        **os.environ,
-        "HOME": str(root),  # marimo's user config and state stay in the temp folder
-        "PYTHONPATH": os.pathsep.join(
-            [*map(str, extra_pythonpath), os.environ.get("PYTHONPATH", "")]
-        ).strip(os.pathsep),
-    }
+    port = free_port()
+    # HOME: marimo's user config and state stay in the temp folder
+    env = server_env(extra_pythonpath, HOME=str(root))
     command = [
         sys.executable,
         "-m",
@@ -67,30 +57,13 @@ def running_marimo(
         str(port),
         "app.py",
     ]
-    log_path = root / "marimo.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            command, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        url = f"http://127.0.0.1:{port}/"
-        started = time.monotonic()
-        try:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"marimo exited early:\n{log_path.read_text()[-3000:]}")
-                with contextlib.suppress(OSError):
-                    with urllib.request.urlopen(url, timeout=2) as response:
-                        if response.status == 200:
-                            break
-                if time.monotonic() - started > MARIMO_START_TIMEOUT_S:
-                    raise TimeoutError(f"marimo not up in {MARIMO_START_TIMEOUT_S} s; {log_path}")
-                time.sleep(0.25)
-            yield url
-        finally:
-            with contextlib.suppress(ProcessLookupError):  # our process group only
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+    url = f"http://127.0.0.1:{port}/"
+    with running_server(
+        command,
+        url,
+        env=env,
+        log_path=root / "marimo.log",
+        timeout_s=MARIMO_START_TIMEOUT_S,
+        cwd=root,
+    ):
+        yield url

@@ -9,16 +9,15 @@ request that leaves 127.0.0.1 aborted. Screenshot: tests/artifacts/nbconvert_off
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.fixtures import ROOT
 from tests.browser.helpers import ARTIFACTS, LOOPBACK
+from tests.browser.servers import server_env, write_notebook
 
 pytestmark = pytest.mark.slow
 
@@ -38,23 +37,11 @@ CELLS = [
 def test_each_reports_card_shows_in_the_converted_html_offline(
     browser, tmp_path, out_dir, base_url
 ):
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    notebook.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
     path = tmp_path / "executed.ipynb"
-    nbformat.write(notebook, path)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).strip(
-            os.pathsep
-        ),
-        "IPYTHONDIR": str(tmp_path / "ipython"),
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-    }
+    write_notebook(path, CELLS)
+    env = server_env(
+        [ROOT], IPYTHONDIR=str(tmp_path / "ipython"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime")
+    )
     subprocess.run(
         [
             sys.executable,

@@ -76,7 +76,7 @@ class GraphOp:
 
 
 class OpGraph:
-    """The structure and finiteness of a trace's ops; index it like a trace (``graph[label]``).
+    """The structure and finiteness of a trace's ops, by label (``graph["relu_1"]``).
 
     Build it with :func:`op_graph` (cached per trace) or :func:`facts_graph` (a live NaN run).
     """
@@ -100,30 +100,15 @@ class OpGraph:
     def __len__(self) -> int:
         return len(self.ops)
 
-    def __contains__(self, label: object) -> bool:
-        return isinstance(label, str) and label in self._by_label
-
-    def __getitem__(self, key: str | int | Op) -> GraphOp:
-        if isinstance(key, Op):
-            key = key.label
-        if isinstance(key, bool) or not isinstance(key, (str, int)):
-            raise OpNotFoundError(
-                f"index a lineage with an op label (e.g. {self._example()}) or an int, got "
-                f"{type(key).__name__}."
-            )
-        if isinstance(key, int):
-            if -len(self.ops) <= key < len(self.ops):
-                return self.ops[key]
-            raise OpNotFoundError(f"op index {key} is out of range for {len(self.ops)} ops.")
-        op = self._by_label.get(key)
+    def __getitem__(self, label: str) -> GraphOp:
+        """The op labelled ``label`` (the trace itself resolves indices and ``Op`` objects)."""
+        op = self._by_label.get(label) if isinstance(label, str) else None
         if op is None:
-            close = [label for label in self._by_label if label.split("_")[0] == key.split("_")[0]]
-            hint = f" Labels like it: {close[:5]}." if close else f" Try {self._example()}."
-            raise OpNotFoundError(f"no op labelled {key!r} in this trace.{hint}")
+            raise OpNotFoundError(
+                f"no op labelled {label!r} in this trace; follow-ups name ops by label, "
+                f"e.g. {self.ops[-1].label if self.ops else 'linear_1'!r}."
+            )
         return op
-
-    def _example(self) -> str:
-        return repr(self.ops[-1].label) if self.ops else "'linear_1'"
 
     @property
     def is_trace_alive(self) -> bool:

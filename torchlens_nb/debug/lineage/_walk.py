@@ -86,7 +86,7 @@ def lineage_of_facts(
     """``lineage`` with finiteness from a live NaN run (``facts``) instead of saved values."""
     return lineage_of_graph(
         _graph_of(trace, facts),
-        op_or_label,
+        trace[op_or_label].label,  # the trace resolves an index, a label or an Op
         direction=direction,
         max_depth=max_depth,
         highlight=highlight,
@@ -96,7 +96,7 @@ def lineage_of_facts(
 
 def lineage_of_graph(
     graph: OpGraph,
-    op_or_label: Any,
+    label: str,
     *,
     direction: str,
     max_depth: int | None,
@@ -114,7 +114,7 @@ def lineage_of_graph(
         raise DiagnosticArgumentError(
             f"max_depth must be a non-negative int or None (walk to the ends), got {max_depth!r}."
         )
-    root = graph[op_or_label]
+    root = graph[label]
     walked = _walk(graph, root, direction, max_depth)
     nodes = _nodes(graph, walked, direction)
     message = _message(root.label, nodes, direction, max_depth)
