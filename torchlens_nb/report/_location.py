@@ -35,7 +35,7 @@ def cell_names(files: Iterable[str]) -> dict[str, str]:
     """``file -> "Cell In[n]"`` for the notebook cells among ``files`` (other files omitted)."""
     namer = _namer()
     if namer is None:
-        return {}
+        return {}  # outside IPython: ``files`` is not even read
     names = {}
     for file in set(files):
         named = namer(file)

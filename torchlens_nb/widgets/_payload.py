@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ReportOptionError, TorchlensNbWarning
@@ -70,23 +70,22 @@ def panel_payload(report: Report) -> dict[str, Any]:
     return payload
 
 
-def _file_candidates(value: Any) -> set[str]:
+def _file_candidates(value: Any) -> Iterator[str]:
     """Every string of a payload that could name a source file: the string itself, and the
-    part before ``:<line>`` (tables spell locations ``file:line``)."""
-    found: set[str] = set()
+    part before ``:<line>`` (tables spell locations ``file:line``). Lazy: outside IPython
+    ``cell_names`` reads none of it."""
     pending = [value]
     while pending:
         item = pending.pop()
         if isinstance(item, str):
-            found.add(item)
+            yield item
             head, _, tail = item.rpartition(":")
             if head and tail.isdigit():
-                found.add(head)
+                yield head
         elif isinstance(item, dict):
             pending.extend(item.values())
         elif isinstance(item, list):
             pending.extend(item)
-    return found
 
 
 def encode_array(
