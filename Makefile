@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.torchlens_nb-installed
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: setup sysdeps bundle demo test lint bench docs clean
+.PHONY: setup sysdeps bundle demo test lint payload-types bench docs clean
 
 setup: sysdeps $(STAMP) bundle
 
@@ -36,7 +36,9 @@ demo: setup
 	  --output-dir $${TMPDIR:-/tmp} --output tour_executed.ipynb
 	@echo "tour executed: $${TMPDIR:-/tmp}/tour_executed.ipynb (open notebooks/00_tour.ipynb in JupyterLab to click through)"
 
-test: setup
+# lint first: ruff, mypy and tsc (the panels' reads are checked against the payload types
+# generated from the Python reports: js/shared/payload_types.d.ts, tests/test_payload_types.py).
+test: setup lint
 	$(PYTEST) -q tests
 	$(PYTEST) -q -p nbval --nbval-lax --nbval-current-env notebooks
 
@@ -60,6 +62,10 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-constraint.txt
 	$(BIN)/python -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[bench]"
 	touch $(BENCH_STAMP)
+
+# Regenerate the panels' payload types after changing a report dataclass (commit the result).
+payload-types: $(STAMP)
+	$(BIN)/python -m torchlens_nb.widgets._payload_types --write
 
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -10,8 +10,9 @@ import { compareValues, tableView } from "../shared/table.js";
 import { dimBars } from "./attention_sinks/dims.js";
 import { inflate, patternView } from "./attention_sinks/pattern.js";
 
-/** @typedef {{ label: string, module: string, positions: number[], masses: number[],
- *   is_sink: boolean[], is_causal: boolean, uniform_share: number }} Layer
+/** @typedef {import("../shared/payload_types.js").AttentionSinksReportPayload} Payload
+ * @typedef {Payload["data"]} Data
+ * @typedef {import("../shared/payload_types.js").AttentionLayer} Layer
  * @typedef {{ layer: number, head: number, position: number, token: string, mass: number,
  *   sink: boolean }} HeadRow */
 
@@ -19,24 +20,23 @@ const LIST_COLUMNS = /** @type {const} */ ([["layer", "layer"], ["head", "head"]
   ["mass", "mass"], ["sink", "flag"]]);
 
 /**
- * @param {import("../shared/payload.js").Payload} payload
+ * @param {Payload} payload
  * @param {import("../shared/panel.js").PanelContext} ctx
  */
 function view(payload, ctx) {
   const d = payload.data;
-  /** @type {Layer[]} */
-  const layers = d.layers ?? [];
-  const tokens = /** @type {string[]} */ (d.tokens ?? []);
+  const layers = d.layers;
+  const tokens = d.tokens;
   const extra = payload.tables.filter((t) => t.name !== "heads").map((t) => tableView(t, ctx));
   const middle = [];
   if (layers.length) middle.push(explorer(d, layers, tokens, ctx));
-  if ((d.residual ?? []).length) middle.push(residualView(d, ctx));
+  if (d.residual.length) middle.push(residualView(d, ctx));
   return reportCard(payload, ctx, [...middle, ...extra]);
 }
 
 /**
  * Grid + list + stepper + pattern, sharing one selection.
- * @param {Record<string, any>} d @param {Layer[]} layers @param {string[]} tokens
+ * @param {Data} d @param {Layer[]} layers @param {string[]} tokens
  * @param {import("../shared/panel.js").PanelContext} ctx
  */
 function explorer(d, layers, tokens, ctx) {
@@ -128,15 +128,16 @@ function explorer(d, layers, tokens, ctx) {
     where.textContent = `Layer ${layer} of ${layers.length} · head ${head} of ${heads} · ${formatNumber(l.masses[head])} on ` +
       `${token(l.positions[head])} (position ${l.positions[head]})${l.is_sink[head] ? " · sink" : ""}`;
     drawList();
-    if (!patterns || !d.patterns) {
+    const summary = d.patterns;
+    if (!patterns || !summary) {
       slot.replaceChildren(h("p", { class: "tln-note" }, "No attention patterns came with this report (see the notes)."));
       return;
     }
     const title = `Layer ${layer} (${l.label}) head ${head}`;
     inflate(/** @type {Uint8Array} */ (patterns.values)).then((raw) => {
       if (ctx.signal.aborted || st.layer !== layer || st.head !== head) return;
-      slot.replaceChildren(patternView({ raw, layer, head, heads: d.patterns.heads, positions: d.patterns.positions,
-        levels: d.patterns.levels, tokens, sink: l.positions[head], title, signal: ctx.signal }));
+      slot.replaceChildren(patternView({ raw, layer, head, heads: summary.heads, positions: summary.positions,
+        levels: summary.levels, tokens, sink: l.positions[head], title, signal: ctx.signal }));
     }, (err) => slot.replaceChildren(h("p", { class: "tln-note", role: "alert" }, `Cannot read the patterns: ${String(err)}`)));
   }
 
@@ -165,11 +166,9 @@ function firstSink(layers) {
 
 /**
  * Per block output: a bar per residual dim (mean |value|), flagged dims labelled.
- * @param {Record<string, any>} d @param {import("../shared/panel.js").PanelContext} ctx
+ * @param {Data} d @param {import("../shared/panel.js").PanelContext} ctx
  */
 function residualView(d, ctx) {
-  /** @type {{ label: string, module: string, dims: number, median_mean_abs: number,
-   *   outliers: { dim: number, factor: number }[] }[]} */
   const sites = d.residual;
   const values = ctx.arrays.residual_mean_abs;
   const most = sites.reduce((best, s, i) => (s.outliers.length > sites[best].outliers.length ? i : best), 0);

@@ -20,9 +20,14 @@ const STATE_TONE = /** @type {Record<string, string>} */ (
   { clean: "ok", collecting: "info", warned: "warning", raised: "critical", unavailable: "warning" });
 
 /**
+ * @typedef {import("../shared/payload_types.js").CheckReportPayload} Payload
+ * @typedef {import("../shared/payload_types.js").Tone} Tone
  * @typedef {{ attempt: number, group: number, grad_norm: number | null, update_ratio: number | null }} Point
- * @typedef {{ latest: Record<string, any> | null, points: Point[], seq: number }} Store
- * @typedef {{ liveEl: HTMLElement | null, payload: import("../shared/payload.js").Payload | null }} ViewState
+ * @typedef {{ status: string, status_label: string, tone: Tone, lead: string, counters: Record<string, any>,
+ *   checks: Record<string, any>[], findings: { code: string, severity: "critical" | "warning" | "info", message: string }[],
+ *   scale?: Record<string, any>, ranks?: Record<string, number>[] }} Latest  the increment (widgets/_dashboard.py push)
+ * @typedef {{ latest: Latest | null, points: Point[], seq: number }} Store
+ * @typedef {{ liveEl: HTMLElement | null, payload: Payload | null }} ViewState
  */
 
 /**
@@ -120,11 +125,12 @@ function ledgerView(scale) {
  * @param {Point[]} points
  * @param {"grad_norm" | "update_ratio"} key
  * @param {string} title
+ * @param {string} none what to say when no attempt measured it
  */
-function seriesChart(points, key, title) {
+function seriesChart(points, key, title, none) {
   const measured = points.filter((p) => p[key] !== null && p[key] !== undefined);
   const attempts = [...new Set(measured.map((p) => p.attempt))].sort((a, b) => a - b).slice(-CHART_ATTEMPTS);
-  if (!attempts.length) return h("p", { class: "tln-ck-empty", "data-chart": key }, `${title}: not measured yet.`);
+  if (!attempts.length) return h("p", { class: "tln-ck-empty", "data-chart": key }, `${title}: ${none}.`);
   const groups = [...new Set(measured.map((p) => p.group))].sort((a, b) => a - b);
   const index = new Map(attempts.map((a, i) => [a, i]));
   const series = groups.map((g) => {
@@ -139,11 +145,12 @@ function seriesChart(points, key, title) {
   return h("figure", { class: "tln-ck-figure" }, h("figcaption", null, title), svg, legend);
 }
 
-/** @param {Point[]} points */
-function chartsView(points) {
+/** @param {Point[]} points @param {boolean} running whether more attempts may still come */
+function chartsView(points, running) {
+  const none = running ? "not measured yet" : "no attempt measured it";
   return h("section", { class: "tln-ck-charts", "aria-label": "Charts" },
-    seriesChart(points, "grad_norm", "Gradient norm per param group (pre-clip, by attempt)"),
-    seriesChart(points, "update_ratio", "Update ratio ||dw||/||w|| per param group (sampled attempts)"));
+    seriesChart(points, "grad_norm", "Gradient norm per param group (pre-clip, by attempt)", none),
+    seriesChart(points, "update_ratio", "Update ratio ||dw||/||w|| per param group (sampled attempts)", none));
 }
 
 /**
@@ -166,38 +173,56 @@ function pointsFromArrays(ctx) {
 /**
  * The body of a running session: rebuilt on every increment.
  * @param {Store} store
- * @param {import("../shared/payload.js").Payload} payload the snapshot it started from
+ * @param {Payload} payload the snapshot it started from
  */
 function liveBody(store, payload) {
-  const latest = store.latest ?? { status: payload.status, lead: payload.lead, counters: payload.data.counters ?? {},
-    checks: payload.data.checks_run ?? [], findings: payload.findings, scale: payload.data.ledgers?.scale };
+  const d = payload.data;
+  /** @type {Latest} */
+  const latest = store.latest ?? { status: payload.status, status_label: payload.status_label, tone: payload.tone,
+    lead: payload.lead, counters: d.counters, checks: d.checks_run, findings: payload.findings,
+    scale: /** @type {Record<string, any> | undefined} */ (d.ledgers.scale) };
   const ledger = ledgerView(latest.scale);
   const ranks = ranksView(latest.ranks);
-  return [cardHeader({ ...payload, status: latest.status, lead: latest.lead }),
+  return [cardHeader({ ...payload, status: latest.status, status_label: latest.status_label, tone: latest.tone, lead: latest.lead }),
     h("p", { class: "tln-ck-running", role: "status" }, "Session running: updates while the loop runs."),
     countersView(latest.counters), ...(ranks ? [ranks] : []), checksView(latest.checks), liveFindings(latest.findings ?? []),
-    ...(ledger ? [ledger] : []), chartsView(store.points)];
+    ...(ledger ? [ledger] : []), chartsView(store.points, true)];
+}
+
+/**
+ * A finished session (``is_final``: its report is final, also the one a CheckViolationError
+ * carries) or a snapshot displayed on its own: counters, checks, charts from the report's
+ * arrays, tables. Only a live dashboard (a ``live_id``) shows the running body.
+ * @param {Payload} payload
+ * @param {import("../shared/panel.js").PanelContext} ctx
+ */
+function reportBody(payload, ctx) {
+  const d = payload.data;
+  const ledger = ledgerView(/** @type {Record<string, any> | undefined} */ (d.ledgers.scale));
+  const state = d.is_final
+    ? h("p", { class: "tln-ck-final", role: "status" }, `Final report (${d.exit_reason ?? "completed"}).`)
+    : h("p", { class: "tln-ck-snapshot", role: "status" },
+      "Snapshot of a session still attached: counts up to the moment it was taken; display the session for live updates.");
+  return reportCard(payload, ctx, [state,
+    countersView(d.counters), checksView(d.checks_run), ...(ledger ? [ledger] : []),
+    chartsView(pointsFromArrays(ctx), !d.is_final), ...payload.tables.map((t) => tableView(t, ctx))]);
 }
 
 /**
  * @param {Store} store
  * @param {ViewState} mine this view's live element
- * @param {import("../shared/payload.js").Payload} payload
+ * @param {Payload} payload
  * @param {import("../shared/panel.js").PanelContext} ctx
  */
 function view(store, mine, payload, ctx) {
-  const d = payload.data;
   mine.payload = payload;
-  if (!d.is_final) {
+  const live = ctx.model.get("live_id");
+  if (!payload.data.is_final && typeof live === "string" && live) {
     mine.liveEl = h("div", { class: "tln-ck-live" }, liveBody(store, payload));
     return h("article", { class: "tln-card", "aria-label": `checks dashboard: ${payload.subject}` }, mine.liveEl);
   }
   mine.liveEl = null;
-  const ledger = ledgerView(d.ledgers?.scale);
-  return reportCard(payload, ctx, [
-    h("p", { class: "tln-ck-final", role: "status" }, `Final report (${d.exit_reason ?? "completed"}).`),
-    countersView(d.counters ?? {}), checksView(d.checks_run ?? []), ...(ledger ? [ledger] : []),
-    chartsView(pointsFromArrays(ctx)), ...payload.tables.map((t) => tableView(t, ctx))]);
+  return reportBody(payload, ctx);
 }
 
 /**
@@ -219,7 +244,8 @@ function render(props) {
   const store = storeOf(model);
   /** @type {ViewState} */
   const mine = { liveEl: null, payload: null };
-  const cleanupPanel = mountPanel(props, (payload, ctx) => view(store, mine, payload, ctx), { name: "checks", render });
+  const cleanupPanel = mountPanel(props, (/** @type {Payload} */ payload, ctx) => view(store, mine, payload, ctx),
+    { name: "checks", render });
   const onLive = () => {
     ingest(store, model.get("live"));  // a no-op when initialize already took this message
     if (mine.liveEl?.isConnected && mine.payload) mine.liveEl.replaceChildren(...liveBody(store, mine.payload));

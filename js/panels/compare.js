@@ -4,8 +4,8 @@
 // status and computed every statistic (payload.data.view); this module only lays them out.
 import { reportCard } from "../shared/card.js";
 import { h, listen } from "../shared/dom.js";
-import { definitionList, shortPath } from "../shared/findings.js";
-import { MISSING, formatNumber } from "../shared/format.js";
+import { definitionList } from "../shared/findings.js";
+import { MISSING, formatNumber, formatSourceLine } from "../shared/format.js";
 import { mountPanel } from "../shared/panel.js";
 import { tableView } from "../shared/table.js";
 
@@ -19,7 +19,12 @@ const STAT_KEYS = ["min", "max", "mean", "std", "nan_count", "inf_count"];
 /** @typedef {{ position: number, op: string, func: string, module: string, kind: string, status: string,
  *   is_diverged: boolean, a: string, b: string, max_abs: number | null, max_rel: number | null,
  *   mismatched: number | null, numel: number | null, reason: string | null, source_line: string | null,
- *   stats_a: Record<string, number> | null, stats_b: Record<string, number> | null }} Row */
+ *   stats_a: Record<string, number> | null, stats_b: Record<string, number> | null }} Row
+ * @typedef {{ rows: Row[], diverged: Row[], diverged_total: number, first: string | null, total: number,
+ *   offset: number, side_a: string, side_b: string }} View  the `view` property Python builds
+ *   (report/_compare.py divergence_view), typed there as a plain dict
+ * @typedef {import("../shared/payload_types.js").PayloadByType} ByType
+ * @typedef {ByType["compare"] | ByType["bisect_precision"] | ByType["determinism"]} Payload */
 
 /** [lo, hi] of log10 over the positive finite values (bars are drawn on a log scale). */
 function logRange(/** @type {(number | null)[]} */ values) {
@@ -38,27 +43,30 @@ function errorBar(/** @type {number | null} */ value, /** @type {number[]} */ [l
     h("span", { class: "tln-cmp-errnum" }, formatNumber(value)));
 }
 
-/** Mode-specific facts above the rows (verdict slots, witnesses, coverage). */
-function summary(/** @type {Record<string, any>} */ d, /** @type {string} */ type) {
-  if (type === "determinism") {
-    const env = Object.entries(d.environment ?? {}).map(([k, v]) => [k, Array.isArray(v) ? v.join(", ") : String(v)]);
+/** Mode-specific facts above the rows (verdict slots, witnesses, coverage). @param {Payload} payload */
+function summary(payload) {
+  if (payload.report_type === "determinism") {
+    const d = payload.data;
+    const env = Object.entries(d.environment).map(([k, v]) => [k, Array.isArray(v) ? v.join(", ") : String(v)]);
     return h("section", { class: "tln-cmp-summary", "aria-label": "Verdicts" },
       h("p", null, "Same-seed runs: ", h("strong", { "data-slot": "verdict" }, d.verdict),
         ` · ${d.runs} runs, seed ${d.seed}, ${d.rtol === null && d.atol === null ? "bitwise" : `rtol ${formatNumber(d.rtol ?? 0)}, atol ${formatNumber(d.atol ?? 0)}`}`),
       h("p", null, "Seed sensitivity: ", h("strong", { "data-slot": "seed_verdict" }, d.seed_verdict),
         ` · total runs ${d.total_runs}`),
       d.rng_ops.length ? h("p", null, "RNG-consuming ops: ",
-        d.rng_ops.map((/** @type {any} */ r, /** @type {number} */ i) => [i ? ", " : "", h("code", null, r.op), r.module ? ` in ${r.module}` : ""])) : null,
+        d.rng_ops.map((r, i) => [i ? ", " : "", h("code", null, r.op), r.module ? ` in ${r.module}` : ""])) : null,
       h("details", { class: "tln-cmp-env" }, h("summary", null, `Environment witnesses (${env.length})`), definitionList(env)));
   }
-  if (type === "bisect_precision") {
+  if (payload.report_type === "bisect_precision") {
+    const d = payload.data;
     return h("section", { class: "tln-cmp-summary", "aria-label": "Precision" },
       h("p", null, `Native run vs ${d.reference_dtype} reference, seed ${d.seed}. `,
         d.found ? ["First op to lose precision: ", h("code", null, d.op), ` (${d.func_name})`,
           d.is_stochastic ? " — a random op: likely a mask mismatch, bisect in eval mode" : ""] : "No op left its tolerance."),
       d.skipped.length ? h("p", { class: "tln-muted" }, `${d.skipped.length} op(s) not compared: `,
-        d.skipped.slice(0, 5).map((/** @type {any} */ s) => `${s.op} (${s.reason})`).join("; ")) : null);
+        d.skipped.slice(0, 5).map((s) => `${s.op} (${s.reason})`).join("; ")) : null);
   }
+  const d = payload.data;
   const c = d.counts;
   return h("section", { class: "tln-cmp-summary", "aria-label": "Counts" },
     h("p", null, `${formatNumber(c.compared)} of ${formatNumber(c.matched)} aligned ops compared · diverged: `,
@@ -68,7 +76,7 @@ function summary(/** @type {Record<string, any>} */ d, /** @type {string} */ typ
 }
 
 /** Both sides' statistics of the selected row. */
-function detail(/** @type {Row | undefined} */ row, /** @type {Record<string, any>} */ v) {
+function detail(/** @type {Row | undefined} */ row, /** @type {View} */ v, /** @type {Record<string, string>} */ locations) {
   if (!row) return h("p", { class: "tln-muted" }, "Select a row to see both values' statistics.");
   const side = (/** @type {string} */ title, /** @type {string} */ text, /** @type {Record<string, number> | null} */ stats) =>
     h("div", { class: "tln-cmp-side" }, h("h4", null, `${title}: ${text}`),
@@ -79,19 +87,18 @@ function detail(/** @type {Row | undefined} */ row, /** @type {Record<string, an
     h("p", null, h("span", { class: "tln-cmp-status", "data-tone": TONE[/** @type {keyof TONE} */ (row.status)] ?? "info" }, row.status.replaceAll("_", " ")),
       row.reason ? ` — ${row.reason}` : "",
       row.mismatched !== null ? ` · ${formatNumber(row.mismatched)} of ${formatNumber(row.numel)} elements outside tolerance` : ""),
-    row.source_line ? h("p", { class: "tln-muted" }, h("code", null, shortPath(row.source_line))) : null,
+    row.source_line ? h("p", { class: "tln-muted" }, h("code", { title: row.source_line }, formatSourceLine(row.source_line, locations))) : null,
     h("div", { class: "tln-cmp-sides" }, side(v.side_a, row.a, row.stats_a), side(v.side_b, row.b, row.stats_b)));
 }
 
 /**
  * The side-by-side section; `refill` rebuilds it when view-only state (the filter) changes.
- * @param {import("../shared/payload.js").Payload} payload
+ * @param {Payload} payload
  * @param {import("../shared/panel.js").PanelContext} ctx
  * @param {() => void} refill
  */
 function comparison(payload, ctx, refill) {
-  const d = payload.data;
-  const v = d.view;
+  const v = /** @type {View} */ (payload.data.view);
   const st = ctx.state.get("cmp") ?? { divergedOnly: false, open: v.first };
   ctx.state.set("cmp", st);
   /** @type {Row[]} */
@@ -99,7 +106,7 @@ function comparison(payload, ctx, refill) {
   const absRange = logRange(rows.map((r) => r.max_abs));
   const relRange = logRange(rows.map((r) => r.max_rel));
   const detailBox = h("section", { class: "tln-cmp-detail", "aria-label": "Row details", "aria-live": "polite" });
-  const showDetail = () => detailBox.replaceChildren(detail(rows.find((r) => r.op === st.open), v));
+  const showDetail = () => detailBox.replaceChildren(detail(rows.find((r) => r.op === st.open), v, ctx.locations));
 
   const body = h("tbody", null, rows.map((r) => {
     const tone = TONE[/** @type {keyof TONE} */ (r.status)] ?? "info";
@@ -140,7 +147,7 @@ function comparison(payload, ctx, refill) {
     ? `${formatNumber(rows.length)} of ${formatNumber(v.diverged_total)} diverged rows`
     : `positions ${formatNumber(v.offset)}–${formatNumber(v.offset + rows.length - 1)} of ${formatNumber(v.total)} rows (execution order)`;
   const section = h("section", { class: "tln-cmp", "aria-label": "Runs side by side" },
-    summary(d, payload.report_type),
+    summary(payload),
     h("div", { class: "tln-toolbar" }, toggle, jump, h("span", { class: "tln-muted" }, rows.length ? note : MISSING)),
     rows.length ? scroller : h("p", { class: "tln-muted" }, "No rows to show."),
     detailBox,
@@ -152,7 +159,7 @@ function comparison(payload, ctx, refill) {
 }
 
 /**
- * @param {import("../shared/payload.js").Payload} payload
+ * @param {Payload} payload
  * @param {import("../shared/panel.js").PanelContext} ctx
  */
 function view(payload, ctx) {

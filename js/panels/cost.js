@@ -4,10 +4,11 @@
 // them out.
 import { reportCard } from "../shared/card.js";
 import { h } from "../shared/dom.js";
-import { shortPath } from "../shared/findings.js";
-import { MISSING, formatBytes, formatNumber } from "../shared/format.js";
+import { MISSING, formatBytes, formatNumber, formatSourceLine } from "../shared/format.js";
 import { mountPanel } from "../shared/panel.js";
 import { tableView } from "../shared/table.js";
+
+/** @typedef {import("../shared/payload_types.js").PayloadByType} ByType */
 
 const SVG = "http://www.w3.org/2000/svg";
 const CHART = { width: 560, height: 200, left: 64, right: 12, top: 12, bottom: 28 };
@@ -32,8 +33,11 @@ function bar(/** @type {number} */ frac, /** @type {string | null} */ kind = nul
  */
 const dicts = (table) => table.rows.map((row) => Object.fromEntries(table.columns.map((c, i) => [c, row[i]])));
 
-/** Source lines ranked: rank, share bar, value, line and its code text, the ops on it. */
-function hotLines(/** @type {import("../shared/payload.js").Payload} */ payload) {
+/**
+ * Source lines ranked: rank, share bar, value, line and its code text, the ops on it.
+ * @param {ByType["hot_path"]} payload @param {Record<string, string>} locations
+ */
+function hotLines(payload, locations) {
   const d = payload.data;
   const table = payload.tables[0];
   const rows = dicts(table);
@@ -46,7 +50,7 @@ function hotLines(/** @type {import("../shared/payload.js").Payload} */ payload)
         h("span", { class: "tln-cost-rank" }, `#${r.rank}`), bar(r.share ?? 0),
         h("span", { class: "tln-cost-value" }, formatMetric(r.value, d.unit)),
         h("span", { class: "tln-muted" }, r.share === null ? MISSING : `${formatNumber(100 * r.share)}%`),
-        h("code", { class: "tln-cost-where" }, r.source_line ? shortPath(r.source_line) : MISSING)),
+        h("code", { class: "tln-cost-where", title: r.source_line }, r.source_line ? formatSourceLine(r.source_line, locations) : MISSING)),
       h("pre", { class: "tln-cost-code" }, r.code ?? "(source text unavailable)"),
       h("p", { class: "tln-muted tln-cost-ops" }, `${formatNumber(r.num_ops)} op(s): ${r.funcs}`,
         r.modules.filter(Boolean).length ? ` · in ${r.modules.filter(Boolean).join(", ")}` : "")))),
@@ -94,7 +98,7 @@ function budgetChart(rows, total, budget) {
 }
 
 /** Recompute candidates: the budget chart and the ranked list with bars of bytes freed. */
-function candidates(/** @type {import("../shared/payload.js").Payload} */ payload) {
+function candidates(/** @type {ByType["recompute"]} */ payload) {
   const d = payload.data;
   const table = payload.tables[0];
   const rows = dicts(table);
@@ -115,11 +119,11 @@ function candidates(/** @type {import("../shared/payload.js").Payload} */ payloa
 }
 
 /**
- * @param {import("../shared/payload.js").Payload} payload
+ * @param {ByType["hot_path"] | ByType["recompute"]} payload
  * @param {import("../shared/panel.js").PanelContext} ctx
  */
 function view(payload, ctx) {
-  const main = payload.report_type === "recompute" ? candidates(payload) : hotLines(payload);
+  const main = payload.report_type === "recompute" ? candidates(payload) : hotLines(payload, ctx.locations);
   return reportCard(payload, ctx, [main,
     h("details", { class: "tln-cost-all" }, h("summary", null, "All rows as a table (sort, filter, page)"),
       payload.tables.map((t) => tableView(t, ctx)))]);

@@ -12,6 +12,8 @@ import { layoutVisible } from "./grad_fn/layout.js";
 import { countUnits, deepestLevel, framesOf, lineage, readGraph, search, unfoldedTo, unitKey, visibleGraph } from "./grad_fn/model.js";
 import { groupTree, nodeDetails } from "./grad_fn/sidebar.js";
 
+/** How the cut sides of the graph are named in the cue beside it. */
+const SIDE_WORDS = { left: "to the left", right: "to the right", top: "above", bottom: "below" };
 /** Search results listed at once (the count of the rest is shown). */
 const MAX_RESULTS = 20;
 /** Above this many units the layout runs after the "Laying out…" status has painted (dagre
@@ -19,7 +21,7 @@ const MAX_RESULTS = 20;
 const SYNC_LAYOUT_UNITS = 300;
 
 /**
- * @param {import("../shared/payload.js").Payload} payload
+ * @param {import("../shared/payload_types.js").GradFnReportPayload} payload
  * @param {import("../shared/panel.js").PanelContext} ctx
  */
 function view(payload, ctx) {
@@ -39,7 +41,14 @@ function view(payload, ctx) {
   state.set("layouts", layouts);
 
   const status = statusLine();
-  const canvas = createCanvas({ signal, onActivate: (key) => activate(key) });
+  const cue = h("p", { class: "tln-gg-cue", hidden: true, "aria-live": "polite" });
+  const canvas = createCanvas({ signal, onActivate: (key) => activate(key), onView: (over) => {
+    const sides = /** @type {const} */ (["left", "right", "top", "bottom"]).filter((side) => over[side]);
+    cue.hidden = sides.length === 0;
+    cue.dataset.sides = sides.join(" ");
+    cue.textContent = sides.length ? `More of the graph lies ${sides.map((s) => SIDE_WORDS[s]).join(" and ")}: ` +
+      "drag or use the arrow keys to pan, or Fit to see all of it." : "";
+  } });
   const treeSlot = h("div", { class: "tln-gg-tree-slot" });
   const detailsSlot = h("div", { class: "tln-gg-details-slot" },
     h("p", { class: "tln-gg-muted" }, "Click a node for its details; click a folded box to unfold it."));
@@ -185,7 +194,8 @@ function view(payload, ctx) {
 
   const panel = h("section", { class: "tln-gg", "aria-label": "Autograd graph" },
     banners, toolbar, results,
-    h("div", { class: "tln-gg-body" }, treeSlot, h("div", { class: "tln-gg-stage" }, canvas.el), detailsSlot),
+    h("div", { class: "tln-gg-body" }, treeSlot, h("div", { class: "tln-gg-stage-box" },
+      h("div", { class: "tln-gg-stage" }, canvas.el), cue), detailsSlot),
     status);
   redraw();
   if (state.has("selected")) select(state.get("selected"), false);

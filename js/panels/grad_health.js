@@ -2,7 +2,7 @@
 // norm bar per row) and the per-op gradient-norm profile. Python decided every verdict, the
 // frontier and the plotted values (report.panel_arrays); this module only lays them out.
 import { reportCard } from "../shared/card.js";
-import { ticks } from "../shared/chart.js";
+import { laneLayout, laneOf, ticks } from "../shared/chart.js";
 import { h, listen } from "../shared/dom.js";
 import { runAction } from "../shared/exits.js";
 import { MISSING, formatNumber } from "../shared/format.js";
@@ -19,10 +19,12 @@ const COLUMNS = [["op", "op"], ["module", "module"], ["index", "#"], ["grad_norm
   ["grad_norm_raw", "raw"], ["rms", "rms"], ["numel", "numel"], ["verdict", "verdict"], ["is_frontier", "frontier"]];
 const NUMERIC = new Set(["index", "grad_norm", "grad_norm_raw", "rms", "numel"]);
 
-/** @typedef {{ op: string, module: string, index: number, grad_norm: number, grad_norm_raw: number,
- *   rms: number, numel: number, verdict: string, is_frontier: boolean, y: number }} Row */
+/** @typedef {import("../shared/payload_types.js").GradHealthReportPayload} Payload
+ * @typedef {{ op: string, module: string, index: number, grad_norm: number, grad_norm_raw: number,
+ *   rms: number, numel: number, verdict: Payload["data"]["verdicts"][number], is_frontier: boolean,
+ *   y: number }} Row */
 
-/** @param {Record<string, any>} arrays @param {string[]} verdicts @returns {Row[] | null} */
+/** @param {Record<string, any>} arrays @param {Payload["data"]["verdicts"]} verdicts @returns {Row[] | null} */
 function readRows(arrays, verdicts) {
   if (!arrays.ops) return null;
   const text = (/** @type {any} */ a) => new TextDecoder().decode(a.values);
@@ -48,7 +50,7 @@ const show = (/** @type {number} */ v, /** @type {Row} */ r) =>
   Number.isNaN(v) && !Number.isNaN(r.grad_norm_raw) ? MISSING : formatNumber(v);
 
 /**
- * @param {import("../shared/payload.js").Payload} payload
+ * @param {Payload} payload
  * @param {import("../shared/panel.js").PanelContext} ctx
  */
 function view(payload, ctx) {
@@ -67,10 +69,12 @@ function view(payload, ctx) {
   const status = statusLine();
   const slot = h("div", { class: "tln-followup", hidden: true });
 
-  const bar = (/** @type {Row} */ r) => {
-    const frac = !(r.y > 0) ? 0 : hi > lo ? (Math.log10(r.y) - lo) / (hi - lo) : 1;
-    return h("span", { class: "tln-gh-bar", "data-verdict": r.verdict, "aria-hidden": "true" },
-      h("span", { style: { width: `${Math.max(2, 100 * frac).toFixed(1)}%` } }));
+  const bar = (/** @type {Row} */ r) => {  // 0, inf and nan are labelled lanes, never a bar length
+    const lane = laneOf(r.y, true);
+    const frac = lane === "inf" ? 1 : lane ? 0 : hi > lo ? (Math.log10(r.y) - lo) / (hi - lo) : 1;
+    return h("span", { class: "tln-gh-bar", "data-verdict": r.verdict, "data-lane": lane, "aria-hidden": "true" },
+      h("span", { class: "tln-gh-bar-fill", style: { width: lane && lane !== "inf" ? "0" : `${Math.max(2, 100 * frac).toFixed(1)}%` } }),
+      lane ? h("span", { class: "tln-gh-lane" }, lane) : null);
   };
   const rowEl = (/** @type {Row} */ r) => h("tr", { "data-op": r.op, "data-frontier": r.is_frontier ? "true" : null },
     h("th", { scope: "row" }, h("button", { type: "button", class: "tln-row-button", disabled: ctx.offline,
@@ -208,9 +212,10 @@ function view(payload, ctx) {
 }
 
 /**
- * The profile on a canvas: x = execution order, y = Python's plotted value on a log axis.
- * Returns the picker of the op nearest in x to a canvas point inside the plot area.
- * @param {HTMLCanvasElement} canvas @param {Row[]} rows @param {Record<string, any>} d
+ * The profile on a canvas: x = execution order, y = Python's plotted value on a log axis; 0, inf
+ * and nan in labelled lanes below / above the numeric range (`data-plot` says where, for tests
+ * and tools). Returns the picker of the op nearest in x to a canvas point inside the plot area.
+ * @param {HTMLCanvasElement} canvas @param {Row[]} rows @param {Payload["data"]} d
  * @returns {((mx: number) => Row | null) | null}
  */
 function drawProfile(canvas, rows, d) {
@@ -221,11 +226,25 @@ function drawProfile(canvas, rows, d) {
   const W = canvas.width, H = canvas.height, L = 56, R = 12, T = 12, B = 28;
   const [a, b] = logRange([...rows.map((r) => r.y), d.vanishing_threshold, d.exploding_threshold]);
   const lo = Math.floor(a), hi = Math.max(Math.ceil(b), Math.floor(a) + 1);
+  const lanes = laneLayout(rows.map((r) => r.y), true, T, H - B, 16);
+  const top = lanes.plotTop, bottom = lanes.plotBottom;
   const x0 = rows.length ? rows[0].index : 0, x1 = rows.length ? rows[rows.length - 1].index : 1;
   const px = (/** @type {number} */ i) => L + ((i - x0) / (x1 - x0 || 1)) * (W - L - R);
-  const py = (/** @type {number} */ v) => T + (1 - (Math.log10(v) - lo) / (hi - lo || 1)) * (H - T - B);
+  const py = (/** @type {number} */ v) => {
+    const lane = laneOf(v, true);
+    return lane ? /** @type {number} */ (lanes.centre.get(lane)) : top + (1 - (Math.log10(v) - lo) / (hi - lo || 1)) * (bottom - top);
+  };
   g.clearRect(0, 0, W, H);
   g.font = `11px ${css.fontFamily}`;
+  for (const lane of lanes.lanes) {
+    const cy = /** @type {number} */ (lanes.centre.get(lane));
+    g.fillStyle = tone("bg-alt");
+    g.fillRect(L, cy - 8, W - L - R, 16);
+    g.fillStyle = tone("fg");
+    g.fillText(lane, 4, cy + 4);
+  }
+  canvas.dataset.plot = JSON.stringify({ top, bottom, lanes: Object.fromEntries(lanes.centre),
+    vanishing: d.vanishing_threshold > 0 && Number.isFinite(d.vanishing_threshold) ? py(d.vanishing_threshold) : null });
   g.fillStyle = tone("fg-muted");
   g.strokeStyle = tone("border");
   for (const t of ticks(10 ** lo, 10 ** hi, true)) {
@@ -234,7 +253,7 @@ function drawProfile(canvas, rows, d) {
   }
   g.fillText("op (execution order) →", L, H - 8);
   g.setLineDash([5, 4]);
-  for (const [t, name] of [[d.vanishing_threshold, "vanishing"], [d.exploding_threshold, "exploding"]]) {
+  for (const [t, name] of /** @type {[number, string][]} */ ([[d.vanishing_threshold, "vanishing"], [d.exploding_threshold, "exploding"]])) {
     if (!(t > 0 && Number.isFinite(t))) continue;
     g.strokeStyle = tone(name === "vanishing" ? "warning" : "critical");
     g.beginPath(); g.moveTo(L, py(t)); g.lineTo(W - R, py(t)); g.stroke();

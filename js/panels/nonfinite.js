@@ -5,19 +5,24 @@ import { cardHeader } from "../shared/card.js";
 import { disclosureSection } from "../shared/disclosure.js";
 import { h } from "../shared/dom.js";
 import { exitsSection } from "../shared/exits.js";
-import { definitionList, findingsSection, shortPath } from "../shared/findings.js";
-import { formatNumber } from "../shared/format.js";
+import { definitionList, findingsSection } from "../shared/findings.js";
+import { formatLocation, formatNumber } from "../shared/format.js";
 import { lineageView } from "../shared/lineage.js";
 import { mountPanel } from "../shared/panel.js";
 import { PAGE_ROWS, tableView } from "../shared/table.js";
 
-/** @typedef {import("../shared/payload.js").Payload} Payload */
+/**
+ * The four NaN reports this panel draws; `report_type` tells them apart.
+ * @typedef {import("../shared/payload_types.js").PayloadByType} ByType
+ * @typedef {ByType["find_nan"] | ByType["bisect_nan"] | ByType["nonfinite"] | ByType["backward_nan"]} Payload
+ */
 
 /**
- * The lead card: kind, op, module, file:line and the source line, counts, AMP disclosure.
+ * The lead card: kind, op, module, source location and line, counts, AMP disclosure.
  * @param {Payload} payload
+ * @param {import("../shared/panel.js").PanelContext} ctx
  */
-function leadCard(payload) {
+function leadCard(payload, ctx) {
   const d = payload.data;
   const bad = d.first_bad_thing;
   const backward = payload.report_type === "backward_nan";
@@ -28,7 +33,8 @@ function leadCard(payload) {
     if (backward) rows.push(["grad_fn", h("code", null, `${bad.node} (fire ${bad.fire_order})`)]);
     rows.push([backward ? "forward op" : "op", bad.op ? h("code", null, `${bad.op} (${bad.func})`) : "none recorded"]);
     rows.push(["module", bad.module === null ? "—" : bad.module === "" ? "(root)" : bad.module]);
-    rows.push(["source", bad.file ? h("code", { title: bad.file }, `${shortPath(bad.file)}:${bad.line}`) : "—"]);
+    rows.push(["source", bad.file ? h("code", { title: `${bad.file}:${bad.line ?? "?"}` },
+      formatLocation(bad.file, bad.line, ctx.locations)) : "—"]);
     rows.push(["inputs", bad.is_proven ? "checked finite: the value was born here"
       : backward ? "the seed gradient was already non-finite" : "not all checked: see the uncertainty zone"]);
     if (bad.stats) {
@@ -36,23 +42,25 @@ function leadCard(payload) {
         `-Inf ${formatNumber(bad.stats.neginf_count)} of ${formatNumber(bad.stats.numel)}`]);
     }
   }
-  if (backward) {
-    rows.push(["fires", Object.entries(d.counts).map(([k, v]) => `${k} ${formatNumber(/** @type {number} */ (v))}`).join(" · ")]);
+  if (payload.report_type === "backward_nan") {
+    rows.push(["fires", Object.entries(payload.data.counts).map(([k, v]) => `${k} ${formatNumber(v)}`).join(" · ")]);
   } else {
-    rows.push(["checked", `${formatNumber(d.num_checked)} of ${formatNumber(d.num_checked + d.num_unchecked)} ` +
-      `floating-point outputs (${d.mode} values)`]);
-    if (d.num_nonfinite !== undefined) {
-      rows.push(["non-finite", `${formatNumber(d.num_nonfinite)} outputs, ${formatNumber(d.num_propagated)} of them propagated`]);
+    const f = payload.data;
+    rows.push(["checked", `${formatNumber(f.num_checked)} of ${formatNumber(f.num_checked + f.num_unchecked)} ` +
+      `floating-point outputs (${f.mode} values)`]);
+    if (payload.report_type === "nonfinite") {
+      const n = payload.data;
+      rows.push(["non-finite", `${formatNumber(n.num_nonfinite)} outputs, ${formatNumber(n.num_propagated)} of them propagated`]);
     }
-    if (d.uncertainty_zone.length) rows.push(["uncertainty zone", h("code", null, d.uncertainty_zone.join(", "))]);
+    if (f.uncertainty_zone.length) rows.push(["uncertainty zone", h("code", null, f.uncertainty_zone.join(", "))]);
   }
   const title = !bad ? "No non-finite value" : backward ? (bad.is_proven ? "Born in backward" : "Non-finite seed")
     : payload.report_type === "nonfinite" ? "Origin" : "First non-finite output";
   return h("section", { class: "tln-nf-lead", "data-found": String(Boolean(bad)), "aria-label": title },
     h("h3", null, title), definitionList(rows),
     bad?.code ? h("pre", { class: "tln-source" }, h("code", null, bad.code)) : null,
-    d.amp_hint ? h("p", { class: "tln-note tln-nf-amp" }, h("strong", null, "AMP: "), d.amp_hint) : null,
-    d.anomaly_recipe ? h("details", { class: "tln-nf-recipe" },
+    "amp_hint" in d && d.amp_hint ? h("p", { class: "tln-note tln-nf-amp" }, h("strong", null, "AMP: "), d.amp_hint) : null,
+    "anomaly_recipe" in d && d.anomaly_recipe ? h("details", { class: "tln-nf-recipe" },
       h("summary", null, "Anomaly-mode recipe (for what a forward scan cannot see)"),
       h("pre", { class: "tln-source" }, h("code", null, d.anomaly_recipe))) : null);
 }
@@ -63,7 +71,7 @@ function leadCard(payload) {
  */
 function ledger(payload, ctx) {
   const table = payload.tables[0];
-  const birth = table.attrs.highlight_order;
+  const birth = /** @type {number | null} */ (table.attrs.highlight_order ?? null);
   const key = `table:${table.name}`;
   if (birth !== null && !ctx.state.has(key)) {
     ctx.state.set(key, { sort: null, descending: false, filter: "", offset: Math.floor(birth / PAGE_ROWS) * PAGE_ROWS });
@@ -90,14 +98,18 @@ function ledger(payload, ctx) {
 
 /** @param {Payload} payload @param {import("../shared/panel.js").PanelContext} ctx */
 function view(payload, ctx) {
-  const d = payload.data;
-  const middle = payload.report_type === "backward_nan" ? ledger(payload, ctx)
-    : d.lineage_nodes?.length ? lineageView(d.lineage_nodes, ctx, { centre: d.first_bad_thing.op,
-      highlight: d.first_bad_thing.op, role: d.lineage_role })
-      : null;
+  let middle = null;
+  if (payload.report_type === "backward_nan") middle = ledger(payload, ctx);
+  else {
+    const d = payload.data;
+    if (d.lineage_nodes.length && d.first_bad_thing?.op) {
+      middle = lineageView(d.lineage_nodes, ctx, { centre: d.first_bad_thing.op, highlight: d.first_bad_thing.op,
+        role: d.lineage_role });
+    }
+  }
   return h("article", { class: "tln-card", "aria-label": `${payload.report_type} report: ${payload.subject}` },
-    cardHeader(payload), leadCard(payload), middle,
-    findingsSection(payload.findings, payload.findings_total ?? payload.findings.length),
+    cardHeader(payload), leadCard(payload, ctx), middle,
+    findingsSection(payload.findings, ctx, payload.findings_total ?? payload.findings.length),
     disclosureSection(payload), exitsSection(payload.exits, ctx));
 }
 

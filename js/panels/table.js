@@ -5,7 +5,7 @@ import { reportCard } from "../shared/card.js";
 import { h } from "../shared/dom.js";
 import { runAction } from "../shared/exits.js";
 import { mountPanel } from "../shared/panel.js";
-import { statusLine } from "../shared/status.js";
+import { statusLine, unavailableNote } from "../shared/status.js";
 import { tableView } from "../shared/table.js";
 
 /**
@@ -25,6 +25,12 @@ function tableSection(table, payload, ctx) {
   const action = table.attrs?.row_action;
   const runnable = typeof action === "string" && payload.actions.includes(action) && !ctx.offline;
   if (!runnable) return tableView(table, ctx);
+  const gone = ctx.unavailable[action];
+  if (gone) {  // said before a row is clicked: Python knows the follow-up cannot run now
+    const block = tableView(table, ctx);
+    block.prepend(h("p", null, unavailableNote(`row clicks (${action}): ${gone}`)));
+    return block;
+  }
   const arg = typeof table.attrs.row_arg === "string" ? table.attrs.row_arg : table.columns[0];
   const status = statusLine();
   const slot = h("div", { class: "tln-followup", hidden: true });

@@ -18,8 +18,11 @@ import { ICONS } from "../shared/status.js";
  *   is_root_cause: boolean }} Row
  * @typedef {{ check: string, code: string, severity: string, message: string,
  *   remedy: string | null, cause: string, because: string, explains: string[] }} Root
+ * @typedef {{ done: number, total: number, current: string }} Progress
  * @typedef {import("../shared/panel.js").PanelContext} PanelContext
- * @typedef {import("../shared/payload.js").Payload} Payload
+ * @typedef {import("../shared/payload_types.js").PayloadByType["triage"]} Payload
+ * @typedef {import("../shared/payload_types.js").AnyPayload} AnyPayload
+ * @typedef {import("./recipe/view.js").ChartPayload} ChartPayload
  */
 
 /**
@@ -48,13 +51,13 @@ function header(payload) {
 
 /** @param {Payload} payload */
 function progressSection(payload) {
-  const { done, total, current } = payload.data.progress;
-  const chart = payload.data.live_chart;
+  const { done, total, current } = /** @type {Progress} */ (payload.data.progress);
+  const chart = /** @type {ChartPayload | null} */ (payload.data.live_chart);
   return h("section", { class: "tln-triage-progress", "aria-label": "Progress" },
     h("progress", { max: total, value: done, "aria-label": `Checks finished: ${done} of ${total}` }),
     h("p", { class: "tln-recipe-progress", role: "status", "aria-live": "polite" },
       `${done} of ${total} checks finished; ${current}`,
-      chart ? ` at step ${chart.labels.length}` : " running"),
+      chart ? ` at step ${chart.labels?.length ?? 0}` : " running"),
     chart ? chartFigure(chart) : null);
 }
 
@@ -75,7 +78,7 @@ function rootSection(root) {
  * A row's folded body: its recipe's view, drawn the first time the row opens. The view gets
  * its own state map, so two tables named alike in different checks keep separate sort orders.
  * @param {Row} row
- * @param {Payload} payload the row's report payload
+ * @param {AnyPayload} payload the row's report payload
  * @param {PanelContext} ctx
  */
 function rowDetails(row, payload, ctx) {
@@ -118,10 +121,8 @@ function rowSummary(row, tag) {
  */
 function view(payload, ctx) {
   const data = payload.data;
-  /** @type {Row[]} */
-  const rows = data.rows ?? [];
-  /** @type {Record<string, Payload>} */
-  const reports = data.reports ?? {};
+  const rows = /** @type {Row[]} */ (data.rows ?? []);
+  const reports = /** @type {Record<string, AnyPayload>} */ (/** @type {unknown} */ (data.reports ?? {}));
   const running = payload.status === "running";
   const list = h("ol", { class: "tln-triage-list" }, rows.map((row) => h("li", {
     "data-check": row.check, "data-status": row.status, "data-tone": row.tone, "data-root": row.is_root_cause || null,
@@ -134,7 +135,7 @@ function view(payload, ctx) {
       h("h3", null, "Checks, in run order"), list),
     running ? null : h("div", { class: "tln-triage-ranked" },
       h("h3", null, "Findings, root cause first"),
-      findingsSection(payload.findings, payload.findings_total ?? payload.findings.length)),
+      findingsSection(payload.findings, ctx, payload.findings_total ?? payload.findings.length)),
     disclosureSection(payload),
     exitsSection(payload.exits, ctx));
 }

@@ -6,13 +6,13 @@ import { findingsSection } from "./findings.js";
 import { statusBadge } from "./status.js";
 
 /**
- * The header line of every panel.
+ * The header line of every panel: the badge shows the tone and phrase Python chose.
  * @param {import("./payload.js").Payload} payload
  */
 export function cardHeader(payload) {
   return h("header", { class: "tln-head" },
     h("div", { class: "tln-head-line" },
-      statusBadge(payload.status),
+      statusBadge(payload),
       h("span", { class: "tln-type" }, payload.report_type),
       h("h2", { class: "tln-subject" }, payload.subject)),
     h("p", { class: "tln-lead" }, payload.lead));
@@ -28,7 +28,7 @@ export function cardHeader(payload) {
 export function reportCard(payload, ctx, middle = []) {
   return h("article", { class: "tln-card", "aria-label": `${payload.report_type} report: ${payload.subject}` },
     cardHeader(payload),
-    findingsSection(payload.findings, payload.findings_total ?? payload.findings.length),
+    findingsSection(payload.findings, ctx, payload.findings_total ?? payload.findings.length),
     middle,
     disclosureSection(payload),
     exitsSection(payload.exits, ctx));

@@ -1,6 +1,6 @@
 // Next steps: each runnable exit is a button that asks Python to run it and shows the reply below.
 import { h, listen } from "./dom.js";
-import { offlineNote, setStatus, statusLine } from "./status.js";
+import { offlineNote, setStatus, statusLine, unavailableNote } from "./status.js";
 
 /** @typedef {import("./panel.js").PanelContext} PanelContext */
 
@@ -29,8 +29,13 @@ export function exitsSection(exits, ctx) {
 function exitControl(exit, ctx, followups) {
   const code = h("code", { class: "tln-code" }, exit.code);
   if (!exit.runnable || !exit.action) return [h("span", { class: "tln-exit-label" }, exit.label), " ", code];
-  const button = h("button", { type: "button", class: "tln-button", disabled: ctx.offline, "data-action": exit.action }, exit.label);
+  const reason = exit.disabled_reason;
+  const button = h("button", { type: "button", class: "tln-button", disabled: ctx.offline || reason !== null,
+    "data-action": exit.action, title: reason }, exit.label);
   const status = statusLine();
+  if (reason !== null) {  // said before anything is clicked: Python knows the follow-up cannot run
+    return [button, " ", code, " ", unavailableNote(reason)];
+  }
   const slot = h("div", { class: "tln-followup", hidden: true });
   followups.append(slot);
   const name = exit.action;

@@ -1,6 +1,6 @@
 // Findings grouped by severity; each folds open (<details>) to where / fields / remedy.
 import { h } from "./dom.js";
-import { formatValue } from "./format.js";
+import { MISSING, formatLocation, formatNumber, formatValue } from "./format.js";
 import { severityIcon } from "./status.js";
 
 /** @typedef {import("./payload.js").Finding} Finding */
@@ -12,9 +12,10 @@ const TITLES = { critical: "Critical", warning: "Warnings", info: "Info" };
  * The findings section: one group per severity present, in severity order (Python already
  * sorted them; the groups only add headings and counts).
  * @param {Finding[]} findings
+ * @param {{ locations: Record<string, string> }} ctx the panel context (notebook cell names)
  * @param {number} [total] how many findings the report holds when the payload carries fewer
  */
-export function findingsSection(findings, total = findings.length) {
+export function findingsSection(findings, ctx, total = findings.length) {
   if (findings.length === 0) {
     return h("section", { class: "tln-findings", "aria-label": "Findings" },
       h("p", { class: "tln-muted" }, "No findings."));
@@ -25,7 +26,7 @@ export function findingsSection(findings, total = findings.length) {
     return h("section", { class: "tln-findings-group", "data-severity": severity },
       h("h3", null, severityIcon(severity), ` ${TITLES[severity]} `,
         h("span", { class: "tln-count" }, `(${items.length})`)),
-      h("ul", { class: "tln-list" }, items.map((f) => h("li", null, findingItem(f)))));
+      h("ul", { class: "tln-list" }, items.map((f) => h("li", null, findingItem(f, ctx.locations)))));
   });
   const rest = total - findings.length;
   return h("section", { class: "tln-findings", "aria-label": "Findings" }, groups,
@@ -33,22 +34,22 @@ export function findingsSection(findings, total = findings.length) {
       `… and ${rest} more finding${rest === 1 ? "" : "s"} (all of them are in report.findings).`) : null);
 }
 
-/** @param {Finding} finding */
-function findingItem(finding) {
+/** @param {Finding} finding @param {Record<string, string>} locations */
+function findingItem(finding, locations) {
   const head = [
     severityIcon(finding.severity),
     h("span", { class: "tln-sr" }, `${finding.severity}: `),
     h("code", { class: "tln-code" }, finding.code), " ",
     h("span", { class: "tln-message" }, finding.message),
   ];
-  const body = findingBody(finding);
+  const body = findingBody(finding, locations);
   if (body.length === 0) return h("p", { class: "tln-finding", "data-severity": finding.severity }, head);
   return h("details", { class: "tln-finding", "data-severity": finding.severity, "data-code": finding.code },
     h("summary", null, head), h("div", { class: "tln-finding-body" }, body));
 }
 
-/** @param {Finding} finding */
-function findingBody(finding) {
+/** @param {Finding} finding @param {Record<string, string>} locations */
+function findingBody(finding, locations) {
   const parts = [];
   const where = finding.where;
   if (where && (where.op || where.module || where.file)) {
@@ -59,14 +60,14 @@ function findingBody(finding) {
       rows.push(["module", h("code", null, where.module === "" ? "(root)" : where.module)]);
     }
     if (where.file) {
-      rows.push(["source", h("code", { title: where.file }, `${shortPath(where.file)}:${where.line ?? "?"}`)]);
+      rows.push(["source", h("code", { title: `${where.file}:${where.line ?? "?"}` }, formatLocation(where.file, where.line, locations))]);
     }
     parts.push(h("h4", null, "Where"), definitionList(rows));
     if (where.code) parts.push(h("pre", { class: "tln-source" }, h("code", null, where.code)));
   }
   const fields = Object.entries(finding.fields ?? {});
   if (fields.length > 0) {
-    parts.push(h("h4", null, "Facts"), definitionList(fields.map(([k, v]) => [k, formatValue(v)])));
+    parts.push(h("h4", null, "Facts"), factList(fields));
   }
   if (finding.remedy) parts.push(h("p", { class: "tln-remedy" }, h("strong", null, "Remedy: "), finding.remedy));
   return parts;
@@ -80,11 +81,28 @@ export function definitionList(rows) {
   return h("dl", { class: "tln-dl" }, rows.map(([term, desc]) => [h("dt", null, term), h("dd", null, desc)]));
 }
 
+/** Nesting shown before a value is written on one line (facts stay a readable list). */
+const MAX_FACT_DEPTH = 2;
+
 /**
- * The last two segments of a path (the full path stays in the title attribute).
- * @param {string} path
+ * A finding's `fields` as a key/value list: numbers formatted as in the tables, lists item by
+ * item, mappings as nested lists, missing values as a dash (never raw JSON).
+ * @param {[string, unknown][]} entries
+ * @param {number} [depth]
+ * @returns {HTMLDListElement}
  */
-export function shortPath(path) {
-  const parts = path.replace(/\\/g, "/").split("/");
-  return parts.length > 2 ? parts.slice(-2).join("/") : path;
+export function factList(entries, depth = 0) {
+  return h("dl", { class: "tln-dl tln-facts" }, entries.map(([key, value]) => [
+    h("dt", null, key), h("dd", { title: typeof value === "number" ? String(value) : null }, factValue(value, depth))]));
+}
+
+/** @param {unknown} value @param {number} depth @returns {string | Node} */
+function factValue(value, depth) {
+  if (value === null || value === undefined) return MISSING;
+  if (typeof value === "number") return formatNumber(value);
+  const isMapping = typeof value === "object" && !Array.isArray(value) && !("$array" in value) && !("$bytes" in value);
+  if (isMapping && depth < MAX_FACT_DEPTH && Object.keys(value).length > 0) {
+    return factList(Object.entries(/** @type {Record<string, unknown>} */ (value)), depth + 1);
+  }
+  return formatValue(value);
 }

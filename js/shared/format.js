@@ -82,9 +82,13 @@ export function columnKind(values) {
   return "mixed";
 }
 
+/** Items of a list value shown in a table cell or a fact before "… (n more)". */
+const MAX_LIST_ITEMS = 12;
+
 /**
  * Any payload value as short text: numbers via formatNumber, Python spellings for booleans,
- * tagged summaries (`$array`, `$bytes`) in words, other objects as compact JSON.
+ * tagged summaries (`$array`, `$bytes`) in words, lists and mappings item by item with the
+ * same number formatting (never raw JSON).
  * @param {unknown} value
  * @returns {string}
  */
@@ -93,14 +97,65 @@ export function formatValue(value) {
   if (typeof value === "number") return formatNumber(value);
   if (typeof value === "boolean") return value ? "True" : "False";
   if (typeof value === "string") return value;
-  if (Array.isArray(value)) return `[${value.map(formatValue).join(", ")}]`;
+  if (Array.isArray(value)) {
+    const shown = value.slice(0, MAX_LIST_ITEMS).map(formatValue);
+    const rest = value.length - shown.length;
+    return `[${shown.join(", ")}${rest > 0 ? `, … (${formatNumber(rest)} more)` : ""}]`;
+  }
   if (typeof value === "object") {
     const obj = /** @type {Record<string, any>} */ (value);
     if (obj.$array === "summary") return `array ${formatShape(obj.shape)} ${formatDtype(obj.dtype)}`;
     if (typeof obj.$bytes === "number") return `${formatBytes(obj.$bytes)} of bytes`;
-    return JSON.stringify(obj, (_k, v) => (typeof v === "number" && !Number.isFinite(v) ? formatNumber(v) : v));
+    return `{${Object.entries(obj).map(([k, v]) => `${k}: ${formatValue(v)}`).join(", ")}}`;
   }
   return String(value);
+}
+
+/**
+ * The last two segments of a path (callers keep the full path in a title attribute).
+ * @param {string} path
+ */
+export function shortPath(path) {
+  const parts = path.replace(/\\/g, "/").split("/");
+  return parts.length > 2 ? parts.slice(-2).join("/") : path;
+}
+
+/**
+ * A source location as a person reads it: `Cell In[3], line 9` for a notebook cell (Python put
+ * the cell's name in `payload.locations`, as IPython's tracebacks name it), else
+ * `dir/file.py:9`.
+ * @param {string | null | undefined} file
+ * @param {number | null | undefined} line
+ * @param {Record<string, string>} locations
+ */
+export function formatLocation(file, line, locations) {
+  if (!file) return MISSING;
+  const cell = locations[file];
+  if (cell) return line === null || line === undefined ? cell : `${cell}, line ${line}`;
+  return `${shortPath(file)}:${line ?? "?"}`;
+}
+
+/**
+ * A location spelled `file:line` (as table columns and `source_line` fields hold it) in the
+ * form of {@link formatLocation}.
+ * @param {string} text
+ * @param {Record<string, string>} locations
+ */
+export function formatSourceLine(text, locations) {
+  const match = /^(.*):(\d+)$/.exec(text);
+  return match ? formatLocation(match[1], Number(match[2]), locations) : shortPath(text);
+}
+
+/**
+ * Whether `text` is a `file:line` location of a file Python named (a notebook cell).
+ * @param {unknown} text
+ * @param {Record<string, string>} locations
+ * @returns {text is string}
+ */
+export function isNamedLocation(text, locations) {
+  if (typeof text !== "string") return false;
+  const match = /^(.*):(\d+)$/.exec(text);
+  return match !== null && match[1] in locations;
 }
 
 /**

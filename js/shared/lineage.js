@@ -2,8 +2,8 @@
 // Python decided every finiteness word and computed every statistic; this module lays the nodes
 // out, merges the next ring Python sends when a node is expanded, and shows a node's details.
 import { h, listen } from "./dom.js";
-import { definitionList, shortPath } from "./findings.js";
-import { MISSING, formatNumber, formatShape } from "./format.js";
+import { definitionList } from "./findings.js";
+import { MISSING, formatLocation, formatNumber, formatShape } from "./format.js";
 import { decodeFloats } from "./payload.js";
 import { offlineNote, setStatus, statusLine } from "./status.js";
 
@@ -13,14 +13,8 @@ const TONE = { finite: "ok", nonfinite: "critical", unknown: "info" };
 const WORD = { finite: "finite", nonfinite: "non-finite", unknown: "unknown" };
 
 /**
- * @typedef {{ numel: number, nan_count: number, posinf_count: number, neginf_count: number,
- *   finite_min: number | null, finite_max: number | null, finite_mean: number | null }} Stats
- * @typedef {{ label: string, index: number, func: string, module: string, relation: string,
- *   depth: number, file: string | null, line: number | null, code: string | null,
- *   shape: number[] | null, dtype: string | null, finiteness: "finite" | "nonfinite" | "unknown",
- *   checked_by: string | null, parents: string[], children: string[], is_frontier: boolean,
- *   stats: Stats | null }} LineageNode
- * @typedef {{ nodes: Map<string, { node: LineageNode, pos: number }>, selected: string }} LineageState
+ * @typedef {import("./payload_types.js").LineageNode} LineageNode
+ * @typedef {{ nodes: Map<string, { node: LineageNode, pos: number }>, selected: string, expanded: number }} LineageState
  */
 
 /** Column position of a node relative to the node its ring was walked from. */
@@ -31,13 +25,17 @@ const offset = (/** @type {LineageNode} */ n) => (n.relation === "ancestor" ? -n
  * controls ask Python for the next ring through the report action `action`.
  * @param {LineageNode[]} nodes
  * @param {import("./panel.js").PanelContext} ctx
+ * `onShown(summary, expanded)` hears what the view shows after each draw (a panel whose lead
+ * line describes the lineage keeps it true after rings are added).
  * @param {{ centre: string, highlight: string | null, role?: string | null, action?: string,
- *   note?: string | null }} options `role` names the highlighted node ("origin"), as Python said
+ *   note?: string | null, onShown?: (summary: string, expanded: number) => void }} options
+ *   `role` names the highlighted node ("origin"), as Python said
  */
-export function lineageView(nodes, ctx, { centre, highlight, role = null, action = "expand", note = null }) {
+export function lineageView(nodes, ctx, { centre, highlight, role = null, action = "expand", note = null, onShown }) {
   const key = `lineage:${centre}`;
   /** @type {LineageState} */
-  const st = ctx.state.get(key) ?? { nodes: new Map(nodes.map((n) => [n.label, { node: n, pos: offset(n) }])), selected: highlight ?? centre };
+  const st = ctx.state.get(key) ?? { nodes: new Map(nodes.map((n) => [n.label, { node: n, pos: offset(n) }])),
+    selected: highlight ?? centre, expanded: 0 };
   ctx.state.set(key, st);
   const status = statusLine();
   const graph = h("div", { class: "tln-lin-graph", role: "group", "aria-label": `Lineage around ${centre}` });
@@ -58,6 +56,7 @@ export function lineageView(nodes, ctx, { centre, highlight, role = null, action
         st.nodes.set(n.label, { node: n, pos: base + offset(n) });
         added += 1;
       }
+      st.expanded += 1;
       setStatus(status, "ok", `Added ${added} node${added === 1 ? "" : "s"} around ${label}.`);
       draw();
     } catch (err) {
@@ -102,19 +101,78 @@ export function lineageView(nodes, ctx, { centre, highlight, role = null, action
     const columns = new Map();
     for (const { node, pos } of st.nodes.values()) columns.set(pos, [...(columns.get(pos) ?? []), node]);
     const order = [...columns.keys()].sort((a, b) => a - b);
-    graph.replaceChildren(...order.map((pos) => h("section", { class: "tln-lin-column", "data-pos": pos },
-      h("h4", null, pos === 0 ? centre : pos < 0 ? `${-pos} step${pos === -1 ? "" : "s"} before` : `${pos} step${pos === 1 ? "" : "s"} after`),
-      h("ul", { class: "tln-list" }, /** @type {LineageNode[]} */ (columns.get(pos)).sort((a, b) => a.index - b.index).map(nodeEl)))));
+    graph.replaceChildren(...order.map((pos) => {
+      const members = /** @type {LineageNode[]} */ (columns.get(pos));
+      return h("section", { class: "tln-lin-column", "data-pos": pos },
+        h("h4", null, columnTitle(pos, centre, members.length)),
+        h("ul", { class: "tln-list" }, members.sort((a, b) => a.index - b.index).map(nodeEl)));
+    }));
     const chosen = st.nodes.get(st.selected)?.node;
     details.replaceChildren(chosen ? nodeDetails(chosen, st, select, ctx) : h("p", { class: "tln-muted" }, "Select a node."));
+    onShown?.(shownSummary(st, centre), st.expanded);
+    requestAnimationFrame(cue.update);
   }
+  const scroller = h("div", { class: "tln-lin-scroll" }, graph);
+  const cue = scrollCue(scroller, ctx.signal);
   draw();
   return h("section", { class: "tln-lineage", "aria-label": "Lineage" },
     h("h3", null, "Lineage"),
     h("p", { class: "tln-muted" }, "Select a node for its values and source; ◀ / ▶ ask Python for the next ring of inputs / outputs."),
     note ? h("p", { class: "tln-note" }, note) : null,
     ctx.offline ? offlineNote("expanding needs a live kernel; the nodes shown are those in this copy.") : null,
-    h("div", { class: "tln-lin-scroll" }, graph), status, details);
+    cue.el, scroller, status, details);
+}
+
+/**
+ * A column's heading: its signed distance in steps from the centre, whichever node was expanded
+ * to reach it (a node reached through an input and then an output sits beside the centre).
+ * @param {number} pos @param {string} centre @param {number} count
+ */
+function columnTitle(pos, centre, count) {
+  if (pos === 0) return count > 1 ? `${centre} and ${count - 1} beside it` : centre;
+  const steps = `${Math.abs(pos)} step${Math.abs(pos) === 1 ? "" : "s"}`;
+  return pos < 0 ? `${steps} before` : `${steps} after`;
+}
+
+/**
+ * What the view shows now, in one sentence (counts of what is drawn; Python's lead said what
+ * its report held before any ring was added).
+ * @param {LineageState} st @param {string} centre
+ */
+function shownSummary(st, centre) {
+  let before = 0, after = 0, beside = 0;
+  for (const { node, pos } of st.nodes.values()) {
+    if (node.label === centre) continue;
+    if (pos < 0) before += 1;
+    else if (pos > 0) after += 1;
+    else beside += 1;
+  }
+  const rings = st.expanded ? ` after ${st.expanded} expansion${st.expanded === 1 ? "" : "s"}` : "";
+  return `Showing ${st.nodes.size} node${st.nodes.size === 1 ? "" : "s"} around ${centre}${rings}: ` +
+    `${before} before, ${after} after${beside ? `, ${beside} beside it` : ""}.`;
+}
+
+/**
+ * A visible cue when the columns overflow sideways: which way more columns are, kept current
+ * on scroll and resize (listeners end with `signal`).
+ * @param {HTMLElement} scroller @param {AbortSignal} signal
+ */
+function scrollCue(scroller, signal) {
+  const el = h("p", { class: "tln-lin-cue", hidden: true, "aria-live": "polite" });
+  const update = () => {
+    if (signal.aborted) return;
+    const left = scroller.scrollLeft > 1;
+    const right = scroller.scrollLeft + scroller.clientWidth < scroller.scrollWidth - 1;
+    el.hidden = !left && !right;
+    scroller.dataset.overflow = left && right ? "both" : left ? "left" : right ? "right" : "none";
+    el.textContent = left && right ? "◀ more columns on both sides: scroll sideways ▶"
+      : right ? "More columns to the right: scroll sideways ▶" : left ? "◀ more columns to the left: scroll sideways" : "";
+  };
+  listen(scroller, "scroll", update, signal);
+  const observer = new ResizeObserver(update);
+  observer.observe(scroller);
+  signal.addEventListener("abort", () => observer.disconnect());
+  return { el, update };
 }
 
 /**
@@ -125,7 +183,7 @@ export function lineageView(nodes, ctx, { centre, highlight, role = null, action
 function nodeDetails(n, st, select, ctx) {
   /** @type {[string, string | Node][]} */
   const rows = [["op", h("code", null, n.label)], ["function", n.func], ["module", n.module === "" ? "(root)" : n.module],
-    ["source", n.file ? h("code", { title: n.file }, `${shortPath(n.file)}:${n.line ?? "?"}`) : MISSING],
+    ["source", n.file ? h("code", { title: `${n.file}:${n.line ?? "?"}` }, formatLocation(n.file, n.line, ctx.locations)) : MISSING],
     ["shape", formatShape(n.shape)], ["dtype", n.dtype ?? MISSING],
     ["finiteness", `${WORD[n.finiteness]}${n.checked_by ? ` (${n.checked_by === "dtype" ? "by dtype" : `${n.checked_by} value`})` : " (value not saved)"}`]];
   const s = n.stats;

@@ -3,6 +3,7 @@ import { clear, h } from "./dom.js";
 import { readArrays, readPayload, unreadable } from "./payload.js";
 import { createRpc } from "./rpc.js";
 import { renderReply } from "./child.js";
+import { followHostTheme } from "./theme.js";
 
 /**
  * @typedef {object} PanelContext
@@ -12,17 +13,24 @@ import { renderReply } from "./child.js";
  * @property {boolean} offline true in a `report.to_html()` copy: no kernel, controls disabled
  * @property {Record<string, import("./payload.js").ArrayValue>} arrays decoded binary arrays
  * @property {Map<string, any>} state view-only state that survives redraws (sort order, page)
+ * @property {Record<string, string>} locations source files Python named (notebook cells:
+ *   "Cell In[3]"), for `formatLocation`
+ * @property {Record<string, string>} unavailable follow-ups that cannot run now -> why
  * @property {(reply: import("./rpc.js").Reply, slot: HTMLElement, title: string) => Promise<void>} showReply
  *   render a reply's report into `slot` (replacing what the slot held)
  */
 
 /**
- * Mount a panel: add the `.tln-panel` scope, draw `view(payload, ctx)`, redraw on
+ * Mount a panel: add the `.tln-panel` scope, follow the host's theme (theme.js), draw
+ * `view(payload, ctx)`, redraw on
  * `change:payload` / `change:arrays`, and return a cleanup that removes every model listener,
  * every DOM listener (through `ctx.signal`) and every follow-up panel.
  * A payload that cannot be read, or a view that throws, shows the text card instead.
+ * The view names its report's generated payload type (`payload_types.d.ts`); the envelope was
+ * checked here, the data fields by tsc against the Python dataclasses.
+ * @template {import("./payload.js").Payload} P
  * @param {{ model: import("@anywidget/types").AnyModel<any>, el: HTMLElement }} props
- * @param {(payload: import("./payload.js").Payload, ctx: PanelContext) => Node} view
+ * @param {(payload: P, ctx: PanelContext) => Node} view
  * @param {{ name: string, render: Function }} panel this panel's name and its own `render`
  * @returns {() => void}
  */
@@ -36,6 +44,8 @@ export function mountPanel({ model, el }, view, panel) {
   const followups = new Map();
   /** @type {AbortController | null} */
   let controller = null;
+  const mounted = new AbortController();  // lives as long as the panel: the theme follower
+  followHostTheme(el, mounted.signal);
 
   const dropFollowups = () => {
     for (const cleanup of followups.values()) cleanup();
@@ -54,6 +64,8 @@ export function mountPanel({ model, el }, view, panel) {
     /** @type {PanelContext} */
     const ctx = {
       model, rpc, signal, state,
+      locations: result.data.locations,
+      unavailable: result.data.unavailable_actions,
       offline: model.get("offline") === true,
       arrays: {},
       async showReply(reply, slot, title) {
@@ -68,7 +80,7 @@ export function mountPanel({ model, el }, view, panel) {
     };
     try {
       ctx.arrays = readArrays(model.get("arrays"));
-      clear(el).append(view(result.data, ctx));
+      clear(el).append(view(/** @type {P} */ (result.data), ctx));
     } catch (err) {
       clear(el).append(unreadable({ reason: `the ${panel.name} panel failed: ${String(err)}`, card: result.data.card }));
     }
@@ -78,6 +90,7 @@ export function mountPanel({ model, el }, view, panel) {
   draw();
   return () => {
     controller?.abort();
+    mounted.abort();
     dropFollowups();
     rpc.dispose();
     model.off("change:payload", draw);

@@ -8,18 +8,13 @@ export const SCHEMA = "torchlens_nb.report/1";
 const MAX_FALLBACK_CARD_CHARS = 4000;
 
 /**
- * @typedef {{ code: string, severity: "critical" | "warning" | "info", message: string,
- *   where: null | { op?: string | null, module?: string | null, file?: string | null,
- *   line?: number | null, code?: string | null }, remedy: string | null,
- *   fields: Record<string, unknown> }} Finding
- * @typedef {{ name: string, columns: string[], rows: unknown[][], attrs: Record<string, any>,
- *   total_rows: number }} TablePayload
- * @typedef {{ label: string, code: string, action: string | null, args: Record<string, unknown>,
- *   runnable: boolean }} ExitPayload
- * @typedef {{ schema: string, report_type: string, subject: string, status: string, lead: string,
- *   card: string, findings: Finding[], tables: TablePayload[], disclosures: string[],
- *   unavailable: { check: string, reason: string, code: string }[], exits: ExitPayload[],
- *   actions: string[], data: Record<string, any>, findings_total?: number }} Payload
+ * The payload types are generated from the Python report dataclasses (payload_types.d.ts, by
+ * `python -m torchlens_nb.widgets._payload_types --write`): a panel names its report's
+ * `<Class>Payload`, so tsc rejects a read of a field Python does not send.
+ * @typedef {import("./payload_types.js").AnyPayload} Payload
+ * @typedef {import("./payload_types.js").Finding} Finding
+ * @typedef {import("./payload_types.js").TablePayload} TablePayload
+ * @typedef {import("./payload_types.js").ExitPayload} ExitPayload
  * @typedef {{ ok: true, data: Payload } | { ok: false, reason: string, card: string }} ReadResult
  */
 
@@ -75,7 +70,7 @@ export function readPayload(raw) {
   }
   const data = decodeFloats(obj);
   for (const key of ["findings", "tables", "disclosures", "unavailable", "exits", "actions"]) data[key] ??= [];
-  data.data ??= {};
+  for (const key of ["data", "unavailable_actions", "locations"]) data[key] ??= {};
   return { ok: true, data };
 }
 

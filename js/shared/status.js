@@ -1,43 +1,23 @@
 // Status and severity as word + icon (colour is never the only signal).
 import { h } from "./dom.js";
 
-/** @typedef {"ok" | "warning" | "critical" | "info"} Tone */
-
-// Presentation only: the verdict word comes from Python and is always shown as text.
-/** @type {Record<string, Tone>} */
-const TONE_OF_STATUS = {
-  ok: "ok", clean: "ok", pass: "ok", passed: "ok", healthy: "ok", finite: "ok", none: "ok",
-  warn: "warning", warning: "warning", suspect: "warning", partial: "warning",
-  found: "critical", error: "critical", fail: "critical", failed: "critical",
-  critical: "critical", known_broken: "critical", broken: "critical",
-  match: "ok", agree: "ok", repeatable_under_test: "ok",
-  diverged: "warning", disagree: "warning", inconclusive: "warning",
-  refused: "critical", nondeterminism_observed: "critical",
-};
+/** @typedef {import("./payload_types.js").Tone} Tone */
 
 /** @type {Record<Tone, string>} */
 export const ICONS = { ok: "✔", warning: "▲", critical: "✖", info: "ℹ" };
 
 /**
- * The tone used to style a status word (unknown words read as neutral `info`).
- * @param {string} status
- * @returns {Tone}
- */
-export function toneOf(status) {
-  return TONE_OF_STATUS[String(status).toLowerCase()] ?? "info";
-}
-
-/**
- * A badge: icon plus the status word itself.
- * @param {string} status
+ * A badge: icon plus the status as a phrase. Python decided the tone and the phrase
+ * (`payload.tone`, `payload.status_label`); the badge maps no word to a colour.
+ * @param {{ status: string, status_label: string, tone: Tone }} verdict a payload (or a live
+ *   increment) carrying its status, phrase and tone
  * @param {string} [label] prefix read by screen readers only, e.g. "Status"
  */
-export function statusBadge(status, label = "Status") {
-  const tone = toneOf(status);
+export function statusBadge({ status, status_label, tone }, label = "Status") {
   return h("span", { class: "tln-badge", "data-tone": tone, "data-status": status },
-    h("span", { class: "tln-icon", "aria-hidden": "true" }, ICONS[tone]),
+    h("span", { class: "tln-icon", "aria-hidden": "true" }, ICONS[tone] ?? ICONS.info),
     h("span", { class: "tln-sr" }, `${label}: `),
-    h("span", { class: "tln-badge-word" }, status));
+    h("span", { class: "tln-badge-word" }, status_label));
 }
 
 /**
@@ -61,6 +41,16 @@ export function statusLine() {
 export function offlineNote(what) {
   return h("p", { class: "tln-note", "data-testid": "offline-note" },
     h("span", { "aria-hidden": "true" }, "ℹ "), h("strong", null, "Offline copy: "), what);
+}
+
+/**
+ * A visible note that a follow-up cannot run now, with Python's reason (shown beside the
+ * disabled control before anything is clicked).
+ * @param {string} reason
+ */
+export function unavailableNote(reason) {
+  return h("span", { class: "tln-unavailable-note", "data-tone": "warning", "data-testid": "unavailable-note" },
+    h("span", { class: "tln-icon", "aria-hidden": "true" }, "▲ "), h("strong", null, "Unavailable: "), reason);
 }
 
 /**

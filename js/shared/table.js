@@ -1,7 +1,7 @@
 // The table every tabular panel uses: sortable, filterable, paged; large tables page through
 // the kernel (Python sorts and filters with pandas) so 100k rows never travel to the browser.
 import { h, listen } from "./dom.js";
-import { columnKind, exactText, formatNumber, formatValue } from "./format.js";
+import { columnKind, exactText, formatNumber, formatSourceLine, formatValue, isNamedLocation } from "./format.js";
 import { definitionList } from "./findings.js";
 import { decodeFloats } from "./payload.js";
 import { PAGE_TIMEOUT_MS } from "./rpc.js";
@@ -9,6 +9,8 @@ import { offlineNote, setStatus } from "./status.js";
 
 /** Rows shown per page. */
 export const PAGE_ROWS = 25;
+/** A text cell longer than this may wrap (theme.css .tln-long); shorter cells stay on one line. */
+const LONG_TEXT_CHARS = 60;
 /** Table attrs the panel reads itself instead of listing them as facts. */
 const CONTROL_ATTRS = new Set(["row_action", "row_arg"]);
 
@@ -52,8 +54,9 @@ export function tableView(table, ctx, { onRow, rowLabel = "Open" } = {}) {
   /** @param {unknown[]} row @param {number} index */
   const rowEl = (row, index) => {
     const cells = row.map((value, i) => {
-      const text = formatValue(value);
-      const attrs = { class: numeric[i] ? "tln-num" : null, title: exactText(value) !== text ? exactText(value) : null };
+      const text = isNamedLocation(value, ctx.locations) ? formatSourceLine(value, ctx.locations) : formatValue(value);
+      const attrs = { class: numeric[i] ? "tln-num" : text.length > LONG_TEXT_CHARS ? "tln-long" : null,
+        title: exactText(value) !== text ? exactText(value) : null };
       if (i > 0) return h("td", attrs, text);
       return h("th", { ...attrs, scope: "row" },
         onRow ? h("button", { type: "button", class: "tln-row-button", "aria-label": `${rowLabel} ${text}` }, text) : text);

@@ -26,9 +26,12 @@ LOOPBACK = re.compile(r"^(https?|wss?)://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?
 
 
 @contextlib.contextmanager
-def guarded_page(browser: Browser, viewport: dict[str, int]) -> Iterator[Page]:
-    """A fresh page; on exit, fail on non-loopback requests, page errors, console errors."""
-    context = browser.new_context(viewport=viewport)
+def guarded_page(browser: Browser, viewport: dict[str, int], **options: Any) -> Iterator[Page]:
+    """A fresh page; on exit, fail on non-loopback requests, page errors, console errors.
+
+    ``options`` go to ``browser.new_context`` (e.g. ``color_scheme="dark"``: the OS setting).
+    """
+    context = browser.new_context(viewport=viewport, **options)
     external: list[str] = []
     context.route(
         lambda url: not (LOOPBACK.match(url) or url.startswith(("blob:", "data:"))),
@@ -65,9 +68,11 @@ class PanelPage:
         *,
         arrays: dict[str, Any] | None = None,
         offline: bool = False,
+        traits: dict[str, Any] | None = None,
     ) -> Locator:
         """Render ``panel`` with ``payload`` (use ``widgets.panel_payload(report)``); returns the
-        panel root (``.tln-panel``). ``arrays`` as from ``widgets.panel_arrays(report)``."""
+        panel root (``.tln-panel``). ``arrays`` as from ``widgets.panel_arrays(report)``;
+        ``traits`` are further model traits (the live dashboard's ``live_id``)."""
         encoded = {
             name: {
                 **{k: v for k, v in spec.items() if k != "data"},
@@ -77,7 +82,11 @@ class PanelPage:
         }
         index = self.page.evaluate(
             "([panel, state, arrays]) => harness.mountPanel(panel, state, arrays)",
-            [panel, {"payload": payload, "offline": offline, "panel": panel}, encoded],
+            [
+                panel,
+                {"payload": payload, "offline": offline, "panel": panel, **(traits or {})},
+                encoded,
+            ],
         )
         return self.page.locator(".harness-el").nth(index)  # render() made `el` the .tln-panel
 

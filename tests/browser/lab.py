@@ -13,22 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import pathlib
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-import nbformat
 from playwright.sync_api import Locator, Page
 
 from tests.browser.helpers import ARTIFACTS
+from tests.browser.servers import free_port, running_server, server_env, write_notebook
 
 LAB_START_TIMEOUT_S = 90
 KERNEL_IDLE_TIMEOUT_MS = 90_000
@@ -41,12 +36,6 @@ class Lab:
     root: pathlib.Path
     log_path: pathlib.Path
     startup_s: float
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _write_user_settings(settings: pathlib.Path) -> None:
@@ -67,17 +56,14 @@ def running_lab(root: pathlib.Path, extra_pythonpath: Sequence[pathlib.Path] = (
     root.mkdir(parents=True, exist_ok=True)
     state = pathlib.Path(tempfile.mkdtemp(prefix="tln_lab_state_"))
     _write_user_settings(state / "user-settings")
-    port = _free_port()
-    env = {
-        **os.environ,
-        "JUPYTERLAB_SETTINGS_DIR": str(state / "user-settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(state / "workspaces"),
-        "JUPYTER_RUNTIME_DIR": str(state / "runtime"),
-        "IPYTHONDIR": str(state / "ipython"),
-        "PYTHONPATH": os.pathsep.join(
-            [*map(str, extra_pythonpath), os.environ.get("PYTHONPATH", "")]
-        ).strip(os.pathsep),
-    }
+    port = free_port()
+    env = server_env(
+        extra_pythonpath,
+        JUPYTERLAB_SETTINGS_DIR=str(state / "user-settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"),
+        JUPYTER_RUNTIME_DIR=str(state / "runtime"),
+        IPYTHONDIR=str(state / "ipython"),
+    )
     command = [
         sys.executable,
         "-m",
@@ -95,35 +81,15 @@ def running_lab(root: pathlib.Path, extra_pythonpath: Sequence[pathlib.Path] = (
         "--LabApp.extension_manager=readonly",  # no PyPI queries from the server
         "--ServerApp.allow_root=True",
     ]  # CI containers often run as root
-    log_path = state / "lab.log"
-    started = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"jupyter lab exited early:\n{log_path.read_text()[-3000:]}")
-                with contextlib.suppress(OSError):
-                    with urllib.request.urlopen(url + "/api/status", timeout=2) as response:
-                        if response.status == 200:
-                            break
-                if time.monotonic() - started > LAB_START_TIMEOUT_S:
-                    raise TimeoutError(
-                        f"jupyter lab not up in {LAB_START_TIMEOUT_S} s; log: {log_path}"
-                    )
-                time.sleep(0.25)
-            yield Lab(url, root, log_path, round(time.monotonic() - started, 1))
-        finally:
-            with contextlib.suppress(ProcessLookupError):  # our process group only
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+    url = f"http://127.0.0.1:{port}"
+    with running_server(
+        command,
+        url + "/api/status",
+        env=env,
+        log_path=state / "lab.log",
+        timeout_s=LAB_START_TIMEOUT_S,
+    ) as startup_s:
+        yield Lab(url, root, state / "lab.log", startup_s)
 
 
 def shutdown_sessions(lab: Lab, name: str) -> None:
@@ -154,14 +120,7 @@ class LabNotebook:
     """One notebook open in JupyterLab: run cells, read outputs, find panels, take pictures."""
 
     def __init__(self, page: Page, lab: Lab, name: str, cells: Sequence[str]) -> None:
-        notebook = nbformat.v4.new_notebook()
-        notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
-        notebook.metadata["kernelspec"] = {
-            "name": "python3",
-            "display_name": "Python 3",
-            "language": "python",
-        }
-        nbformat.write(notebook, lab.root / name)
+        write_notebook(lab.root / name, cells)
         self.page = page
         # ?reset: start from an empty workspace, not the tabs an earlier test left open
         page.goto(f"{lab.url}/lab/tree/{name}?reset")

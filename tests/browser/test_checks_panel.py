@@ -18,7 +18,7 @@ import torchlens_nb as tl
 from tests import models
 from tests.distributed import ranks
 from torchlens_nb import widgets
-from torchlens_nb._jsonsafe import to_jsonable
+from torchlens_nb.widgets._dashboard import live_message
 
 pytestmark = pytest.mark.browser
 
@@ -28,7 +28,7 @@ class _Recorder:
         self.messages: list[dict] = []
 
     def push(self, message: dict) -> None:
-        self.messages.append(to_jsonable(message))
+        self.messages.append(live_message(message))  # as LiveChecksWidget.push sends it
 
     def finish(self, report) -> None:
         self.final = report
@@ -65,7 +65,10 @@ def test_live_counters_checks_findings_and_chart_update_per_increment(
     panel_page, dead_layer_run
 ) -> None:
     snapshot, increments, _ = dead_layer_run
-    root = panel_page.mount("checks", widgets.panel_payload(snapshot))
+    # the dashboard widget (LiveChecksWidget) carries a live_id: this mount stands in for it
+    root = panel_page.mount(
+        "checks", widgets.panel_payload(snapshot), traits={"live_id": "dead-layer-run"}
+    )
     accepted = root.locator('[data-counter="accepted"]')
     expect(accepted).to_have_text("0")
     expect(root.get_by_role("status").first).to_have_text(
@@ -82,6 +85,9 @@ def test_live_counters_checks_findings_and_chart_update_per_increment(
     expect(accepted).to_have_text("8")
     expect(root.locator('li[data-code="param_received_no_gradient"]')).to_have_count(1)
     expect(state).to_have_text("collecting")  # action="collect": a finding, no warning
+    badge = root.locator(".tln-head .tln-badge")  # the live badge's tone came from Python
+    expect(badge).to_have_attribute("data-tone", "warning")
+    expect(badge.locator(".tln-badge-word")).to_have_text("found")
     # update ratios sampled at accepted steps 0, 2, 4, 6
     assert root.locator('svg[data-chart="update_ratio"] circle').count() == 4
     panel_page.kernel_set("live", increments[2])  # a stale message changes nothing
@@ -126,7 +132,7 @@ def ddp_live_run(tmp_path_factory):
 
 
 def test_live_dashboard_on_rank_0_lays_out_every_ranks_counters(ddp_live_run, panel_page) -> None:
-    root = panel_page.mount("checks", ddp_live_run["snapshot"])
+    root = panel_page.mount("checks", ddp_live_run["snapshot"], traits={"live_id": "ddp-run"})
     table = root.locator('table[data-table="ranks"]')
     expect(table).to_have_count(0)  # no agreement yet: no per-rank rows
     for message in ddp_live_run["increments"]:

@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import torchlens_nb as tl
 from tests.checks.conftest import poison_next_backward
+from torchlens_nb.widgets._dashboard import live_message
 
 COLLECTIVES = (
     "all_reduce",
@@ -227,7 +228,7 @@ class Recorder:
         return self
 
     def push(self, message: dict[str, Any]) -> None:
-        self.messages.append(tl._jsonsafe.to_jsonable(message))
+        self.messages.append(live_message(message))  # as LiveChecksWidget.push sends it
 
     def finish(self, report: Any) -> None:
         self.final = report.to_dict()

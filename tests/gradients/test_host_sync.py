@@ -31,22 +31,33 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+# Each report also keeps, for its lineage row clicks, the finiteness of every saved output
+# (debug/lineage/_graph.py): one more batched read, made once per trace and shared.
+GRAPH_READ = ["tolist"]
+
+
 def test_grad_health_reads_every_norm_with_one_tolist(dead_trace, syncs) -> None:
     report = tl.debug.grad_health(dead_trace)  # 11 gradients on one device (CPU)
     assert len(report.table().rows) == 11
-    assert syncs == ["tolist"]
+    assert syncs == ["tolist", *GRAPH_READ]
 
 
 def test_dead_neurons_reads_every_layer_with_one_tolist(dead_trace, syncs) -> None:
     report = tl.debug.dead_neurons(dead_trace)
     assert report.num_counted == 11
-    assert syncs == ["tolist"]
+    assert syncs == ["tolist", *GRAPH_READ]
 
 
 def test_dtype_range_reads_every_output_with_two_tolists(dead_trace, syncs) -> None:
     report = tl.debug.dtype_range(dead_trace)  # value statistics, then subnormal counts
     assert report.num_audited_ops == 12
-    assert syncs == ["tolist", "tolist"]
+    assert syncs == ["tolist", "tolist", *GRAPH_READ]
+
+
+def test_reports_on_one_trace_share_the_graph_read(dead_trace, syncs) -> None:
+    tl.debug.grad_health(dead_trace)
+    tl.debug.dead_neurons(dead_trace)
+    assert syncs == ["tolist", *GRAPH_READ, "tolist"]
 
 
 @pytest.mark.parametrize(

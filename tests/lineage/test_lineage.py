@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from torch import nn
 
 import torchlens_nb as tl
 from tests.nonfinite.nan_models import LogOfNegative, Net, X, line_of
-from torchlens_nb.errors import DiagnosticArgumentError, OpNotFoundError, UnavailableError
+from torchlens_nb.errors import DiagnosticArgumentError, OpNotFoundError
 
 
 def test_spec_example_lineage_of_the_output() -> None:
@@ -98,12 +99,21 @@ def test_a_live_reports_lineage_uses_the_live_checks() -> None:
     assert ring.node("log_1").stats.nan_count == 1
 
 
-def test_actions_hold_a_saved_trace_weakly() -> None:
-    report = tl.debug.lineage(tl.trace(Net(LogOfNegative()), X), "log_1", max_depth=1)
+def test_actions_hold_the_graph_not_the_saved_trace() -> None:
+    trace = tl.trace(Net(LogOfNegative()), X)
+    released = weakref.ref(trace)
+    report = tl.debug.lineage(trace, "log_1", max_depth=1)
+    del trace
     gc.collect()
-    with pytest.raises(UnavailableError, match="was released") as caught:
-        report.run_action("expand", label="sub_1")
-    assert caught.value.code == "trace_released"
+    assert released() is None  # the report pins no activation
+    ring = report.run_action("expand", label="log_1", direction="both")
+    # finiteness as checked when the report was made; the values (statistics) are gone
+    assert [(n.label, n.finiteness, n.checked_by, n.stats) for n in ring.nodes] == [
+        ("log_1", "nonfinite", "saved", None),
+        ("sub_1", "finite", "saved", None),
+        ("mul_1", "nonfinite", "saved", None),
+    ]
+    assert any("the trace was released" in note for note in ring.disclosures)
 
 
 def test_bad_arguments_are_refused() -> None:

@@ -12,6 +12,7 @@ served here by name on first access (:func:`__getattr__`), the one exception to 
 
 from typing import Any
 
+from ._actions import LiveAction, live_action
 from ._activations import (
     DeadNeuronsReport,
     DeadReport,
@@ -147,6 +148,7 @@ __all__ = [
     "LeakageReport",
     "LineageNode",
     "LineageReport",
+    "LiveAction",
     "LivenessReport",
     "LivenessStat",
     "NonfiniteReport",
@@ -189,6 +191,7 @@ __all__ = [
     "capabilities",
     "doctor",
     "frozen_mapping",
+    "live_action",
     "live_dashboard",
     "live_panel",
 ]

@@ -128,7 +128,8 @@ class PatternSummary:
 
     layers: int
     heads: int
-    positions: int
+    positions: tuple[int, ...]
+    """The token positions the query and key axes cover (``PatternBlock.positions``)."""
     levels: int
     encoding: str
     bytes: int

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from .._jsonsafe import to_jsonable
 from ..errors import ReportOptionError
 from . import _display
+from ._actions import unavailable_actions
+from ._location import location_text
 from ._status import Tone, ToneRule, printable, resolve_tone, status_phrase, tones
 
 if TYPE_CHECKING:
@@ -80,7 +82,7 @@ class Where:
         if self.module:
             parts.append(f"in {self.module}")
         if self.file:
-            parts.append(f"at {_short_path(self.file)}:{self.line}")
+            parts.append(f"at {location_text(self.file, self.line)}")
         return " ".join(parts)
 
 
@@ -312,7 +314,12 @@ class Report:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON-safe payload envelope (``schema`` ``torchlens_nb.report/1``)."""
+        """The JSON-safe payload envelope (``schema`` ``torchlens_nb.report/1``).
+
+        A follow-up that cannot run now (see ``report/_actions.py``) is listed in
+        ``unavailable_actions`` with its reason, and its exit carries that ``disabled_reason``.
+        """
+        gone = unavailable_actions(self.actions)
         payload = {
             "schema": SCHEMA,
             "report_type": self.report_type,
@@ -342,10 +349,12 @@ class Report:
                     "action": e.action,
                     "args": _thaw(e.args),
                     "runnable": e.action is not None and e.action in self.actions,
+                    "disabled_reason": None if e.action is None else gone.get(e.action),
                 }
                 for e in self.exits
             ],
             "actions": sorted(self.actions),
+            "unavailable_actions": gone,
             "data": self._data(),
         }
         return to_jsonable(_thaw(payload))
@@ -395,12 +404,20 @@ class Report:
                 return _thaw(item.args)
         return {}
 
+    def card_html(self, *, beside_panel: bool = False) -> str:
+        """The card as static HTML (a ``<pre>`` block): what a page shows with no panel.
+        ``beside_panel`` marks the copy displayed next to a live panel, which hides it."""
+        return _display.static_html(self, beside_panel=beside_panel)
+
     def to_html(self, path: str | None = None) -> str:
         """Self-contained HTML of the panel (offline, no kernel); written to ``path`` if given."""
         return _display.to_html(self, path)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         return _display.mimebundle(self)
+
+    def _ipython_display_(self) -> None:
+        _display.ipython_display(self)
 
     def _data(self) -> dict[str, Any]:
         """The payload's ``data``: the subclass's fields and ``payload_properties``."""
@@ -435,8 +452,3 @@ CARD_LINE_MAX_CHARS = 240
 def _clip(line: str) -> str:
     line = printable(line)
     return line if len(line) <= CARD_LINE_MAX_CHARS else line[: CARD_LINE_MAX_CHARS - 1] + "…"
-
-
-def _short_path(path: str) -> str:
-    parts = path.replace("\\", "/").split("/")
-    return "/".join(parts[-2:]) if len(parts) > 2 else path

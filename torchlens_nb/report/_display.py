@@ -1,7 +1,9 @@
 """The single place where a report's rich display plugs in.
 
 ``mimebundle(report)`` returns the live panel (the anywidget view of ``widgets.widget_for``)
-plus ``text/plain`` (the card) and ``text/html`` (a static card for nbconvert and GitHub).
+plus ``text/plain`` (the card) and ``text/html`` (a static card for nbconvert and GitHub);
+``ipython_display(report)`` (``display(report)`` in a kernel) shows the card as an output of its
+own beside the panel, so an executed notebook converted to HTML shows it with no network.
 This module is the one upward edge of the layering (report -> widgets), imported inside the
 display call. Display never raises: a panel that fails to build warns once per report type
 (``TorchlensNbWarning``) and the bundle carries the card alone.
@@ -23,29 +25,59 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 _warned_report_types: set[str] = set()
 
 
-def static_html(report: Report) -> str:
-    """A static HTML card: the same text as ``card()``, escaped, in a ``<pre>`` block."""
+def static_html(report: Report, *, beside_panel: bool = False) -> str:
+    """A static HTML card: the same text as ``card()``, escaped, in a ``<pre>`` block.
+
+    ``beside_panel`` marks the card shown as its own output next to a live panel: the panel's
+    stylesheet hides it wherever the panel runs (js/shared/theme.css).
+    """
+    extra = " tln-card-beside-panel" if beside_panel else ""
     return (
-        f'<div class="tln-static-card" data-report-type="{html.escape(report.report_type)}">'
-        f"<pre>{html.escape(report.card())}</pre></div>"
+        f'<div class="tln-static-card{extra}" data-report-type="{html.escape(report.report_type)}">'
+        # inline style: the page showing this card may carry no stylesheet of ours
+        f'<pre style="white-space: pre-wrap; overflow-wrap: break-word; word-break: normal">'
+        f"{html.escape(report.card())}</pre></div>"
     )
 
 
-def mimebundle(report: Report) -> dict[str, Any]:
-    """The display bundle of ``report``: widget view (when it builds), card text, static HTML."""
-    bundle = {"text/plain": report.card(), "text/html": static_html(report)}
+def ipython_display(report: Report) -> None:
+    """``display(report)`` in IPython: in a kernel the panel widget displays itself with its card
+    beside it (``ReportWidget._ipython_display_``); in a terminal, or when no panel can be built
+    (warned once, as in :func:`mimebundle`), the card alone. Never raises."""
+    from IPython import get_ipython
+    from IPython.display import display
+
+    widget = _panel(report) if getattr(get_ipython(), "kernel", None) is not None else None
+    if widget is None:
+        display({"text/plain": report.card(), "text/html": static_html(report)}, raw=True)
+    else:
+        display(widget)
+
+
+def _panel(report: Report) -> Any:
+    """The panel widget of ``report``, or None (warned once per report type) when it cannot
+    be built."""
     try:
         from .. import widgets
 
-        view = widgets.widget_for(report)._repr_mimebundle_()
-        data = view[0] if isinstance(view, tuple) else view
-        bundle[WIDGET_MIME] = data[WIDGET_MIME]
+        return widgets.widget_for(report)
     except Exception as exc:  # display never raises; the card is always there
         _warn_once(
             report.report_type,
             f"the {report.report_type!r} panel could not be built ({type(exc).__name__}: "
             f"{exc}); showing the text card. This warning is shown once per report type.",
         )
+        return None
+
+
+def mimebundle(report: Report) -> dict[str, Any]:
+    """The display bundle of ``report``: widget view (when it builds), card text, static HTML."""
+    bundle = {"text/plain": report.card(), "text/html": static_html(report)}
+    widget = _panel(report)
+    if widget is not None:
+        view = widget._repr_mimebundle_()
+        data = view[0] if isinstance(view, tuple) else view
+        bundle[WIDGET_MIME] = data[WIDGET_MIME]
     return bundle
 
 

@@ -156,7 +156,8 @@ class GradHealthReport(Report):
         """Every row for the grad_health panel, as binary columns (never JSON lists).
 
         Numbers are float32 (NaN where a value is None: the ``verdict`` says which), ``plot_y``
-        the profile value of :func:`profile_points` (bars and chart), ``verdict``
+        the profile ``value`` of :func:`profile_points` (bars and chart; 0, inf and nan kept
+        as they are: the panel draws them in labelled lanes), ``verdict``
         is a uint8 index into :data:`VERDICTS`, ``is_frontier`` uint8, ``module_id`` an index
         into ``modules``; ``ops`` and ``modules`` are UTF-8 text, one name per line. Above
         :data:`MAX_PANEL_ROWS` rows this is empty and the panel shows the kernel-paged table.
@@ -171,7 +172,7 @@ class GradHealthReport(Report):
             for name in ("index", "grad_norm", "grad_norm_raw", "rms", "numel")
         }
         columns["module_id"] = _floats([module_ids[r["module"]] for r in rows])
-        columns["plot_y"] = _floats([p["y"] for p in profile_points(self)])
+        columns["plot_y"] = _floats([p["value"] for p in profile_points(self)])
         columns["verdict"] = _bytes(bytes(VERDICTS.index(r["verdict"]) for r in rows))
         columns["is_frontier"] = _bytes(bytes(int(r["is_frontier"]) for r in rows))
         columns["ops"] = _bytes("\n".join(r["op"] for r in rows).encode())
@@ -190,7 +191,10 @@ def _bytes(data: bytes) -> dict[str, Any]:
 
 def profile_points(report: GradHealthReport) -> list[dict[str, Any]]:
     """The points of the profile chart: ``index``, ``op``, ``module``, ``verdict``,
-    ``is_frontier`` and ``y`` (the plotted value; see :meth:`GradHealthReport.figure`)."""
+    ``is_frontier``, ``value`` (the value the verdict read: 0, inf or nan where it is one) and
+    ``y`` (that value on the plotly figure's log axis, where 0/inf/nan sit on a floor; see
+    :meth:`GradHealthReport.figure`). The panel draws ``value``, with 0, inf and nan in labelled
+    lanes outside the numeric range."""
     column = "rms" if report.basis == "rms" else "grad_norm"
     rows = report.table().dicts()
     positive = [r[column] for r in rows if r[column] is not None and 0 < r[column] < math.inf]
@@ -201,8 +205,6 @@ def profile_points(report: GradHealthReport) -> list[dict[str, Any]]:
         if row["verdict"] == "unknown":
             raw = row["grad_norm_raw"]
             value = raw / math.sqrt(row["numel"]) if column == "rms" and row["numel"] else raw
-        if value is None or not (0 < value < math.inf):
-            value = floor
         points.append(
             {
                 "index": row["index"],
@@ -210,7 +212,8 @@ def profile_points(report: GradHealthReport) -> list[dict[str, Any]]:
                 "module": row["module"],
                 "verdict": row["verdict"],
                 "is_frontier": row["is_frontier"],
-                "y": value,
+                "y": value if value is not None and 0 < value < math.inf else floor,
+                "value": math.nan if value is None else value,
             }
         )
     return points

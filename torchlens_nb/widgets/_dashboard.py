@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import traitlets
 
 from .._jsonsafe import to_jsonable
+from ..report import CheckReport
+from ..report._status import resolve_tone, status_phrase
 from ._registry import THEME_CSS, bundle_path
 from ._widget import ReportWidget
 
@@ -37,14 +39,29 @@ class LiveChecksWidget(ReportWidget):
     ``{"type": "final", "seq"}`` once the final report is shown."""
 
     def push(self, message: dict[str, Any]) -> None:
-        """Send one increment to every view (one comm message; NaN/Inf tagged as in payloads)."""
-        self.live = to_jsonable(message)
+        """Send one increment to every view (one comm message; see :func:`live_message`)."""
+        self.live = live_message(message)
 
     def finish(self, report: Report) -> None:
         """Show the final report: its payload and arrays replace the snapshot (cached table
         pages of the snapshot are dropped with it)."""
         self.update(report)
         self.live = {"type": "final", "seq": int(self.live.get("seq", 0)) + 1}
+
+
+def live_message(message: dict[str, Any]) -> dict[str, Any]:
+    """An increment as it travels: NaN/Inf tagged as in payloads, and its ``status`` given its
+    ``tone`` and ``status_label``, decided as a ``CheckReport``'s are (``raised`` is critical),
+    so the live badge maps no word in JS."""
+    status = message.get("status")
+    if isinstance(status, str) and status in CheckReport.status_tones:
+        severities = [f.get("severity") for f in message.get("findings", ())]
+        message = {
+            **message,
+            "tone": resolve_tone(CheckReport.status_tones[status], severities),
+            "status_label": status_phrase(status),
+        }
+    return to_jsonable(message)
 
 
 @functools.cache

@@ -2,7 +2,10 @@
 
 ``panel_payload(report)`` is ``report.to_dict()`` with every table cut to :data:`MAX_TABLE_ROWS`
 rows (``total_rows`` keeps the true count; the panel pages the rest through the kernel) and the
-findings cut to :data:`MAX_FINDINGS` (``findings_total`` keeps the count).
+findings cut to :data:`MAX_FINDINGS` (``findings_total`` keeps the count), plus ``locations``:
+the notebook cells among the payload's source files, by the name IPython gives them in
+tracebacks (``{"/tmp/ipykernel_1/123.py": "Cell In[3]"}``), so a panel shows "Cell In[3], line 9"
+where the payload keeps the real file (``report/_location.py``).
 
 Arrays travel as binary buffers, never JSON lists. A report that has arrays for its panel
 defines ``panel_arrays(self) -> Mapping[str, array-like]`` (numpy arrays, nested sequences, or
@@ -17,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ReportOptionError, TorchlensNbWarning
 from ..report import Table
+from ..report._location import cell_names
 
 if TYPE_CHECKING:
     import numpy
@@ -62,7 +66,26 @@ def panel_payload(report: Report) -> dict[str, Any]:
     if len(payload["findings"]) > MAX_FINDINGS:
         payload["findings_total"] = len(payload["findings"])
         payload["findings"] = payload["findings"][:MAX_FINDINGS]
+    payload["locations"] = cell_names(_file_candidates(payload))
     return payload
+
+
+def _file_candidates(value: Any) -> Iterator[str]:
+    """Every string of a payload that could name a source file: the string itself, and the
+    part before ``:<line>`` (tables spell locations ``file:line``). Lazy: outside IPython
+    ``cell_names`` reads none of it."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            yield item
+            head, _, tail = item.rpartition(":")
+            if head and tail.isdigit():
+                yield head
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
 
 
 def encode_array(

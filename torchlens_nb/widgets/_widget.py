@@ -12,12 +12,14 @@ arrays as bytes. The browser may send two requests as custom messages; each carr
   ``{"type": "reply", "page": {...}}`` from pandas (:class:`TablePager`).
 
 Any failure replies ``{"type": "error", "message"}``, which the panel shows; nothing raises
-into the comm.
+into the comm. When an object a follow-up needs is released (``report/_actions.py``), the widget
+re-sends the payload, so the panel disables that button with its reason before it is clicked.
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +27,7 @@ import anywidget
 import traitlets
 
 from ..errors import PanelError
+from ..report._actions import on_release
 from ._paging import TablePager
 from ._payload import panel_arrays, panel_payload
 from ._registry import THEME_CSS, bundle_path, panel_name
@@ -60,7 +63,9 @@ class ReportWidget(anywidget.AnyWidget):
         self._reports: OrderedDict[int, Report] = OrderedDict({0: report})
         self._next_report_id = 1
         self._pagers: dict[tuple[int, str], TablePager] = {}
+        self._card: Any = None
         self.on_msg(self._on_custom_message)
+        self._watch_releases(report)
 
     @property
     def report(self) -> Report:
@@ -76,6 +81,35 @@ class ReportWidget(anywidget.AnyWidget):
             self.payload = panel_payload(report)
         self._reports = OrderedDict({0: report})
         self._pagers.clear()
+        self._watch_releases(report)
+        if self._card is not None:  # the card beside the panel follows it (nbconvert keeps it)
+            self._card.update(_card_bundle(report), raw=True)
+
+    def _ipython_display_(self) -> None:
+        """``display(widget)``: the report's card as an output of its own, then the panel.
+
+        ``nbconvert --execute`` to HTML renders a stored widget view only through the widget
+        manager it loads from a CDN, so offline the panel is blank; the card output is plain
+        HTML every converter shows, and the panel's stylesheet hides it wherever the panel
+        runs. ``update`` keeps that card current (one display update per report).
+        """
+        from IPython.display import display
+
+        self._card = display(_card_bundle(self.report), raw=True, display_id=True)
+        view = self._repr_mimebundle_()
+        display(view[0] if isinstance(view, tuple) else view, raw=True)
+
+    def _watch_releases(self, report: Report) -> None:
+        """Re-send ``report``'s payload when an object one of its follow-ups needs is
+        released (the widget is held weakly: watching never keeps it alive)."""
+        widget = weakref.ref(self)
+
+        def refresh() -> None:
+            live = widget()
+            if live is not None and live.report is report:
+                live.payload = panel_payload(report)
+
+        on_release(report.actions, refresh)
 
     def __repr__(self) -> str:
         report = self.report
@@ -178,6 +212,10 @@ class ReportWidget(anywidget.AnyWidget):
             offset=content.get("offset", 0),
             limit=content.get("limit", 25),
         )
+
+
+def _card_bundle(report: Report) -> dict[str, str]:
+    return {"text/plain": report.card(), "text/html": report.card_html(beside_panel=True)}
 
 
 @functools.cache

@@ -28,6 +28,8 @@ function svg(tag, attrs = {}) {
  *   units: import("./model.js").Unit[], frames: Frame[]) => void, select: (key: string | null) => void,
  *   mark: (keys: Set<string>) => void, fit: () => void, open: () => void, center: (key: string) => void,
  *   zoomBy: (factor: number) => void }} Canvas
+ * @typedef {{ left: boolean, right: boolean, top: boolean, bottom: boolean }} Overflow  which
+ *   sides of the graph lie outside the view
  */
 
 /**
@@ -38,10 +40,12 @@ function svg(tag, attrs = {}) {
  */
 
 /**
- * @param {{ signal: AbortSignal, onActivate: (key: string) => void }} options
+ * `onView` hears, after every pan, zoom or redraw, which sides of the graph are outside the
+ * view (the panel says so beside the graph: a cut graph is never silent).
+ * @param {{ signal: AbortSignal, onActivate: (key: string) => void, onView: (overflow: Overflow) => void }} options
  * @returns {Canvas}
  */
-export function createCanvas({ signal, onActivate }) {
+export function createCanvas({ signal, onActivate, onView }) {
   const root = svg("svg", { class: "tln-gg-svg", tabindex: 0, role: "group",
     "aria-label": "Autograd graph: drag or arrow keys to pan, wheel or + and - to zoom, 0 to fit" });
   const defs = svg("defs");
@@ -58,8 +62,14 @@ export function createCanvas({ signal, onActivate }) {
   /** @type {Map<string, import("./layout.js").Box>} */
   let boxes = new Map();
 
-  const apply = () => stage.setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`);
   const viewport = () => ({ w: root.clientWidth || 800, h: root.clientHeight || 480 });
+  const apply = () => {
+    stage.setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`);
+    const { w, h } = viewport();
+    const edge = 1;  // px of tolerance
+    onView({ left: view.x < -edge, top: view.y < -edge, right: view.x + size.width * view.k > w + edge,
+      bottom: view.y + size.height * view.k > h + edge });
+  };
   /** @param {number} factor @param {number} [cx] @param {number} [cy] */
   const zoomBy = (factor, cx = viewport().w / 2, cy = viewport().h / 2) => {
     const k = Math.min(MAX_SCALE, Math.max(MIN_SCALE, view.k * factor));
@@ -68,11 +78,13 @@ export function createCanvas({ signal, onActivate }) {
     view.k = k;
     apply();
   };
-  /** @param {number} floor smallest scale allowed */
+  /** Fit the graph, never below `floor`; a graph still wider than the view starts at its left
+   * edge (the cue beside the graph says more lies to the right). @param {number} floor */
   const fitAbove = (floor) => {
     const { w, h } = viewport();
     const k = Math.min(1.2, Math.max(floor, Math.min(w / (size.width || 1), h / (size.height || 1))));
-    Object.assign(view, { k, x: (w - size.width * k) / 2, y: Math.max(0, (h - size.height * k) / 2) });
+    const x = size.width * k <= w ? (w - size.width * k) / 2 : 0;
+    Object.assign(view, { k, x, y: Math.max(0, (h - size.height * k) / 2) });
     apply();
   };
   const fit = () => fitAbove(MIN_SCALE);

@@ -16,8 +16,8 @@
  */
 
 /**
- * Read the graph out of `payload.data` (the GradFnSketch `_data()`).
- * @param {Record<string, any>} data
+ * Read the graph out of `payload.data` (a GradFnReport's payload data).
+ * @param {import("../../shared/payload_types.js").GradFnReportData} data
  * @returns {Graph}
  */
 export function readGraph(data) {

@@ -36,8 +36,8 @@ function legend(series) {
  * @param {import("../../shared/panel.js").PanelContext} ctx
  */
 export function recipeView(payload, ctx) {
-  /** @type {ChartPayload[]} */
-  const specs = Array.isArray(payload.data?.charts) ? payload.data.charts : [];
+  const charts = /** @type {{ charts?: ChartPayload[] }} */ (payload.data).charts;
+  const specs = Array.isArray(charts) ? charts : [];
   const running = payload.status === "running";
   const middle = [
     running ? h("p", { class: "tln-recipe-progress", role: "status", "aria-live": "polite" },

@@ -29,6 +29,7 @@ from ...capture import Op, Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
 from ...report._activations import DEAD_NEURONS_COLUMNS, DeadNeuronsReport
+from ...report._location import location_text
 from .._host_sync import fetch_floats
 from .._values import saved_tensors, where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
@@ -184,6 +185,9 @@ def dead_neurons(
             f"{uncounted} of {attrs['num_rows']} layer outputs were not counted "
             "(see the reason column)."
         )
+    shared = _shared_source(rows, trace)
+    if shared is not None:
+        disclosures.append(shared)
     return DeadNeuronsReport(
         subject=f"{trace.model_type} ({attrs['num_rows']} layer outputs)",
         status=status,
@@ -201,6 +205,25 @@ def dead_neurons(
         num_rows=attrs["num_rows"],
         num_counted=attrs["num_counted"],
         total_dead=attrs["total_dead"],
+    )
+
+
+def _shared_source(rows: list[dict[str, Any]], trace: Trace) -> str | None:
+    """A note when every row has the same source line, or None.
+
+    The line recorded for an op is the first frame of the user's code; ops that run inside
+    library modules (``nn.Sequential`` of ``nn.Linear``/``nn.ReLU``) all get the line that
+    called the model (the ``tl.trace`` call), which names no layer: the module column does.
+    """
+    lines = {row["source_line"] for row in rows}
+    if len(rows) < 2 or len(lines) != 1 or None in lines:
+        return None
+    op = trace[rows[0]["op"]]
+    where = location_text(op.file, op.line) if op.file else "unknown"
+    return (
+        f"every row's source is {where}, the first line of your code on the way to each op "
+        "(the call that ran the model): these layers run inside library modules, so the module "
+        "column, not the source, says where each one runs."
     )
 
 

@@ -15,7 +15,6 @@ Cost: for each compared op a handful of element-wise kernels on its device and o
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ import torch
 from torch import nn
 
 from ...capture import Op, Trace, validate_model
-from ...errors import DiagnosticArgumentError, UnavailableError
+from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding, LineageReport, Table, Unavailable, Where
 from ...report._compare import (
     COMPARE_COLUMNS,
@@ -34,7 +33,7 @@ from ...report._compare import (
     CompareParamsReport,
     CompareReport,
 )
-from ..lineage._walk import lineage
+from ..lineage._row_actions import lineage_follow_up
 
 Tolerance = Callable[[Op], tuple[float, float]]
 """``tolerance(op_b) -> (rtol, atol)`` for one aligned op (bisect_precision varies it per op)."""
@@ -390,25 +389,8 @@ def compare(
         ),
         rtol=rtol,
         atol=atol,
-        lineage_of=_lineage_action(trace_a),
+        lineage_of=lineage_follow_up(trace_a, direction="ancestors", max_depth=None),
     )
-
-
-def _lineage_action(trace: Trace) -> Callable[..., LineageReport]:
-    """The ``lineage`` follow-up of a compare report; holds ``trace_a`` by weak reference."""
-    held = weakref.ref(trace)
-
-    def run(op: str, direction: str = "ancestors", max_depth: int | None = None) -> LineageReport:
-        live = held()
-        if live is None:
-            raise UnavailableError(
-                "trace_a was garbage-collected since compare() ran; keep a reference to it and "
-                f"call tl.debug.lineage(trace_a, {op!r}).",
-                code="trace_released",
-            )
-        return lineage(live, op, direction=direction, max_depth=max_depth)
-
-    return run
 
 
 def coverage_line(counts: dict[str, int], alignment: dict[str, int]) -> str:

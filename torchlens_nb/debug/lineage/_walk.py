@@ -3,21 +3,22 @@
 Each node states its finiteness from what is known: a saved value (checked here, batched with
 one host sync per device), a live check made during a NaN run, or an integer dtype; otherwise
 ``unknown``. The report's ``expand`` action returns the next ring around any node, so a panel
-grows the view one click at a time and a large trace never ships whole.
+grows the view one click at a time and a large trace never ships whole. The walk reads an
+``OpGraph`` (``_graph.py``), which the follow-ups hold strongly: they keep working after the
+trace variable is rebound or garbage-collected.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, cast, get_args
 
-from ...capture import Op, Trace
-from ...errors import DiagnosticArgumentError, UnavailableError
+from ...capture import Trace
+from ...errors import DiagnosticArgumentError
 from ...report import Exit
-from ...report._lineage import Direction, LineageNode, LineageReport, Relation
-from ...report._nonfinite import ValueStats
-from .._values import finite_flags, is_float_dtype, saved_tensors, value_stats
+from ...report._lineage import Direction, LineageNode, LineageReport, LineageStatus, Relation
+from ._graph import GraphOp, OpGraph, facts_graph, op_graph
 
 if TYPE_CHECKING:
     from ..nonfinite._forward_scan import ForwardFacts
@@ -40,8 +41,9 @@ def lineage(
 
     Returns:
         A ``LineageReport`` whose ``nodes`` start with the op itself (depth 0), then ring by ring
-        in execution order. Values are read, never kept; the report's ``expand`` action (which
-        holds the trace by weak reference) returns the next ring around a node.
+        in execution order. Values are read, never kept; the report's ``expand`` action returns
+        the next ring around a node, also after ``trace`` was released (it holds the trace's
+        ``OpGraph``; value statistics then are absent, and the report says so).
 
     Raises:
         OpNotFoundError: the op is not in the trace.
@@ -82,6 +84,26 @@ def lineage_of_facts(
     highlight_role: str | None,
 ) -> LineageReport:
     """``lineage`` with finiteness from a live NaN run (``facts``) instead of saved values."""
+    return lineage_of_graph(
+        _graph_of(trace, facts),
+        trace[op_or_label].label,  # the trace resolves an index, a label or an Op
+        direction=direction,
+        max_depth=max_depth,
+        highlight=highlight,
+        highlight_role=highlight_role,
+    )
+
+
+def lineage_of_graph(
+    graph: OpGraph,
+    label: str,
+    *,
+    direction: str,
+    max_depth: int | None,
+    highlight: str | None,
+    highlight_role: str | None,
+) -> LineageReport:
+    """The lineage walk itself, on a trace's :class:`OpGraph` (the trace may be gone)."""
     if direction not in get_args(Direction):
         raise DiagnosticArgumentError(
             f"direction must be one of {list(get_args(Direction))}, got {direction!r}."
@@ -92,26 +114,28 @@ def lineage_of_facts(
         raise DiagnosticArgumentError(
             f"max_depth must be a non-negative int or None (walk to the ends), got {max_depth!r}."
         )
-    root = trace[op_or_label]
-    walked = _walk(trace, root, direction, max_depth)
-    nodes = _nodes(trace, walked, direction, facts)
+    root = graph[label]
+    walked = _walk(graph, root, direction, max_depth)
+    nodes = _nodes(graph, walked, direction)
     message = _message(root.label, nodes, direction, max_depth)
     count = {"nonfinite": 0, "unknown": 0}
     for node in nodes:
         count[node.finiteness] = count.get(node.finiteness, 0) + 1
-    status = "found" if count["nonfinite"] else ("partial" if count["unknown"] else "clean")
+    status: LineageStatus = (
+        "found" if count["nonfinite"] else ("partial" if count["unknown"] else "clean")
+    )
     return LineageReport(
-        subject=f"{trace.model_type} ({len(trace)} ops)",
+        subject=f"{graph.model_type} ({len(graph)} ops)",
         status=status,
         lead=message,
         root=root.label,
-        direction=direction,
-        max_depth=max_depth,  # type: ignore[arg-type]
+        direction=cast(Direction, direction),  # checked against Direction above
+        max_depth=max_depth,
         nodes=nodes,
         message=message,
         highlight=highlight,
         highlight_role=highlight_role,
-        disclosures=_disclosures(nodes, count),
+        disclosures=_disclosures(graph, nodes, count),
         exits=(
             Exit(
                 "Expand a node",
@@ -120,15 +144,15 @@ def lineage_of_facts(
                 args={"label": root.label},
             ),
         ),
-        actions={"expand": lineage_action(trace, facts, highlight, highlight_role)},
+        actions={"expand": _ring_action(graph, highlight, highlight_role)},
     )
 
 
 def _walk(
-    trace: Trace, root: Op, direction: str, max_depth: int | None
+    graph: OpGraph, root: GraphOp, direction: str, max_depth: int | None
 ) -> list[tuple[str, Relation, int]]:
     walked: list[tuple[str, Relation, int]] = [(root.label, "root", 0)]
-    sides: list[tuple[Relation, Callable[[Op], tuple[str, ...]]]] = []
+    sides: list[tuple[Relation, Callable[[GraphOp], tuple[str, ...]]]] = []
     if direction in ("ancestors", "both"):
         sides.append(("ancestor", lambda op: op.parents))
     if direction in ("descendants", "both"):
@@ -140,8 +164,8 @@ def _walk(
         while ring and (max_depth is None or depth < max_depth):
             depth += 1
             following = sorted(
-                {n for label in ring for n in neighbours(trace[label]) if n not in seen},
-                key=lambda lab: trace[lab].index,
+                {n for label in ring for n in neighbours(graph[label]) if n not in seen},
+                key=lambda lab: graph[lab].index,
             )
             seen.update(following)
             walked.extend((label, relation, depth) for label in following)
@@ -150,34 +174,13 @@ def _walk(
 
 
 def _nodes(
-    trace: Trace,
-    walked: list[tuple[str, Relation, int]],
-    direction: str,
-    facts: ForwardFacts | None,
+    graph: OpGraph, walked: list[tuple[str, Relation, int]], direction: str
 ) -> tuple[LineageNode, ...]:
     included = {label for label, _, _ in walked}
-    finiteness: dict[str, str] = {}
-    checked_by: dict[str, Any] = {}
-    stats: dict[str, ValueStats] = {}
-    if facts is not None:
-        for label in included:
-            if label in facts.state and label not in facts.partial:
-                finiteness[label] = facts.state[label]
-                checked_by[label] = facts.checked_by.get(label)
-        stats.update({k: v for k, v in facts.stats.items() if k in included})
-    else:
-        saved = [label for label, _, _ in walked if saved_tensors(trace[label].out)]
-        values = [saved_tensors(trace[label].out) for label in saved]
-        for label, is_finite, value in zip(saved, finite_flags(values), value_stats(values)):
-            finiteness[label] = "finite" if is_finite else "nonfinite"
-            checked_by[label] = "saved"
-            stats[label] = value
-        for label in included - set(saved):
-            if not is_float_dtype(trace[label].dtype):
-                finiteness[label], checked_by[label] = "finite", "dtype"
+    stats = graph.value_stats(label for label, _, _ in walked)
     result = []
     for label, relation, depth in walked:
-        op = trace[label]
+        op = graph[label]
         outward = {
             "ancestor": op.parents,
             "descendant": op.children,
@@ -198,8 +201,8 @@ def _nodes(
                 code=op.code,
                 shape=op.shape,
                 dtype=op.dtype,
-                finiteness=finiteness.get(label, "unknown"),  # type: ignore[arg-type]
-                checked_by=checked_by.get(label),
+                finiteness=op.finiteness,
+                checked_by=op.checked_by,
                 parents=op.parents,
                 children=op.children,
                 is_frontier=any(n not in included for n in outward),
@@ -221,11 +224,18 @@ def _message(
     return f"{root} has {' and '.join(parts)} {scope}."
 
 
-def _disclosures(nodes: tuple[LineageNode, ...], count: dict[str, int]) -> tuple[str, ...]:
+def _disclosures(
+    graph: OpGraph, nodes: tuple[LineageNode, ...], count: dict[str, int]
+) -> tuple[str, ...]:
     notes = [
         f"{count['nonfinite']} of {len(nodes)} nodes hold a non-finite value; "
         f"{count['unknown']} unknown (value not saved)."
     ]
+    if graph.mode == "saved" and not graph.is_trace_alive:
+        notes.append(
+            "the trace was released: finiteness is as checked when the first report on it was "
+            "made, and value statistics are not shown (keep trace = tl.trace(...) to see them)."
+        )
     frontier = sum(1 for n in nodes if n.is_frontier)
     if frontier:
         notes.append(
@@ -246,10 +256,22 @@ def lineage_action(
 ) -> Callable[..., LineageReport]:
     """A follow-up returning one ring (``max_depth=1``) around ``label``.
 
-    A saved trace is held by weak reference. A live run's trace holds no tensor value
-    (save=False), so the action keeps it with its finiteness record.
+    It holds the trace's :class:`OpGraph`, not the trace: it keeps working after the trace is
+    released (a live run's graph keeps its finiteness record and statistics too).
     """
-    held: Callable[[], Trace | None] = weakref.ref(trace) if facts is None else _Held(trace)
+    return _ring_action(
+        _graph_of(trace, facts), highlight, highlight_role, label=label, direction=direction
+    )
+
+
+def _ring_action(
+    graph: OpGraph,
+    highlight: str | None,
+    highlight_role: str | None,
+    *,
+    label: str | None = None,
+    direction: str = "ancestors",
+) -> Callable[..., LineageReport]:
     default_label, default_direction = label, direction
 
     def run(
@@ -257,21 +279,13 @@ def lineage_action(
         direction: str = default_direction,
         max_depth: int | None = 1,
     ) -> LineageReport:
-        target = held()
-        if target is None:
-            raise UnavailableError(
-                "the trace behind this lineage was released; keep a reference to it "
-                "(trace = tl.trace(...)) while you explore.",
-                code="trace_released",
-            )
         if label is None:
             raise DiagnosticArgumentError("name the node to expand: label='linear_1'.")
-        return lineage_of_facts(
-            target,
+        return lineage_of_graph(
+            graph,
             label,
             direction=direction,
             max_depth=max_depth,
-            facts=facts,
             highlight=highlight,
             highlight_role=highlight_role,
         )
@@ -279,11 +293,17 @@ def lineage_action(
     return run
 
 
-class _Held:
-    """A strong reference with the call shape of ``weakref.ref`` (for metadata-only traces)."""
+_last_facts: tuple[weakref.ref[ForwardFacts], OpGraph] | None = None
+"""The graph of the last live NaN run seen: a NaN report builds its lineage and two follow-ups
+from one run record, which then share one graph."""
 
-    def __init__(self, trace: Trace) -> None:
-        self._trace = trace
 
-    def __call__(self) -> Trace:
-        return self._trace
+def _graph_of(trace: Trace, facts: ForwardFacts | None) -> OpGraph:
+    global _last_facts
+    if facts is None:
+        return op_graph(trace)
+    if _last_facts is not None and _last_facts[0]() is facts:
+        return _last_facts[1]
+    graph = facts_graph(facts)
+    _last_facts = (weakref.ref(facts), graph)
+    return graph
