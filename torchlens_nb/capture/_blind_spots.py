@@ -87,17 +87,15 @@ def describe(module: nn.Module) -> str:
 def opaque_modules(model: nn.Module) -> tuple[tuple[str, str], ...]:
     """``(address, type name)`` of the submodules a capture cannot see into, without running.
 
-        Only the outermost of nested opaque modules is listed (a scripted ``Sequential`` is one
-        entry, not one per layer). Addresses are spelled as ``tl.trace`` spells them (without the
-        ``_orig_mod`` segments of ``torch.compile`` wrappers).
+    Only the outermost of nested opaque modules is listed (a scripted ``Sequential`` is one
+    entry, not one per layer). Addresses are spelled as ``tl.trace`` spells them (without the
+    ``_orig_mod`` segments of ``torch.compile`` wrappers).
 
-        Example:
-            >>> from torch import nn
-
-    from ._selectors import canonical_address
-            >>> model = nn.Sequential(nn.Linear(2, 2), torch.jit.script(nn.ReLU()))
-            >>> opaque_modules(model)
-            (('1', 'RecursiveScriptModule(ReLU)'),)
+    Example:
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2), torch.jit.script(nn.ReLU()))
+        >>> opaque_modules(model)
+        (('1', 'RecursiveScriptModule(ReLU)'),)
     """
     found: list[tuple[str, str]] = []
     for address, module in model.named_modules():

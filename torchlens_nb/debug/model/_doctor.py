@@ -8,6 +8,7 @@ wrappers and tensors, and the input tree. Statuses are ``pass``, ``known_broken`
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import shutil
@@ -16,7 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
+from ...capture import opaque_modules
 from ...report import Finding, Table, frozen_mapping
 from ...report._model import FINDING_SEVERITY, DoctorCheck, DoctorReport
 
@@ -71,6 +74,20 @@ def _env_rows(caps: Mapping[str, bool]) -> list[DoctorCheck]:
             + (f"; missing: {', '.join(missing)}" if missing else "")
             + (f"; optional absent: {', '.join(optional)}" if optional else ""),
             "upgrade torch (tested on 2.13)" if missing else "",
+        )
+    )
+    rows.append(_wrapper_bindings_row())
+    rows.append(
+        DoctorCheck(
+            "capture_coverage",
+            "capture coverage",
+            "scope",
+            "info",
+            True,
+            "tl.trace sees torch functions, nn.functional calls, Tensor methods and operators at "
+            "the Python boundary (one TorchFunctionMode); ops inside TorchScript modules, "
+            "torch.vmap and C++ extensions are one op each, disclosed as blind spots",
+            "",
         )
     )
     rows.append(
@@ -184,6 +201,8 @@ def _model_rows(model: Any, inputs: Any) -> list[DoctorCheck]:
             else "",
         )
     )
+    rows.append(_capture_scope_row(model))
+    rows.append(_fingerprint_row(model))
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params})
     rows.append(
         DoctorCheck(
@@ -227,6 +246,81 @@ def _model_rows(model: Any, inputs: Any) -> list[DoctorCheck]:
     return rows
 
 
+class _SeenCalls(TorchFunctionMode):
+    """Counts the calls a torch-function mode receives (the doctor's binding probe)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _wrapper_bindings_row() -> DoctorCheck:
+    """Whether torch calls reach a torch-function mode (the binding every capture rests on), and
+    whether another tool's mode is active now (its ops would run inside ours)."""
+    foreign = [type(mode).__name__ for mode in _get_current_function_mode_stack()]
+    probe = _SeenCalls()
+    with probe, torch.no_grad():
+        torch.add(torch.zeros(1), 1)
+    bound = probe.calls > 0
+    details = f"torch calls reach a TorchFunctionMode ({probe.calls} calls seen by the probe)"
+    if foreign:
+        details += f"; another mode is active: {', '.join(foreign)}"
+    return DoctorCheck(
+        "torch_wrapper_bindings",
+        "torch wrapper bindings",
+        "known_broken" if not bound else "scope" if foreign else "pass",
+        "error" if not bound else "warning" if foreign else "ok",
+        bound,
+        details if bound else "torch calls do not reach a TorchFunctionMode",
+        "" if bound and not foreign else "leave the other tool's mode before tracing",
+    )
+
+
+def _capture_scope_row(model: torch.nn.Module) -> DoctorCheck:
+    """The submodules the capture cannot see into (TorchScript), found without running."""
+    opaque = opaque_modules(model)
+    names = ", ".join(f"{address or '(root)'} ({kind})" for address, kind in opaque[:4])
+    more = f" and {len(opaque) - 4} more" if len(opaque) > 4 else ""
+    return DoctorCheck(
+        "capture_scope",
+        "capture scope",
+        "scope" if opaque else "pass",
+        "warning" if opaque else "ok",
+        bool(opaque),
+        f"opaque to the capture: {names}{more}; only their outputs are checked"
+        if opaque
+        else "every submodule runs its ops in Python, where the capture sees them",
+        "trace the eager module (before torch.jit.script / torch.jit.trace) to see inside"
+        if opaque
+        else "",
+    )
+
+
+def _fingerprint_row(model: torch.nn.Module) -> DoctorCheck:
+    """A structural fingerprint (names, shapes and dtypes of parameters and buffers; no values):
+    two reports with the same fingerprint describe the same architecture."""
+    digest = hashlib.sha256()
+    count = 0
+    for kind, named in (("p", model.named_parameters()), ("b", model.named_buffers())):
+        for name, tensor in named:
+            count += 1
+            digest.update(f"{kind}:{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+    return DoctorCheck(
+        "model_fingerprint",
+        "model fingerprint",
+        "pass",
+        "ok",
+        True,
+        f"{type(model).__name__} {digest.hexdigest()[:12]} ({count} tensors; names, shapes and "
+        "dtypes, no values)",
+        "",
+    )
+
+
 def _input_tensors(value: Any, depth: int = 0) -> list[Any]:
 
     if isinstance(value, torch.Tensor):
@@ -265,6 +359,7 @@ def doctor(model: Any = None, inputs: Any = None) -> DoctorReport:
         if row.severity in ("warning", "error")
     )
     broken = [row for row in rows if row.status == "known_broken"]
+    warned = [row for row in rows if row.status != "known_broken" and row.severity == "warning"]
     table = Table.from_dicts(
         "checks",
         [vars(row) for row in rows],
@@ -273,10 +368,13 @@ def doctor(model: Any = None, inputs: Any = None) -> DoctorReport:
     return DoctorReport(
         subject=f"torch {torch.__version__}"
         + (f", {type(model).__name__}" if model is not None else ""),
-        status="warn" if broken else "ok",
+        status="warn" if broken or warned else "ok",
         lead=(
             f"{len(broken)} of {len(rows)} rows known broken"
             if broken
+            else f"{len(warned)} of {len(rows)} rows need attention: "
+            + ", ".join(row.label for row in warned)
+            if warned
             else f"all {len(rows)} rows pass or are out of scope"
         ),
         findings=findings,
