@@ -118,6 +118,11 @@ def audit(trace: Trace) -> HealthReport:
             f"partial trace: the forward stopped ({type(trace.exception).__name__})"
             f" after {len(trace)} ops; only those were audited."
         )
+    disclosures.extend(
+        f"{name} could not see everything: {item.reason}"
+        for name, report in ran
+        for item in report.unavailable
+    )
 
     def open_check(check: str) -> Report:
         if check not in reports:

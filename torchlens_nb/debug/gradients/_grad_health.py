@@ -41,6 +41,7 @@ from .._host_sync import fetch_floats
 from .._values import where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
 from ._grad_scale import declared_scale, scaling_evidence, seed_probe
+from ._unrecorded import frontier_kind, hidden_frontier_finding, unrecorded_entry, unrecorded_ops
 
 if TYPE_CHECKING:
     from ...capture import BackwardPass
@@ -74,9 +75,11 @@ def grad_health_rows(
 
     ``rows`` are dicts with the ``GRAD_HEALTH_COLUMNS`` keys, in execution order; ``attrs``
     hold ``bwd``, ``basis``, both thresholds, ``grad_scale``, ``scale_provenance``, ``stage``,
-    the scaling ``evidence`` (text or None), ``verdict_counts`` and ``coverage``
-    (``num_rows``, ``num_ops``, ``num_grad_ops``, ``num_not_reached``). Same arguments, errors
-    and cost as :func:`grad_health`.
+    the scaling ``evidence`` (text or None), ``verdict_counts``, ``coverage``
+    (``num_rows``, ``num_ops``, ``num_grad_ops``, ``num_not_reached``) and ``unrecorded_ops``
+    (labels of the ops inside custom autograd.Functions, e.g. a reentrant checkpoint, whose
+    gradients no backward records: ``_unrecorded.py``). Same arguments, errors and cost as
+    :func:`grad_health`.
     """
     _check_thresholds(vanishing_threshold, exploding_threshold)
     vanishing_threshold = float(vanishing_threshold)
@@ -123,7 +126,8 @@ def grad_health_rows(
                 "source_line": f"{op.file}:{op.line}" if op.file else None,
             }
         )
-    _mark_frontier(trace, rows)
+    unrecorded = unrecorded_ops(trace)
+    _mark_frontier(trace, rows, frozenset(unrecorded))
     counts = {verdict: sum(r["verdict"] == verdict for r in rows) for verdict in VERDICTS}
     num_grad_ops = sum(1 for op in trace.ops if op.grad_fn_name is not None)
     attrs = {
@@ -142,6 +146,7 @@ def grad_health_rows(
             "num_grad_ops": num_grad_ops,
             "num_not_reached": max(num_grad_ops - len(rows), 0),
         },
+        "unrecorded_ops": list(unrecorded),
     }
     return rows, attrs
 
@@ -212,12 +217,22 @@ def grad_health(
     counts = attrs["verdict_counts"]
     frontier = tuple(r["op"] for r in rows if r["is_frontier"])
     flagged = sum(counts[v] for v in FLAG_VERDICTS)
+    unrecorded = attrs["unrecorded_ops"]
     if flagged:
         status = "found"
         names = ", ".join(f"{r['op']} ({r['verdict']})" for r in rows if r["is_frontier"])
         lead = (
             f"{len(frontier)} frontier op{'s' if len(frontier) != 1 else ''}: {names}; "
             f"{flagged} of {len(rows)} gradients flagged."
+            if frontier or not unrecorded
+            else f"no frontier op: the flagged gradients come from ops whose gradients were not "
+            f"recorded; {flagged} of {len(rows)} gradients flagged."
+        )
+    elif unrecorded:
+        status = "unknown"
+        lead = (
+            f"no gradient is flagged among the {len(rows)} read, but {len(unrecorded)} ops ran "
+            "inside a custom autograd.Function and their gradients were not recorded."
         )
     elif counts["unknown"] or not rows:
         status = "unknown"
@@ -243,6 +258,7 @@ def grad_health(
         findings=tuple(findings),
         tables=(table,),
         disclosures=_disclosures(attrs),
+        unavailable=(unrecorded_entry(trace, unrecorded),) if unrecorded else (),
         exits=tuple(
             Exit(
                 f"Show lineage of {op}",
@@ -358,13 +374,10 @@ def _verdict(
     return "exploding" if value > exploding else "ok"
 
 
-def _mark_frontier(trace: Trace, rows: list[dict[str, Any]]) -> None:
+def _mark_frontier(trace: Trace, rows: list[dict[str, Any]], unrecorded: frozenset[str]) -> None:
     flag = {r["op"]: r["verdict"] for r in rows if r["verdict"] in FLAG_VERDICTS}
     for row in rows:
-        verdict = flag.get(row["op"])
-        row["is_frontier"] = verdict is not None and not any(
-            flag.get(child) == verdict for child in trace[row["op"]].children
-        )
+        row["is_frontier"] = frontier_kind(trace, row["op"], flag, unrecorded) == "frontier"
 
 
 # ----- report parts -----------------------------------------------------------------------------
@@ -382,7 +395,12 @@ def _cone(trace: Trace, start: str, verdict: str, flag: dict[str, str]) -> int:
 
 def _findings(trace: Trace, rows: list[dict[str, Any]], attrs: dict[str, Any]) -> list[Finding]:
     flag = {r["op"]: r["verdict"] for r in rows if r["verdict"] in FLAG_VERDICTS}
-    findings = []
+    unrecorded = frozenset(attrs["unrecorded_ops"])
+    findings = [
+        hidden_frontier_finding(trace, row, unrecorded)
+        for row in rows
+        if frontier_kind(trace, row["op"], flag, unrecorded) == "hidden"
+    ]
     for row in (r for r in rows if r["is_frontier"]):
         op = trace[row["op"]]
         upstream = _cone(trace, op.label, row["verdict"], flag)
