@@ -128,10 +128,15 @@ class PatternSummary:
 
     layers: int
     heads: int
-    positions: int
+    positions: tuple[int, ...]
+    """Absolute token positions the pattern axes cover (see :class:`PatternBlock`)."""
     levels: int
     encoding: str
     bytes: int
+
+
+AttentionSinksStatus = Literal["flagged", "none_flagged", "unavailable"]
+"""The statuses of :class:`AttentionSinksReport`."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -140,7 +145,7 @@ class AttentionSinksReport(Report):
 
     report_type = "attention_sinks"
     status_tones = tones({"flagged": "info", "none_flagged": "ok", "unavailable": "warning"})
-    status: Literal["flagged", "none_flagged", "unavailable"]
+    status: AttentionSinksStatus
     """``flagged``: sink heads or outlier dimensions were found (statistics, normal in trained
     models: info); ``unavailable``: the attention probabilities could not be observed."""
     tokens: tuple[str, ...] = ()
@@ -232,7 +237,7 @@ def outlier_rows(
     residual: tuple[ResidualLayer, ...],
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows of the ``outlier_dims`` table, and its attrs."""
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "layer": index,
             "label": layer.label,

@@ -28,7 +28,7 @@ import torch
 from ...capture import Op, Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
-from ...report._activations import DEAD_NEURONS_COLUMNS, DeadNeuronsReport
+from ...report._activations import DEAD_NEURONS_COLUMNS, DeadNeuronsReport, DeadNeuronsStatus
 from .._host_sync import fetch_floats
 from .._values import saved_tensors, where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
@@ -167,6 +167,7 @@ def dead_neurons(
         for row in rows
         if row["dead_count"]
     ]
+    status: DeadNeuronsStatus
     if findings:
         status = "found"
         lead = (

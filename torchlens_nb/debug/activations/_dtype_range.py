@@ -26,7 +26,7 @@ import torch
 from ...capture import Op, Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
-from ...report._activations import DTYPE_RANGE_COLUMNS, DTypeRangeReport
+from ...report._activations import DTYPE_RANGE_COLUMNS, DTypeRangeReport, DTypeRangeStatus
 from .._host_sync import fetch_floats
 from .._values import saved_tensors, value_stats, where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
@@ -61,7 +61,7 @@ def dtype_range_rows(
         tensors = (
             [t for t in saved_tensors(op.out) if t.is_floating_point()] if op.has_saved else []
         )
-        row = {
+        row: dict[str, Any] = {
             "op": op.label,
             "module": op.module,
             "dtype": op.dtype,
@@ -90,7 +90,9 @@ def dtype_range_rows(
         row["nan_count"] = stat.nan_count
         row["inf_count"] = stat.posinf_count + stat.neginf_count
         row["max_abs"] = (
-            None if stat.finite_min is None else max(abs(stat.finite_min), abs(stat.finite_max))
+            None
+            if stat.finite_min is None or stat.finite_max is None
+            else max(abs(stat.finite_min), abs(stat.finite_max))
         )
         row["dtype_max"] = finfo.max
         row["subnormal_frac"] = subnormal[0] / stat.numel if stat.numel else 0.0
@@ -148,6 +150,7 @@ def dtype_range(
     findings = _findings(trace, rows)
     audited, total = attrs["num_audited_ops"], attrs["num_ops"]
     serious = [f for f in findings if f.severity != "info"]
+    status: DTypeRangeStatus
     if serious:
         status = "found"
         lead = f"{len(serious)} range hazards in {audited} of {total} audited ops."

@@ -38,6 +38,7 @@ from ...report._attention_sinks import (
     OUTLIER_COLUMNS,
     AttentionLayer,
     AttentionSinksReport,
+    AttentionSinksStatus,
     PatternBlock,
     ResidualLayer,
     heads_rows,
@@ -330,6 +331,7 @@ def _build_report(
             )
         )
     findings = _findings(layers, sinks, outliers, tokens, probe.thresholds)
+    status: AttentionSinksStatus
     if not layers:
         status, subject = "unavailable", f"{type(model).__name__} ({ops} ops)"
     else:

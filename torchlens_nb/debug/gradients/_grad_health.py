@@ -28,12 +28,14 @@ import torch
 from ...capture import Trace
 from ...errors import DiagnosticArgumentError, UnavailableError
 from ...report import Exit, Finding, Table
+from ...report._base import Severity
 from ...report._gradients import (
     FLAG_VERDICTS,
     GRAD_HEALTH_COLUMNS,
     VERDICTS,
     Basis,
     GradHealthReport,
+    GradHealthStatus,
     Stage,
     Verdict,
 )
@@ -58,7 +60,11 @@ _REMEDY = {
     "exploding": "check this op's inputs and the learning rate; clip with "
     "torch.nn.utils.clip_grad_norm_(..., error_if_nonfinite=True).",
 }
-_SEVERITY = {"zero": "warning", "vanishing": "warning", "exploding": "critical"}
+_SEVERITY: dict[str, Severity] = {
+    "zero": "warning",
+    "vanishing": "warning",
+    "exploding": "critical",
+}
 
 
 def grad_health_rows(
@@ -98,6 +104,7 @@ def grad_health_rows(
         for position, value in zip(group, values):
             raw_norms[position] = value
     evidence = scaling_evidence(record, [v[0] for v in fetched[len(stacked) :]])
+    scale: float | None
     scale, provenance = (
         declared if declared is not None else ((None, "unknown") if evidence else (1.0, "unscaled"))
     )
@@ -105,9 +112,9 @@ def grad_health_rows(
     rows = []
     for op, grad, raw in zip(ops, grads, raw_norms):
         numel = grad.numel()
-        norm = raw / scale if scale is not None else (0.0 if raw == 0.0 else None)
+        norm: float | None = raw / scale if scale is not None else (0.0 if raw == 0.0 else None)
         rms = norm / math.sqrt(numel) if norm is not None and numel else None
-        value = rms if basis == "rms" else norm
+        judged = rms if basis == "rms" else norm
         rows.append(
             {
                 "op": op.label,
@@ -118,7 +125,7 @@ def grad_health_rows(
                 "rms": rms,
                 "numel": numel,
                 "verdict": _verdict(
-                    raw, value, numel, scale, vanishing_threshold, exploding_threshold
+                    raw, judged, numel, scale, vanishing_threshold, exploding_threshold
                 ),
                 "is_frontier": False,
                 "stage": stage,
@@ -218,6 +225,7 @@ def grad_health(
     frontier = tuple(r["op"] for r in rows if r["is_frontier"])
     flagged = sum(counts[v] for v in FLAG_VERDICTS)
     unrecorded = attrs["unrecorded_ops"]
+    status: GradHealthStatus
     if flagged:
         status = "found"
         names = ", ".join(f"{r['op']} ({r['verdict']})" for r in rows if r["is_frontier"])
