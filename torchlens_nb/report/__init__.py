@@ -24,7 +24,7 @@ from ._activations import (
     RangeViolation,
     ThresholdReport,
 )
-from ._attention_sinks import AttentionSinksReport, OutlierDim, SinkHead
+from ._attention_sinks import AttentionSinksReport, OutlierDim, SinkHead, UnseenAttention
 from ._audit import CheckOutcome, HealthReport
 from ._base import SCHEMA, Exit, Finding, Report, Table, Unavailable, Where, frozen_mapping
 from ._checks import CheckReport, CheckRun, ParamHealthReport, ParamHealthRow, SessionOverhead
@@ -177,6 +177,7 @@ __all__ = [
     "ThresholdReport",
     "TransitionRow",
     "Unavailable",
+    "UnseenAttention",
     "UpdateRatioReport",
     "ValueStats",
     "WeightDistributionReport",

@@ -50,6 +50,22 @@ class OutlierDim:
 
 
 @dataclass(frozen=True)
+class UnseenAttention:
+    """A fused attention call whose probabilities a probe could not see, and how to see them."""
+
+    label: str
+    """Trace label of the fused op (e.g. ``"scaled_dot_product_attention_1"``); the op name when
+    the call ran outside any capture."""
+    module: str
+    func: str
+    """``scaled_dot_product_attention`` or ``multi_head_attention_forward``."""
+    calls: int
+    """Calls at this site that were not scored."""
+    reason: str
+    """Why they were not seen, and the fix (eager attention, need_weights, recompute)."""
+
+
+@dataclass(frozen=True)
 class AttentionLayer:
     """One scored attention site: per head, the key position with the most mass."""
 
@@ -268,6 +284,7 @@ __all__ = [
     "PatternBlock",
     "ResidualLayer",
     "SinkHead",
+    "UnseenAttention",
     "heads_rows",
     "outlier_rows",
 ]

@@ -46,6 +46,7 @@ from ...report._attention_sinks import (
 )
 from .._isolation import preserved_model_state
 from ..activations._probes import check_selector
+from ._fused import FUSED_ATTENTION
 from ._probe import OUTLIER_FACTOR, SINK_MASS, SINK_UNIFORM_RATIO, SinkProbe
 
 MAX_PATTERN_BYTES = 2_000_000
@@ -56,8 +57,6 @@ which a deflate stream cannot survive, so the patterns stay well below that."""
 LEVEL_STEPS = (255, 127, 63, 31, 15)
 """Quantization levels tried in turn until the pattern block fits the budget (255 in every
 case measured: see report/sinks.py)."""
-FUSED_ATTENTION = ("scaled_dot_product_attention", "multi_head_attention_forward")
-"""Ops that compute attention inside one call: their probabilities never reach a softmax site."""
 
 
 def find_blocks(model: nn.Module) -> tuple[str, ...]:
