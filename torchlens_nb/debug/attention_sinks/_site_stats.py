@@ -9,6 +9,7 @@ in ``_probe.py``'s module docstring.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import torch
@@ -28,15 +29,15 @@ class SiteStats:
         self.calls = self.skipped_calls = 0
         self.reason: str | None = None
         self.sums: torch.Tensor | None = None  # attention (heads, keys) / residual (dims,)
-        self.rows: torch.Tensor | float = 0.0  # scored queries / tokens
-        self.uniform: torch.Tensor | float = 0.0  # attention only: sum of 1 / visible keys
+        self.rows = 0.0  # scored queries / tokens
+        self.uniform = 0.0  # attention only: sum of 1 / visible keys
         self.is_causal = True
 
     def skip(self, reason: str) -> None:
         self.skipped_calls += 1
         self.reason = reason
 
-    def add(self, sums: torch.Tensor, rows: torch.Tensor, uniform: torch.Tensor | float) -> None:
+    def add(self, sums: torch.Tensor, rows: float, uniform: float) -> None:
         """Accumulate one call; ``sums`` is a fresh reduction result, owned from here on."""
         sums = sums.double()
         if self.sums is None:
@@ -45,34 +46,59 @@ class SiteStats:
             if sums.shape[-1] > self.sums.shape[-1]:  # longer sequence: widen the key axis
                 sums, self.sums = self.sums, sums
             self.sums[..., : sums.shape[-1]] += sums
-        self.rows = self.rows + rows
-        self.uniform = self.uniform + uniform
+        self.rows += rows
+        self.uniform += uniform
         self.calls += 1
 
 
 def empty_reason(state: SiteStats) -> str:
-    if state.kind == "residual" and state.sums is not None and float(state.rows):
+    if state.kind == "residual" and state.sums is not None and state.rows:
         if not bool(torch.isfinite(state.sums).all()):
             return "holds NaN or Inf: not scored."
         return "the median dimension's mean |value| is 0: factors are undefined."
     return "no query or token was left to score (every row padded or one key visible)."
 
 
-def _mask_for(
-    mask: torch.Tensor | None, batch: int, length: int, device: torch.device
-) -> tuple[torch.Tensor | None, str | None]:
-    if mask is None:
-        return None, None
-    if tuple(mask.shape) != (batch, length):
-        return None, (
+def _mask_for(mask: torch.Tensor | None, batch: int, length: int) -> str | None:
+    """Why the (host) mask does not fit a value of ``batch`` x ``length``, or None."""
+    if mask is not None and tuple(mask.shape) != (batch, length):
+        return (
             f"attention_mask has shape {tuple(mask.shape)} but this value has batch "
             f"{batch} and {length} positions."
         )
-    return mask.to(device), None
+    return None
+
+
+_WIDE = (torch.float32, torch.float64)
+"""Dtypes reduced as they are; half precision is widened to float32 first."""
+
+
+def _query_weights(
+    mask: torch.Tensor | None, batch: int, queries: int, keys: int, is_causal: bool
+) -> tuple[torch.Tensor | None, float, float]:
+    """Host-side ``(weight (batch, queries) or None when every query counts, rows, uniform)``:
+    a query is scored when it is real and sees more than one real key; ``uniform`` sums
+    1 / visible keys over the scored queries. Reads only the host mask: no device sync."""
+    offset = keys - queries
+    if mask is None and not is_causal:
+        rows = float(batch * queries) if keys > 1 else 0.0
+        return (None if keys > 1 else torch.zeros(batch, queries)), rows, rows / keys
+    key_valid = torch.ones(batch, keys, dtype=torch.bool) if mask is None else mask
+    if is_causal:
+        visible = key_valid.cumsum(-1)[:, offset:]
+    else:
+        visible = key_valid.sum(-1, keepdim=True).expand(batch, queries)
+    weight = (key_valid[:, offset:] & (visible > 1)).double()
+    rows = float(weight.sum())
+    return weight, rows, float((weight / visible.clamp(min=1)).sum())
 
 
 def score_attention(state: SiteStats, value: Any, mask: torch.Tensor | None) -> str | None:
-    """Add one attention value to ``state``; return why it cannot be scored, or None."""
+    """Add one attention value to ``state``; return why it cannot be scored, or None.
+
+    ``mask`` is the probe's host (CPU) ``(batch, keys)`` bool mask. One host read per call (the
+    three checks below, stacked); weights and counts come from the host mask.
+    """
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return "not a floating-point tensor."
     if value.dim() != 4:
@@ -87,25 +113,26 @@ def score_attention(state: SiteStats, value: Any, mask: torch.Tensor | None) -> 
         )
     if state.sums is not None and state.sums.shape[0] != heads:
         return f"{heads} heads, where earlier calls had {state.sums.shape[0]}."
-    key_valid, reason = _mask_for(mask, batch, keys, value.device)
+    reason = _mask_for(mask, batch, keys)
     if reason:
         return reason
-    if key_valid is None:
-        key_valid = torch.ones(batch, keys, dtype=torch.bool, device=value.device)
     offset = keys - queries
-    query_valid = key_valid[:, offset:]
-    probs = value.detach().float()
-    row_sums = probs.sum(-1)  # a NaN or Inf anywhere in a row makes its sum non-finite
-    # Query 0 of a causal pattern sees keys 0..offset only: mass beyond them rules causality out
+    probs = value.detach()
+    if probs.dtype not in _WIDE:
+        probs = probs.float()
+    row_sums = probs.sum(-1)
+    spread = (row_sums - 1).abs()
+    if mask is not None:
+        spread = torch.where(mask[:, None, offset:].to(probs.device), spread, 0.0)
+    # The total of the row sums is finite exactly when every row is (rows sum to about 1). Query
+    # 0 of a causal pattern sees keys 0..offset only: mass beyond them rules causality out
     # without the full upper-triangle pass (which then runs only for patterns that may be causal).
-    deviation, upper, finite = torch.stack(
-        [
-            torch.where(query_valid[:, None, :], (row_sums - 1).abs(), 0.0).amax(),
-            probs[:, :, 0, offset + 1 :].amax() if offset + 1 < keys else probs.new_zeros(()),
-            torch.isfinite(row_sums).all().float(),
-        ]
-    ).tolist()
-    if not finite:
+    checks = [spread.amax(), row_sums.sum()]
+    if offset + 1 < keys:
+        checks.append(probs[:, :, 0, offset + 1 :].amax())
+    deviation, total, *rest = torch.stack(checks).tolist()
+    upper = rest[0] if rest else 0.0
+    if not math.isfinite(total):
         return "holds NaN or Inf: not scored."
     if upper == 0.0 and queries > 1:
         upper = float(torch.triu(probs, offset + 1).amax())
@@ -117,18 +144,14 @@ def score_attention(state: SiteStats, value: Any, mask: torch.Tensor | None) -> 
         )
     # Masked logits give exact zeros (exp(-inf)); a sharp non-causal head still leaves > 0.
     is_causal = queries > 1 and upper == 0.0
-    if is_causal:
-        visible = key_valid.cumsum(-1)[:, offset:]
-    else:
-        visible = key_valid.sum(-1, keepdim=True).expand(batch, queries)
-    weight = (query_valid & (visible > 1)).float()
+    weight, rows, uniform = _query_weights(mask, batch, queries, keys, is_causal)
     state.is_causal = state.is_causal and is_causal
-    # (batch, 1, 1, queries) @ (batch, heads, queries, keys): the weighted sum over queries.
-    state.add(
-        (weight[:, None, None, :] @ probs).sum(0).squeeze(-2),
-        weight.sum(),
-        (weight / visible.clamp(min=1)).sum(),
-    )
+    if weight is None:  # every query counts: one reduction over batch and queries
+        sums = probs.sum(dim=(0, 2))
+    else:  # (batch, 1, 1, queries) @ (batch, heads, queries, keys): weighted sum over queries
+        weight = weight.to(probs.device, probs.dtype)
+        sums = (weight[:, None, None, :] @ probs).sum(0).squeeze(-2)
+    state.add(sums, rows, uniform)
     return None
 
 
@@ -136,21 +159,29 @@ def score_residual(state: SiteStats, value: Any, mask: torch.Tensor | None) -> s
     """Add one residual value to ``state``; return why it cannot be scored, or None."""
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return "not a floating-point tensor."
-    if value.dim() < 2:
+    if value.dim() < 2 or value.shape[-1] == 0:
         return f"shape {tuple(value.shape)} has no (tokens, dims) axes."
-    if state.sums is not None and state.sums.shape[0] != value.shape[-1]:
-        return f"{value.shape[-1]} dims, where earlier calls had {state.sums.shape[0]}."
+    dims = value.shape[-1]
+    if state.sums is not None and state.sums.shape[0] != dims:
+        return f"{dims} dims, where earlier calls had {state.sums.shape[0]}."
     flat = value.detach()
-    if mask is not None:
-        if value.dim() < 3:
-            return (
-                f"shape {tuple(value.shape)} has no token axis to apply the (batch, tokens) "
-                "attention_mask to."
-            )
-        valid, reason = _mask_for(mask, value.shape[0], value.shape[1], value.device)
-        if reason:
-            return reason
-        flat = flat[valid]
-    tokens = flat.reshape(-1, value.shape[-1])
-    state.add(tokens.float().abs().sum(0), torch.tensor(float(tokens.shape[0])), 0.0)
+    if flat.dtype not in _WIDE:
+        flat = flat.float()
+    if mask is None:
+        state.add(flat.abs().sum(dim=tuple(range(flat.dim() - 1))), flat.numel() / dims, 0.0)
+        return None
+    if value.dim() < 3:
+        return (
+            f"shape {tuple(value.shape)} has no token axis to apply the (batch, tokens) "
+            "attention_mask to."
+        )
+    reason = _mask_for(mask, value.shape[0], value.shape[1])
+    if reason:
+        return reason
+    if value.dim() == 3:
+        weight = mask.to(flat.device, flat.dtype)
+        state.add(torch.einsum("bt,btd->d", weight, flat.abs()), float(mask.sum()), 0.0)
+    else:
+        tokens = flat[mask.to(flat.device)].reshape(-1, dims)
+        state.add(tokens.abs().sum(0), float(tokens.shape[0]), 0.0)
     return None
