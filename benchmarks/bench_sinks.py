@@ -44,6 +44,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
+import _browser  # noqa: E402
 import _timing  # noqa: E402
 
 import torchlens_nb as tl  # noqa: E402
@@ -51,7 +52,6 @@ import torchlens_nb.widgets  # noqa: E402
 from tests.attention_sinks import minilm  # noqa: E402
 from tests.attention_sinks.test_attention_payload import FixedBlock, PlainTransformer  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
 PANEL_TOKENS = 256
 
 TEXT = " ".join(
@@ -159,27 +159,23 @@ def payload_rows() -> list[dict[str, object]]:
     return rows
 
 
-PAINT = """async ([src, payload, arrays]) => {
+PAINT = (
+    "async ([src, payload, arrays]) => {"
+    + _browser.MOUNT_JS
+    + """
   const wire = {};
   for (const [name, spec] of Object.entries(arrays)) {
     const bytes = Uint8Array.from(atob(spec.data), (c) => c.charCodeAt(0));
     wire[name] = { ...spec, data: new DataView(bytes.buffer) };
   }
-  const state = { payload, arrays: wire, offline: false, report_id: 0 };
-  const model = { get: (k) => state[k], on: () => {}, off: () => {}, send: () => {},
-    save_changes: () => {} };
-  const mod = await import(URL.createObjectURL(new Blob([src], { type: "text/javascript" })));
-  const el = document.createElement("div");
-  document.body.append(el);
-  const frames = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
-  const t0 = performance.now();
-  mod.default.render({ model, el });
+  const { el, t0 } = await mount(src, { payload, arrays: wire, offline: false, report_id: 0 });
   while (!el.querySelector("figure.tln-as-pattern canvas")) await frames();
   await frames();
   const paint = performance.now() - t0;
   el.remove();
   return paint;
 }"""
+)
 
 
 def plain_transformer(spread: float, tokens: int, layers: int = 12) -> nn.Module:
@@ -189,25 +185,15 @@ def plain_transformer(spread: float, tokens: int, layers: int = 12) -> nn.Module
 
 
 def browser_paint_ms(payload: dict, arrays: dict) -> float | None:
-    bundle = tl.widgets.STATIC_DIR / "attention_sinks.js"
-    if not (Path(CHROMIUM).exists() and bundle.is_file()):
+    if not _browser.available("attention_sinks.js"):
         return None
-    from playwright.sync_api import sync_playwright
-
+    bundle = (tl.widgets.STATIC_DIR / "attention_sinks.js").read_text()
     wire = {
         name: {**spec, "data": base64.b64encode(spec["data"]).decode()}
         for name, spec in arrays.items()
     }
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
-        )
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        theme = (tl.widgets.STATIC_DIR / "theme.css").read_text()
-        page.set_content(f"<!doctype html><style>{theme}</style>")
-        runs = [page.evaluate(PAINT, [bundle.read_text(), payload, wire]) for _ in range(3)]
-        browser.close()
-    return min(runs)
+    with _browser.themed_page() as page:
+        return min(page.evaluate(PAINT, [bundle, payload, wire]) for _ in range(3))
 
 
 def bertviz_row(model: nn.Module, x: torch.Tensor, tokens: list[str]) -> dict[str, object]:

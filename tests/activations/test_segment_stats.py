@@ -3,6 +3,7 @@ tensor on its own, across dtypes, chunk boundaries, empty and non-finite tensors
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from torchlens_nb.debug import _segment_stats
 from torchlens_nb.debug._segment_stats import SegmentStats, segment_stats
+from torchlens_nb.report._nonfinite import ValueStats
 
 
 def reference(tensor: torch.Tensor) -> SegmentStats:
@@ -18,15 +20,16 @@ def reference(tensor: torch.Tensor) -> SegmentStats:
     t = t.reshape(-1)
     finite = t[torch.isfinite(t)]
     tiny = torch.finfo(tensor.dtype).tiny
-    return SegmentStats(
+    values = ValueStats(
         numel=t.numel(),
         nan_count=int(torch.isnan(t).sum()),
         posinf_count=int((t == math.inf).sum()),
         neginf_count=int((t == -math.inf).sum()),
         finite_min=float(finite.min()) if finite.numel() else None,
         finite_max=float(finite.max()) if finite.numel() else None,
-        subnormal_count=int(((t != 0) & (t.abs() < tiny)).sum()),
+        finite_mean=float(finite.double().mean()) if finite.numel() else None,
     )
+    return SegmentStats(values, int(((t != 0) & (t.abs() < tiny)).sum()))
 
 
 def tensors() -> list[torch.Tensor]:
@@ -52,14 +55,25 @@ def tensors() -> list[torch.Tensor]:
 def test_segmented_stats_equal_per_tensor_reductions(monkeypatch, chunk: int) -> None:
     monkeypatch.setattr(_segment_stats, "CHUNK_ELEMENTS", chunk)
     values = tensors()
-    assert segment_stats(values) == [reference(t) for t in values]
+    got, expected = segment_stats(values), [reference(t) for t in values]
+    for a, b in zip(got, expected):  # a float64 sum in another order: the mean to 1e-12
+        if b.values.finite_mean is None:
+            assert a.values.finite_mean is None
+        else:
+            assert a.values.finite_mean == pytest.approx(b.values.finite_mean, rel=1e-12)
+    assert [replace_mean(s) for s in got] == [replace_mean(s) for s in expected]
+
+
+def replace_mean(stats: SegmentStats) -> SegmentStats:
+    return dataclasses.replace(stats, values=dataclasses.replace(stats.values, finite_mean=None))
 
 
 def test_flags_and_counts_of_the_planted_values() -> None:
     stats = segment_stats(tensors())
-    assert (stats[1].nan_count, stats[1].posinf_count, stats[1].neginf_count) == (1, 1, 1)
-    assert not stats[1].is_finite and stats[0].is_finite
-    assert (stats[2].numel, stats[2].finite_min) == (0, None)
-    assert (stats[3].finite_min, stats[3].finite_max) == (None, None)
+    bad = stats[1].values
+    assert (bad.nan_count, bad.posinf_count, bad.neginf_count) == (1, 1, 1)
+    assert not bad.is_finite and stats[0].values.is_finite
+    assert (stats[2].values.numel, stats[2].values.finite_min) == (0, None)
+    assert (stats[3].values.finite_min, stats[3].values.finite_mean) == (None, None)
     assert stats[4].subnormal_count == 2
-    assert stats[8].numel == 12  # complex: real and imaginary parts
+    assert stats[8].values.numel == 12  # complex: real and imaginary parts

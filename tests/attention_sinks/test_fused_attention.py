@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torchlens_nb as tl
+from tests.zoo.archs import ENCODER_CONFIG
 from torchlens_nb.errors import DiagnosticArgumentError, ForwardError
 
 HEADS, TOKENS, WIDTH = 4, 6, 8
@@ -156,15 +157,7 @@ def test_hugging_face_sdpa_matches_eager_attention() -> None:
 
     def bert(implementation: str) -> nn.Module:
         torch.manual_seed(0)
-        config = BertConfig(
-            num_hidden_layers=2,
-            hidden_size=32,
-            num_attention_heads=4,
-            intermediate_size=64,
-            vocab_size=64,
-            attn_implementation=implementation,
-        )
-        return BertModel(config).eval()
+        return BertModel(BertConfig(**ENCODER_CONFIG, attn_implementation=implementation)).eval()
 
     inputs = {"input_ids": torch.arange(10)[None] % 64}
     eager = tl.debug.SinkProbe(attention=[tl.func("softmax")])

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
+from tests.zoo.archs import archs
 from torchlens_nb.options import CaptureOptions
 
 pytestmark = pytest.mark.fault("no_false_clean")
@@ -66,22 +67,9 @@ def test_sink_probe_names_the_attention_of_a_transformer_encoder_layer() -> None
 
 
 def test_sink_probe_names_every_sdpa_layer_of_a_hugging_face_model() -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        use_cache=False,
-    )
-    model = LlamaForCausalLM(config).eval()  # the default attention: sdpa
+    (llama,) = [arch for arch in archs() if arch.name == "llama"]  # default attention: sdpa
     probe = tl.debug.SinkProbe(attention=[tl.func("softmax")])
-    inputs = {"input_ids": torch.arange(8)[None] + 3}
-    tl.trace(model, inputs, capture=CaptureOptions(hooks=probe.hook_plan()))
+    tl.trace(llama.build(), llama.inputs(), capture=CaptureOptions(hooks=probe.hook_plan()))
     assert probe.sink_heads == ()
     assert [u.module for u in probe.unseen_attention] == [
         "model.layers.0.self_attn",

@@ -32,25 +32,13 @@ class Arch:
 
 
 _TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
-_DECODER = dict(
-    vocab_size=64,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-    use_cache=False,
-    **_TOKENS,
+_BODY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+ENCODER_CONFIG = dict(_BODY, vocab_size=64, **_TOKENS)
+"""The keyword arguments of every 2-layer, 32-wide text config (BERT and RoBERTa as they are)."""
+DECODER_CONFIG = dict(
+    ENCODER_CONFIG, num_key_value_heads=2, max_position_embeddings=64, use_cache=False
 )
-_ENCODER = dict(
-    vocab_size=64,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    **_TOKENS,
-)
+"""The same for the decoders (LLaMA, Mistral, Qwen2 and the MoE ones): grouped-query keys."""
 _SEQ2SEQ = dict(
     vocab_size=64,
     d_model=32,
@@ -64,14 +52,7 @@ _SEQ2SEQ = dict(
     decoder_start_token_id=1,
     **_TOKENS,
 )
-_VISION = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    image_size=16,
-    patch_size=8,
-)
+_VISION = dict(_BODY, image_size=16, patch_size=8)
 
 
 def _seeded(make: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
@@ -136,7 +117,7 @@ def archs() -> tuple[Arch, ...]:
         Arch(
             "llama",
             "decoder",
-            _seeded(lambda: hf.LlamaForCausalLM(hf.LlamaConfig(**_DECODER))),
+            _seeded(lambda: hf.LlamaForCausalLM(hf.LlamaConfig(**DECODER_CONFIG))),
             _ids,
             "model.layers.1.self_attn.q_proj.weight",
             "model.layers.1",
@@ -144,7 +125,7 @@ def archs() -> tuple[Arch, ...]:
         Arch(
             "mistral",
             "decoder",
-            _seeded(lambda: hf.MistralForCausalLM(hf.MistralConfig(**_DECODER))),
+            _seeded(lambda: hf.MistralForCausalLM(hf.MistralConfig(**DECODER_CONFIG))),
             _ids,
             "model.layers.1.mlp.up_proj.weight",
             "model.layers.1",
@@ -152,7 +133,7 @@ def archs() -> tuple[Arch, ...]:
         Arch(
             "qwen2",
             "decoder",
-            _seeded(lambda: hf.Qwen2ForCausalLM(hf.Qwen2Config(**_DECODER))),
+            _seeded(lambda: hf.Qwen2ForCausalLM(hf.Qwen2Config(**DECODER_CONFIG))),
             _ids,
             "model.layers.1.self_attn.k_proj.weight",
             "model.layers.1",
@@ -160,7 +141,7 @@ def archs() -> tuple[Arch, ...]:
         Arch(
             "bert",
             "encoder",
-            _seeded(lambda: hf.BertModel(hf.BertConfig(**_ENCODER))),
+            _seeded(lambda: hf.BertModel(hf.BertConfig(**ENCODER_CONFIG))),
             _ids,
             "encoder.layer.1.intermediate.dense.weight",
             "encoder.layer.1",
@@ -168,7 +149,7 @@ def archs() -> tuple[Arch, ...]:
         Arch(
             "roberta",
             "encoder",
-            _seeded(lambda: hf.RobertaModel(hf.RobertaConfig(**_ENCODER))),
+            _seeded(lambda: hf.RobertaModel(hf.RobertaConfig(**ENCODER_CONFIG))),
             _ids,
             "encoder.layer.1.attention.self.query.weight",
             "encoder.layer.1",
@@ -209,7 +190,7 @@ def archs() -> tuple[Arch, ...]:
             "moe",
             _seeded(
                 lambda: hf.MixtralForCausalLM(
-                    hf.MixtralConfig(**_DECODER, num_local_experts=4, num_experts_per_tok=2)
+                    hf.MixtralConfig(**DECODER_CONFIG, num_local_experts=4, num_experts_per_tok=2)
                 )
             ),
             _ids,
@@ -222,7 +203,7 @@ def archs() -> tuple[Arch, ...]:
             _seeded(
                 lambda: hf.Qwen2MoeForCausalLM(
                     hf.Qwen2MoeConfig(
-                        **_DECODER,
+                        **DECODER_CONFIG,
                         num_experts=4,
                         num_experts_per_tok=2,
                         moe_intermediate_size=32,
@@ -284,7 +265,7 @@ def archs() -> tuple[Arch, ...]:
             _seeded(
                 lambda: hf.CLIPModel(
                     hf.CLIPConfig(
-                        text_config=dict(_ENCODER, max_position_embeddings=16),
+                        text_config=dict(ENCODER_CONFIG, max_position_embeddings=16),
                         vision_config=_VISION,
                     )
                 )

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..report._nonfinite import ValueStats
+
 CHUNK_ELEMENTS = 1 << 22
 """Elements concatenated per reduction pass (16 MiB of float32): large enough that launch cost
 is negligible, small enough that the temporary copy stays small next to the saved values."""
@@ -27,32 +29,22 @@ is negligible, small enough that the temporary copy stays small next to the save
 
 @dataclass(frozen=True)
 class SegmentStats:
-    """Element counts and finite extremes of one tensor (complex: real and imaginary parts count
-    as separate elements)."""
+    """The value statistics of one tensor (the NaN tools' :class:`ValueStats`: complex parts
+    count as separate elements) and its subnormal count."""
 
-    numel: int
-    nan_count: int
-    posinf_count: int
-    neginf_count: int
-    finite_min: float | None
-    """None when no element is finite."""
-    finite_max: float | None
+    values: ValueStats
     subnormal_count: int
     """Nonzero elements below the dtype's smallest normal magnitude (``finfo.tiny``)."""
 
-    @property
-    def is_finite(self) -> bool:
-        return self.nan_count == 0 and self.posinf_count == 0 and self.neginf_count == 0
 
-
-_WIDTH = 7
-"""numel, nan, +inf, -inf, finite min, finite max, subnormal: one row per tensor."""
+_WIDTH = 8
+"""numel, nan, +inf, -inf, finite min, finite max, finite sum, subnormal: one row per tensor."""
 
 
 def segment_stats(tensors: Sequence[torch.Tensor]) -> list[SegmentStats]:
     """:class:`SegmentStats` of each floating-point or complex tensor, in order.
 
-    Cost: per (device, dtype) and chunk, one ``torch.cat`` and six ``segment_reduce`` passes;
+    Cost: per (device, dtype) and chunk, one ``torch.cat`` and seven ``segment_reduce`` passes;
     one host copy per device. Empty tensors give ``numel=0`` and no extremes.
     """
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
@@ -109,6 +101,9 @@ def _reduce(tensors: list[torch.Tensor], tiny: float) -> torch.Tensor:
     high = torch.segment_reduce(
         torch.where(finite, flat, -math.inf), "max", lengths=lengths, unsafe=True
     )
+    finite_sum = torch.segment_reduce(
+        torch.where(finite, flat.double(), 0.0), "sum", lengths=lengths, unsafe=True
+    )
     return torch.stack(
         [
             lengths.double(),
@@ -117,6 +112,7 @@ def _reduce(tensors: list[torch.Tensor], tiny: float) -> torch.Tensor:
             total(flat == -math.inf),
             low.double(),
             high.double(),
+            finite_sum,
             total((magnitude < tiny) & (flat != 0)),
         ],
         dim=1,
@@ -124,14 +120,17 @@ def _reduce(tensors: list[torch.Tensor], tiny: float) -> torch.Tensor:
 
 
 def _stats(row: list[float]) -> SegmentStats:
-    numel, nan, posinf, neginf, low, high, subnormal = row
-    has_finite = numel > nan + posinf + neginf
+    numel, nan, posinf, neginf, low, high, finite_sum, subnormal = row
+    count = numel - nan - posinf - neginf
     return SegmentStats(
-        numel=int(numel),
-        nan_count=int(nan),
-        posinf_count=int(posinf),
-        neginf_count=int(neginf),
-        finite_min=low if has_finite else None,
-        finite_max=high if has_finite else None,
-        subnormal_count=int(subnormal),
+        ValueStats(
+            numel=int(numel),
+            nan_count=int(nan),
+            posinf_count=int(posinf),
+            neginf_count=int(neginf),
+            finite_min=low if count else None,
+            finite_max=high if count else None,
+            finite_mean=finite_sum / count if count else None,
+        ),
+        int(subnormal),
     )

@@ -29,6 +29,7 @@ from ...capture import Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
 from ...report._activations import DTYPE_RANGE_COLUMNS, DTypeRangeReport, DTypeRangeStatus
+from ...report._nonfinite import ValueStats
 from .._segment_stats import SegmentStats, segment_stats
 from .._values import saved_tensors, where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
@@ -92,7 +93,7 @@ def dtype_range_rows(
     start = 0
     finfos: dict[torch.dtype, Any] = {}
     for row, tensors in audited:
-        stats = _pooled(flat[start : start + len(tensors)])
+        stats, subnormals = _pooled(flat[start : start + len(tensors)])
         start += len(tensors)
         dtype = tensors[0].dtype
         finfo = finfos.get(dtype) or finfos.setdefault(dtype, torch.finfo(dtype))
@@ -106,9 +107,7 @@ def dtype_range_rows(
             else max(-stats.finite_min, stats.finite_max)
         )
         row["dtype_max"] = finfo.max
-        row["subnormal_frac"] = subnormal = (
-            stats.subnormal_count / stats.numel if stats.numel else 0.0
-        )
+        row["subnormal_frac"] = subnormal = subnormals / stats.numel if stats.numel else 0.0
         flags = []
         if not stats.is_finite:
             flags.append("nonfinite")
@@ -227,21 +226,25 @@ def _downcast_from(out_name: str | None, arg_dtypes: tuple[str, ...]) -> str | N
     return None
 
 
-def _pooled(stats: list[SegmentStats]) -> SegmentStats:
-    """The statistics of an op's output tensors pooled into one (most ops have one tensor)."""
+def _pooled(stats: list[SegmentStats]) -> tuple[ValueStats, int]:
+    """The statistics of an op's output tensors pooled into one, and the subnormal count."""
     if len(stats) == 1:
-        return stats[0]
-    lows = [s.finite_min for s in stats if s.finite_min is not None]
-    highs = [s.finite_max for s in stats if s.finite_max is not None]
-    return SegmentStats(
-        numel=sum(s.numel for s in stats),
-        nan_count=sum(s.nan_count for s in stats),
-        posinf_count=sum(s.posinf_count for s in stats),
-        neginf_count=sum(s.neginf_count for s in stats),
+        return stats[0].values, stats[0].subnormal_count
+    values = [s.values for s in stats]
+    lows = [v.finite_min for v in values if v.finite_min is not None]
+    highs = [v.finite_max for v in values if v.finite_max is not None]
+    finite = [(v.numel - v.nan_count - v.posinf_count - v.neginf_count, v) for v in values]
+    count = sum(n for n, _ in finite)
+    pooled = ValueStats(
+        numel=sum(v.numel for v in values),
+        nan_count=sum(v.nan_count for v in values),
+        posinf_count=sum(v.posinf_count for v in values),
+        neginf_count=sum(v.neginf_count for v in values),
         finite_min=min(lows) if lows else None,
         finite_max=max(highs) if highs else None,
-        subnormal_count=sum(s.subnormal_count for s in stats),
+        finite_mean=sum(n * (v.finite_mean or 0.0) for n, v in finite) / count if count else None,
     )
+    return pooled, sum(s.subnormal_count for s in stats)
 
 
 def _findings(trace: Trace, rows: list[dict[str, Any]]) -> list[Finding]:
