@@ -60,6 +60,8 @@ SINK_UNIFORM_RATIO = 2.0
 """A sink also needs at least this many times the uniform share (guards very short sequences)."""
 OUTLIER_FACTOR = 6.0
 """Mean |value| of a dimension over the median dimension's at or above which it is an outlier."""
+_FUSED_SITES = func(*FUSED_ATTENTION)
+"""The selector of every fused attention op (built once: a selector compiles its patterns)."""
 FusedAttention = Literal["disclose", "recompute"]
 """What the probe does with fused attention calls (see :class:`SinkProbe`)."""
 
@@ -207,7 +209,7 @@ class SinkProbe:
     def hook_plan(self) -> HookPlan:
         """The plan to pass as ``CaptureOptions(hooks=...)``; with attention selectors it also
         watches every fused attention op (:data:`FUSED_ATTENTION`)."""
-        fused = ((func(*FUSED_ATTENTION), self._on_fused),) if self._attention else ()
+        fused = ((_FUSED_SITES, self._on_fused),) if self._attention else ()
         return HookPlan(
             tuple((sel, self._on_attention) for sel in self._attention)
             + fused
@@ -263,12 +265,16 @@ class SinkProbe:
     def _scored_attention(self) -> list[tuple[SiteStats, AttentionLayer]]:
         if "attention" in self._scored:
             return self._scored["attention"]
+        states = self._scorable("attention")
         out = self._scored["attention"] = []
-        for state in self._sites.values():
-            if state.kind != "attention" or state.sums is None or not state.rows:
-                continue
-            mean = state.sums / state.rows
-            masses, positions = mean.max(dim=-1)
+        per_site: list[Any] = [None] * len(states)
+        for indices, means in _site_means(states):
+            masses, positions = means.max(dim=-1)
+            for index, site_masses, site_positions in zip(
+                indices, masses.tolist(), positions.tolist()
+            ):
+                per_site[index] = (site_masses, site_positions)
+        for state, (masses, positions) in zip(states, per_site):
             uniform = state.uniform / state.rows
             floor = max(
                 self.thresholds["sink_mass"], self.thresholds["sink_uniform_ratio"] * uniform
@@ -279,9 +285,9 @@ class SinkProbe:
                     AttentionLayer(
                         state.label,
                         state.module,
-                        tuple(positions.tolist()),
-                        tuple(masses.tolist()),
-                        tuple(m >= floor for m in masses.tolist()),
+                        tuple(positions),
+                        tuple(masses),
+                        tuple(m >= floor for m in masses),
                         state.is_causal,
                         uniform,
                     ),
@@ -292,15 +298,20 @@ class SinkProbe:
     def _scored_residual(self) -> list[tuple[SiteStats, ResidualLayer]]:
         if "residual" in self._scored:
             return self._scored["residual"]
+        states = self._scorable("residual")
         out = self._scored["residual"] = []
-        for state in self._sites.values():
-            if state.kind != "residual" or state.sums is None or not state.rows:
+        per_site: list[Any] = [None] * len(states)
+        for indices, means in _site_means(states):
+            medians = means.median(dim=1).values  # the lower median, as Tensor.median()
+            usable = (medians > 0) & torch.isfinite(means).all(dim=1)
+            factors = means / medians[:, None]
+            for index, *values in zip(
+                indices, means.tolist(), medians.tolist(), usable.tolist(), factors.tolist()
+            ):
+                per_site[index] = values
+        for state, (mean_abs, median, usable, factors) in zip(states, per_site):
+            if not usable:
                 continue
-            mean_abs = state.sums / state.rows
-            median = float(mean_abs.median())
-            if not (median > 0 and bool(torch.isfinite(mean_abs).all())):
-                continue
-            factors = (mean_abs / median).tolist()
             flagged = sorted(
                 (d for d, f in enumerate(factors) if f >= self.thresholds["outlier_factor"]),
                 key=lambda d: -factors[d],
@@ -311,13 +322,16 @@ class SinkProbe:
                     ResidualLayer(
                         state.label,
                         state.module,
-                        tuple(mean_abs.tolist()),
+                        tuple(mean_abs),
                         median,
                         tuple(OutlierDim(state.label, d, factors[d]) for d in flagged),
                     ),
                 )
             )
         return out
+
+    def _scorable(self, kind: SiteKind) -> list[SiteStats]:
+        return [s for s in self._sites.values() if s.kind == kind and s.sums is not None and s.rows]
 
     def attention_layers(self) -> tuple[AttentionLayer, ...]:
         """Every scored attention site, in first-seen (execution) order."""
@@ -440,6 +454,21 @@ def _bare_torch() -> Iterator[None]:
     """
     with torch.no_grad(), torch._C.DisableTorchFunction():
         yield
+
+
+def _site_means(states: list[SiteStats]) -> list[tuple[list[int], torch.Tensor]]:
+    """``sums / rows`` of the sites, stacked by shape: ``(indices into states, means)`` per
+    shape, so the results of all sites of one shape are computed and read together."""
+    shapes: dict[tuple[int, ...], list[int]] = {}
+    for index, state in enumerate(states):
+        assert state.sums is not None
+        shapes.setdefault(tuple(state.sums.shape), []).append(index)
+    out = []
+    for indices in shapes.values():
+        sums = torch.stack([states[i].sums for i in indices])  # type: ignore[misc]
+        rows = torch.tensor([states[i].rows for i in indices], dtype=sums.dtype)
+        out.append((indices, sums / rows.reshape(-1, *([1] * (sums.dim() - 1)))))
+    return out
 
 
 def _selectors(items: Iterable[Any], what: str) -> tuple[Selector, ...]:

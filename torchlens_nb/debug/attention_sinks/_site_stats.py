@@ -116,6 +116,8 @@ def score_attention(state: SiteStats, value: Any, mask: torch.Tensor | None) -> 
     reason = _mask_for(mask, batch, keys)
     if reason:
         return reason
+    if mask is not None and bool(mask.all()):
+        mask = None  # every token is real: the unmasked path gives the same sums, cheaper
     offset = keys - queries
     probs = value.detach()
     if probs.dtype not in _WIDE:
@@ -167,20 +169,22 @@ def score_residual(state: SiteStats, value: Any, mask: torch.Tensor | None) -> s
     flat = value.detach()
     if flat.dtype not in _WIDE:
         flat = flat.float()
+    if mask is not None:
+        if value.dim() < 3:
+            return (
+                f"shape {tuple(value.shape)} has no token axis to apply the (batch, tokens) "
+                "attention_mask to."
+            )
+        reason = _mask_for(mask, value.shape[0], value.shape[1])
+        if reason:
+            return reason
+        if bool(mask.all()):
+            mask = None  # every token is real: the unmasked sums
     if mask is None:
         state.add(flat.abs().sum(dim=tuple(range(flat.dim() - 1))), flat.numel() / dims, 0.0)
-        return None
-    if value.dim() < 3:
-        return (
-            f"shape {tuple(value.shape)} has no token axis to apply the (batch, tokens) "
-            "attention_mask to."
-        )
-    reason = _mask_for(mask, value.shape[0], value.shape[1])
-    if reason:
-        return reason
-    if value.dim() == 3:
-        weight = mask.to(flat.device, flat.dtype)
-        state.add(torch.einsum("bt,btd->d", weight, flat.abs()), float(mask.sum()), 0.0)
+    elif value.dim() == 3:  # (batch, 1, tokens) @ (batch, tokens, dims): the masked sum
+        weight = mask.to(flat.device, flat.dtype)[:, None, :]
+        state.add((weight @ flat.abs()).sum(0).squeeze(0), float(mask.sum()), 0.0)
     else:
         tokens = flat[mask.to(flat.device)].reshape(-1, dims)
         state.add(tokens.abs().sum(0), float(tokens.shape[0]), 0.0)
