@@ -5,11 +5,12 @@ It finds the sites itself: attention probabilities are ``softmax`` outputs shape
 heads, queries, keys)`` (the probe skips, and reports, every other softmax), and block outputs are
 the members of the model's longest list of identical blocks (``encoder.layer.N`` in BERT and
 MiniLM, ``transformer.h.N`` in GPT-2, ``layers.N`` in ``nn.TransformerEncoder``). One capture
-with ``save=False`` runs the :class:`~torchlens_nb.debug.SinkProbe` plus a collector that keeps
-the shown sample's patterns; nothing else is kept.
+with ``save=False`` runs the :class:`~torchlens_nb.debug.SinkProbe`, which hands each scored
+attention value to a collector that keeps the shown sample's patterns; nothing else is kept.
 
-Fused attention (``scaled_dot_product_attention``) never materialises the probabilities; such a
-model gets an ``unavailable`` report that says how to switch it to eager attention.
+Fused attention (``scaled_dot_product_attention``, ``nn.MultiheadAttention``) never materialises
+the probabilities: such a model gets an ``unavailable`` report that says how to switch it to
+eager attention, unless ``fused_attention="recompute"`` asks the probe to compute them.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ...capture import (
     validate_model,
 )
 from ...errors import DiagnosticArgumentError
-from ...options import CaptureOptions, HookPlan, Site
+from ...options import CaptureOptions, Site
 from ...report import Exit, Finding, Table, Unavailable, Where
 from ...report._attention_sinks import (
     HEADS_COLUMNS,
@@ -46,8 +47,7 @@ from ...report._attention_sinks import (
 )
 from .._isolation import preserved_model_state
 from ..activations._probes import check_selector
-from ._fused import FUSED_ATTENTION
-from ._probe import OUTLIER_FACTOR, SINK_MASS, SINK_UNIFORM_RATIO, SinkProbe
+from ._probe import OUTLIER_FACTOR, SINK_MASS, SINK_UNIFORM_RATIO, FusedAttention, SinkProbe
 
 MAX_PATTERN_BYTES = 2_000_000
 """Budget of the compressed pattern block: 12 layers x 12 heads x 128 tokens ships under it."""
@@ -101,6 +101,7 @@ def attention_sinks(
     sink_uniform_ratio: float = SINK_UNIFORM_RATIO,
     outlier_factor: float = OUTLIER_FACTOR,
     max_pattern_bytes: int = MAX_PATTERN_BYTES,
+    fused_attention: FusedAttention = "disclose",
 ) -> AttentionSinksReport:
     """Attention-sink heads, outlier residual dimensions and attention patterns in one call.
 
@@ -116,6 +117,11 @@ def attention_sinks(
         sample: batch row whose patterns and tokens the report carries (statistics pool all).
         sink_mass, sink_uniform_ratio, outlier_factor: the probe's thresholds.
         max_pattern_bytes: budget of the compressed patterns; quantization coarsens to fit.
+        fused_attention: ``"recompute"`` computes the probabilities of fused attention calls
+            (``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``) from their own
+            arguments, so a model with Hugging Face's default ``sdpa`` gets the same report as
+            with eager attention (:class:`~torchlens_nb.debug.SinkProbe` explains how);
+            ``"disclose"`` (the default) reports them ``unavailable`` with the fix.
 
     Returns:
         An :class:`~torchlens_nb.report.AttentionSinksReport`: status ``flagged`` (sink heads or
@@ -159,6 +165,12 @@ def attention_sinks(
             f"max_pattern_bytes must be an int in [1, {PATTERN_BYTES_LIMIT}], got "
             f"{max_pattern_bytes!r}."
         )
+    patterns: dict[str, torch.Tensor] = {}
+
+    def keep(site: Site, probabilities: torch.Tensor) -> None:
+        if probabilities.shape[0] > sample:
+            patterns[site.label] = probabilities[sample].float().clone()
+
     probe = SinkProbe(
         attention_sel,
         residual_sel,
@@ -166,20 +178,17 @@ def attention_sinks(
         sink_mass=sink_mass,
         sink_uniform_ratio=sink_uniform_ratio,
         outlier_factor=outlier_factor,
+        fused_attention=fused_attention,
+        on_attention=keep,
     )
-    patterns: dict[str, torch.Tensor] = {}
-
-    def keep(site: Site, value: Any) -> None:
-        if isinstance(value, torch.Tensor) and value.dim() == 4 and value.shape[0] > sample:
-            patterns[site.label] = value[sample].detach().float().clone()
-
-    plan = probe.hook_plan() + HookPlan(tuple((sel, keep) for sel in attention_sel))
-    with preserved_model_state(model):  # a train-mode forward would move BatchNorm and the RNG
+    # a train-mode forward would move BatchNorm and the RNG; the probe's mode (recompute only)
+    # must be entered around the capture
+    with preserved_model_state(model), probe:
         run = trace(
             model,
             inputs,
             save=False,
-            capture=CaptureOptions(hooks=plan, source_lines=False, keep_output=False),
+            capture=CaptureOptions(hooks=probe.hook_plan(), source_lines=False, keep_output=False),
         )
     layers, residual_layers = probe.attention_layers(), probe.residual_layers()
     facts = probe.facts()
@@ -192,7 +201,9 @@ def attention_sinks(
         if layers
         else None
     )
-    fused = {name: sum(op.func == name for op in run) for name in FUSED_ATTENTION}
+    fused: dict[str, int] = {}
+    for unseen in probe.unseen_attention:
+        fused[unseen.func] = fused.get(unseen.func, 0) + unseen.calls
     return _build_report(
         model,
         probe,
@@ -202,7 +213,7 @@ def attention_sinks(
         shown,
         sample,
         block,
-        {name: n for name, n in fused.items() if n},
+        fused,
         blocks,
         len(run),
     )
@@ -341,6 +352,13 @@ def _build_report(
         if code == "fused_sdpa" and hasattr(model, "set_attn_implementation"):
             exits.append(
                 Exit("Switch to eager attention", 'model.set_attn_implementation("eager")')
+            )
+        if code in ("fused_sdpa", "fused_mha"):
+            exits.append(
+                Exit(
+                    "Recompute the fused attention",
+                    "tl.debug.attention_sinks(model, inputs, fused_attention='recompute')",
+                )
             )
     if not residual:
         unavailable.append(

@@ -35,7 +35,7 @@ benchmarks/bench_sinks.py). Statistics accumulate over every capture the plan ru
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 import torch
@@ -88,10 +88,13 @@ class SinkProbe:
             with the fix; ``"recompute"`` computes them from each call's arguments while the
             capture runs inside ``with probe:`` (``_fused.py``: exact against eager attention,
             one extra float32 softmax per call) and scores them at the fused op's site.
+        on_attention: called as ``on_attention(site, probabilities)`` with every attention
+            value the probe scored (the recomputed probabilities for a fused call), inside the
+            capture with recording suspended; it must not modify the tensor.
 
     Raises:
-        DiagnosticArgumentError: no selector at all, a non-selector, a bad mask, threshold or
-            ``fused_attention``; entering ``with probe:`` twice at once.
+        DiagnosticArgumentError: no selector at all, a non-selector, a bad mask, threshold,
+            ``fused_attention`` or ``on_attention``; entering ``with probe:`` twice at once.
 
     Example:
         >>> import torch, torchlens_nb as tl
@@ -128,6 +131,7 @@ class SinkProbe:
         sink_uniform_ratio: float = SINK_UNIFORM_RATIO,
         outlier_factor: float = OUTLIER_FACTOR,
         fused_attention: FusedAttention = "disclose",
+        on_attention: Callable[[Site, torch.Tensor], None] | None = None,
     ) -> None:
         self._attention = _selectors(attention, "attention")
         self._residual = _selectors(residual, "residual")
@@ -155,6 +159,12 @@ class SinkProbe:
                 "fused_attention must be 'disclose' or 'recompute' (probabilities computed from "
                 f"the fused call's q and k inside `with probe:`), got {fused_attention!r}."
             )
+        if on_attention is not None and not callable(on_attention):
+            raise DiagnosticArgumentError(
+                "on_attention must be a callable (site, probabilities) -> None, got "
+                f"{type(on_attention).__name__}."
+            )
+        self._on_scored = on_attention
         self.fused_attention: FusedAttention = fused_attention
         """``"disclose"`` or ``"recompute"``: what happens to fused attention calls."""
         self.thresholds = {
@@ -227,10 +237,7 @@ class SinkProbe:
         state = self._site(site, "attention")
         pending, self._pending = self._pending, None
         if pending is not None and pending[0] is value:
-            with _bare_torch():
-                reason = score_attention(state, pending[1], self._mask)
-            if reason is not None:
-                state.skip(reason)
+            self._score(state, site, pending[1])
             return
         if pending is not None:
             self._pending = pending  # another call's; _claim_nothing counts it later
@@ -241,9 +248,13 @@ class SinkProbe:
     def _on_attention(self, site: Site, value: Any) -> None:
         if site.func in FUSED_ATTENTION:  # the fused-op hook scores or names it
             return
-        state = self._site(site, "attention")
+        self._score(self._site(site, "attention"), site, value)
+
+    def _score(self, state: SiteStats, site: Site, probabilities: Any) -> None:
         with _bare_torch():
-            reason = score_attention(state, value, self._mask)
+            reason = score_attention(state, probabilities, self._mask)
+            if reason is None and self._on_scored is not None:
+                self._on_scored(site, probabilities.detach())
         if reason is not None:
             state.skip(reason)
 
