@@ -34,13 +34,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _browser
 import _timing
 
 import torchlens_nb as tl
 from torchlens_nb import widgets
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
 
 
 def gpt2_small_loss() -> tuple[torch.nn.Module, torch.Tensor]:
@@ -99,16 +99,11 @@ for (const [name, depth] of [["open", open], ["full", graph.maxDepth]]) {
 console.log(JSON.stringify(out));
 """
 
-PAINT = """async ([src, payload]) => {
-  const listeners = {};
-  const model = { get: (k) => ({ payload, offline: true, arrays: {}, report_id: 0 })[k],
-    on: (e, f) => { listeners[e] = f; }, off: () => {}, send: () => {}, save_changes: () => {} };
-  const mod = await import(URL.createObjectURL(new Blob([src], { type: "text/javascript" })));
-  const el = document.createElement("div");
-  document.body.append(el);
-  const frames = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
-  const t0 = performance.now();
-  mod.default.render({ model, el });
+PAINT = (
+    "async ([src, payload]) => {"
+    + _browser.MOUNT_JS
+    + """
+  const { el, t0 } = await mount(src, { payload, offline: true, arrays: {}, report_id: 0 });
   await frames();
   const paint = performance.now() - t0;
   const t1 = performance.now();
@@ -118,23 +113,15 @@ PAINT = """async ([src, payload]) => {
   await frames();
   return { paint, unfold: performance.now() - t1 };
 }"""
+)
 
 
 def browser_paint_ms(payload: dict) -> dict[str, float] | None:
-    bundle = widgets.STATIC_DIR / "grad_fn.js"
-    if not (Path(CHROMIUM).exists() and bundle.is_file()):
+    if not _browser.available("grad_fn.js"):
         return None
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
-        )
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        theme = (widgets.STATIC_DIR / "theme.css").read_text()
-        page.set_content(f"<!doctype html><style>{theme}</style>")
-        runs = [page.evaluate(PAINT, [bundle.read_text(), payload]) for _ in range(3)]
-        browser.close()
+    bundle = (widgets.STATIC_DIR / "grad_fn.js").read_text()
+    with _browser.themed_page() as page:
+        runs = [page.evaluate(PAINT, [bundle, payload]) for _ in range(3)]
     return {k: min(r[k] for r in runs) for k in runs[0]}
 
 

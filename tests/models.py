@@ -9,6 +9,7 @@ import threading
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 import torchlens_nb as tl
 from torchlens_nb.options import CaptureOptions
@@ -120,3 +121,22 @@ def traced_backward(model: nn.Module, x: torch.Tensor, scale=None) -> tl.Trace:
     loss = trace[trace.output_layers[0]].out.square().mean()
     trace.backward(scale(loss) if scale is not None else loss)
     return trace
+
+
+class Checkpointed(nn.Module):
+    """A Linear(8, 8) stem, the five blocks of ``five_block_mlp`` (block 2 dead: bias -100)
+    each run under ``checkpoint``, then the Linear(8, 1) head. ``stem=False`` drops the stem: pass
+    an input that requires grad then (as an embedding output does), or no block gets a gradient."""
+
+    def __init__(self, *, use_reentrant: bool, stem: bool = True) -> None:
+        super().__init__()
+        layers = five_block_mlp()
+        self.blocks, self.head = layers[:5], layers[5]
+        self.stem = nn.Linear(8, 8) if stem else nn.Identity()
+        self.use_reentrant = use_reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=self.use_reentrant)
+        return self.head(x)

@@ -73,6 +73,41 @@ def test_fused_sdpa_is_unavailable_and_says_how_to_switch() -> None:
     assert [r.module for r in report.residual] == ["transformer.h.0", "transformer.h.1"]
 
 
+def test_fused_sdpa_recomputed_gives_the_eager_report() -> None:
+    inputs = {"input_ids": torch.arange(6)[None]}
+    eager = tl.debug.attention_sinks(models.tiny_gpt2(), inputs)
+    model = models.tiny_gpt2()
+    model.set_attn_implementation("sdpa")
+    report = tl.debug.attention_sinks(model, inputs, fused_attention="recompute")
+    assert report.status == eager.status and report.unavailable == ()
+    assert [layer.label for layer in report.layers] == [
+        "scaled_dot_product_attention_1",
+        "scaled_dot_product_attention_2",
+    ]
+    assert [(layer.module, layer.is_causal) for layer in report.layers] == [
+        ("transformer.h.0.attn", True),
+        ("transformer.h.1.attn", True),
+    ]
+    for fused, reference in zip(report.layers, eager.layers):
+        assert fused.positions == reference.positions
+        assert fused.masses == pytest.approx(reference.masses, abs=1e-6)
+    assert report.patterns is not None and report.patterns.levels == eager.patterns.levels
+    fused_rows, eager_rows = report.pattern(1, 2), eager.pattern(1, 2)
+    for fused_row, eager_row in zip(fused_rows, eager_rows):  # the same bytes, up to one
+        assert fused_row == pytest.approx(eager_row, abs=2 / 255)  # rounding step at an edge
+    assert not any("not covered" in note for note in report.disclosures)
+
+
+def test_the_fused_report_offers_the_recompute() -> None:
+    model = models.tiny_gpt2()
+    model.set_attn_implementation("sdpa")
+    report = tl.debug.attention_sinks(model, {"input_ids": torch.arange(6)[None]})
+    assert [e.code for e in report.exits] == [
+        'model.set_attn_implementation("eager")',
+        "tl.debug.attention_sinks(model, inputs, fused_attention='recompute')",
+    ]
+
+
 def test_blocks_are_the_longest_list_of_identical_composite_modules() -> None:
     layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
     encoder = nn.TransformerEncoder(layer, 3, enable_nested_tensor=False)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
-from tests.models import five_block_mlp
+from tests.models import Checkpointed, five_block_mlp
 from torchlens_nb.errors import ForwardError
 from torchlens_nb.options import CaptureOptions
 
@@ -91,3 +91,16 @@ def test_a_nan_is_found_and_each_finding_names_its_check() -> None:
     assert report.status == "found"
     assert {f.fields["check"] for f in report.findings} == {"find_nan", "bisect_nan", "dtype_range"}
     assert [o.status for o in report.outcomes] == ["found", "found", "found"]
+
+
+def test_what_a_check_could_not_see_reaches_the_audit(batch) -> None:
+    x = batch.clone().requires_grad_()
+    trace = tl.trace(
+        Checkpointed(use_reentrant=True, stem=False), x, capture=CaptureOptions(save_grads=True)
+    )
+    trace.backward(trace.output.square().mean())
+    report = trace.audit()
+    assert report.status == "partial"
+    assert "grad_health (unknown)" in report.lead
+    (note,) = [d for d in report.disclosures if d.startswith("grad_health")]
+    assert note.startswith("grad_health could not see everything: 10 ops (linear_1, relu_1")

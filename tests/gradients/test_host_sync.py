@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import torchlens_nb as tl
-from torchlens_nb.debug import _host_sync
+from torchlens_nb.debug import _host_sync, _segment_stats
 from torchlens_nb.debug.activations import _dead_neurons, _dtype_range
 from torchlens_nb.debug.gradients import _grad_health
 
@@ -48,10 +48,10 @@ def test_dead_neurons_reads_every_layer_with_one_tolist(dead_trace, syncs) -> No
     assert syncs == ["tolist", *GRAPH_READ]
 
 
-def test_dtype_range_reads_every_output_with_two_tolists(dead_trace, syncs) -> None:
-    report = tl.debug.dtype_range(dead_trace)  # value statistics, then subnormal counts
+def test_dtype_range_reads_every_output_with_one_tolist(dead_trace, syncs) -> None:
+    report = tl.debug.dtype_range(dead_trace)  # every statistic in one segmented pass
     assert report.num_audited_ops == 12
-    assert syncs == ["tolist", "tolist", *GRAPH_READ]
+    assert syncs == ["tolist", *GRAPH_READ]
 
 
 def test_reports_on_one_trace_share_the_graph_read(dead_trace, syncs) -> None:
@@ -62,7 +62,7 @@ def test_reports_on_one_trace_share_the_graph_read(dead_trace, syncs) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    [_grad_health, _dead_neurons, _dtype_range, _host_sync],
+    [_grad_health, _dead_neurons, _dtype_range, _host_sync, _segment_stats],
     ids=lambda m: m.__name__.rsplit(".", 1)[-1],
 )
 def test_no_per_value_sync_in_the_source(module) -> None:
@@ -70,4 +70,4 @@ def test_no_per_value_sync_in_the_source(module) -> None:
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
     attrs = [c.func.attr for c in calls if isinstance(c.func, ast.Attribute)]
     assert "item" not in attrs
-    assert attrs.count("tolist") == (1 if module is _host_sync else 0)
+    assert attrs.count("tolist") == (1 if module in (_host_sync, _segment_stats) else 0)

@@ -25,7 +25,7 @@ from ._activations import (
     RangeViolation,
     ThresholdReport,
 )
-from ._attention_sinks import AttentionSinksReport, OutlierDim, SinkHead
+from ._attention_sinks import AttentionSinksReport, OutlierDim, SinkHead, UnseenAttention
 from ._audit import CheckOutcome, HealthReport
 from ._base import SCHEMA, Exit, Finding, Report, Table, Unavailable, Where, frozen_mapping
 from ._checks import CheckReport, CheckRun, ParamHealthReport, ParamHealthRow, SessionOverhead
@@ -184,6 +184,7 @@ __all__ = [
     "TriageReport",
     "TriageRow",
     "Unavailable",
+    "UnseenAttention",
     "UpdateRatioReport",
     "ValueStats",
     "WeightDistributionReport",

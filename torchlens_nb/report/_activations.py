@@ -303,15 +303,23 @@ def threshold_rows(
     }
 
 
+RangeStatus = Literal["found", "clean", "no_sites"]
+"""The statuses of :class:`RangeReport`."""
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class RangeReport(Report):
     """Declared activation ranges against what a :class:`RangeProbe` observed."""
 
     report_type = "range"
     status_tones = tones({"found": "findings", "clean": "ok", "no_sites": "warning"})
-    status: Literal["found", "clean", "no_sites"]
+    status: RangeStatus
     """``no_sites``: no selected site produced a value, so nothing was observed."""
     stats: tuple[RangeStat, ...] = ()
+
+
+LivenessStatus = Literal["measured", "no_sites"]
+"""The statuses of :class:`LivenessReport`."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -320,8 +328,12 @@ class LivenessReport(Report):
 
     report_type = "liveness"
     status_tones = tones({"measured": "info", "no_sites": "warning"})
-    status: Literal["measured", "no_sites"]
+    status: LivenessStatus
     stats: tuple[LivenessStat, ...] = ()
+
+
+DeadStatus = Literal["found", "none_found", "unavailable"]
+"""The statuses of :class:`DeadReport`."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -331,7 +343,7 @@ class DeadReport(Report):
     report_type = "dead"
     status_tones = tones({"found": "findings", "none_found": "ok", "unavailable": "warning"})
     payload_properties = ("units_total",)
-    status: Literal["found", "none_found", "unavailable"]
+    status: DeadStatus
     samples: int = 0
     """Traces (forward passes) compared."""
     batch_rows: int = 0
@@ -347,6 +359,10 @@ class DeadReport(Report):
         return len(self.units)
 
 
+ThresholdStatus = Literal["found", "clean", "unavailable"]
+"""The statuses of :class:`ThresholdReport`."""
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class ThresholdReport(Report):
     """``tl.threshold``: saved ops holding values outside ``[low, high]``, in execution order."""
@@ -354,7 +370,7 @@ class ThresholdReport(Report):
     report_type = "threshold"
     status_tones = tones({"found": "findings", "clean": "ok", "unavailable": "warning"})
     payload_properties = ("violations_total",)
-    status: Literal["found", "clean", "unavailable"]
+    status: ThresholdStatus
     low: float = -math.inf
     high: float = math.inf
     ops_scanned: int = 0
@@ -371,13 +387,17 @@ class ThresholdReport(Report):
         return len(self.violations)
 
 
+DeadNeuronsStatus = Literal["found", "clean", "unknown"]
+"""The statuses of :class:`DeadNeuronsReport`."""
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class DeadNeuronsReport(Report):
     """Units that are zero at every position, one row per op a module (or the model) returned."""
 
     report_type = "dead_neurons"
     status_tones = tones({"found": "findings", "clean": "ok", "unknown": "warning"})
-    status: Literal["found", "clean", "unknown"]
+    status: DeadNeuronsStatus
     """``unknown``: no row could be counted (nothing saved or nothing floating point)."""
     dim: int | None
     """The unit axis forced by the caller, or None for the per-op rules."""
@@ -388,13 +408,17 @@ class DeadNeuronsReport(Report):
     total_dead: int
 
 
+DTypeRangeStatus = Literal["found", "clean", "unknown"]
+"""The statuses of :class:`DTypeRangeReport`."""
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class DTypeRangeReport(Report):
     """Numeric-range and precision hazards of saved activations, with audited coverage."""
 
     report_type = "dtype_range"
     status_tones = tones({"found": "findings", "clean": "ok", "unknown": "warning"})
-    status: Literal["found", "clean", "unknown"]
+    status: DTypeRangeStatus
     num_audited_ops: int
     """Ops whose saved floating-point output was inspected."""
     num_ops: int

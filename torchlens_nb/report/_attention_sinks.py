@@ -50,6 +50,22 @@ class OutlierDim:
 
 
 @dataclass(frozen=True)
+class UnseenAttention:
+    """A fused attention call whose probabilities a probe could not see, and how to see them."""
+
+    label: str
+    """Trace label of the fused op (e.g. ``"scaled_dot_product_attention_1"``); the op name when
+    the call ran outside any capture."""
+    module: str
+    func: str
+    """``scaled_dot_product_attention`` or ``multi_head_attention_forward``."""
+    calls: int
+    """Calls at this site that were not scored."""
+    reason: str
+    """Why they were not seen, and the fix (eager attention, need_weights, recompute)."""
+
+
+@dataclass(frozen=True)
 class AttentionLayer:
     """One scored attention site: per head, the key position with the most mass."""
 
@@ -129,10 +145,14 @@ class PatternSummary:
     layers: int
     heads: int
     positions: tuple[int, ...]
-    """The token positions the query and key axes cover (``PatternBlock.positions``)."""
+    """Absolute token positions the pattern axes cover (see :class:`PatternBlock`)."""
     levels: int
     encoding: str
     bytes: int
+
+
+AttentionSinksStatus = Literal["flagged", "none_flagged", "unavailable"]
+"""The statuses of :class:`AttentionSinksReport`."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -141,7 +161,7 @@ class AttentionSinksReport(Report):
 
     report_type = "attention_sinks"
     status_tones = tones({"flagged": "info", "none_flagged": "ok", "unavailable": "warning"})
-    status: Literal["flagged", "none_flagged", "unavailable"]
+    status: AttentionSinksStatus
     """``flagged``: sink heads or outlier dimensions were found (statistics, normal in trained
     models: info); ``unavailable``: the attention probabilities could not be observed."""
     tokens: tuple[str, ...] = ()
@@ -233,7 +253,7 @@ def outlier_rows(
     residual: tuple[ResidualLayer, ...],
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows of the ``outlier_dims`` table, and its attrs."""
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "layer": index,
             "label": layer.label,
@@ -264,6 +284,7 @@ __all__ = [
     "PatternBlock",
     "ResidualLayer",
     "SinkHead",
+    "UnseenAttention",
     "heads_rows",
     "outlier_rows",
 ]

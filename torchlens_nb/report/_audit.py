@@ -25,6 +25,10 @@ class CheckOutcome:
     num_findings: int
 
 
+HealthStatus = Literal["found", "clean", "partial"]
+"""The statuses of :class:`HealthReport`."""
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class HealthReport(Report):
     """What ``trace.audit()`` ran, what each found, and what it skipped (never counted as run).
@@ -36,7 +40,7 @@ class HealthReport(Report):
 
     report_type = "health"
     status_tones = tones({"found": "findings", "clean": "ok", "partial": "warning"})
-    status: Literal["found", "clean", "partial"]
+    status: HealthStatus
     """``partial``: clean where checked, some values were not (an unsaved op, no backward)."""
     checks_run: tuple[str, ...] = ()
     outcomes: tuple[CheckOutcome, ...] = ()

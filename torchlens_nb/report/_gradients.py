@@ -60,6 +60,10 @@ _PROFILE_COLOURS = {
 """Plotly figures are not themed by the notebook CSS, so the verdict colours are fixed here."""
 
 
+GradHealthStatus = Literal["found", "clean", "unknown"]
+"""The statuses of :class:`GradHealthReport`."""
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class GradHealthReport(Report):
     """One row per gradient a backward pass saved, with verdicts and the frontier.
@@ -71,7 +75,7 @@ class GradHealthReport(Report):
     report_type = "grad_health"
     status_tones = tones({"found": "findings", "clean": "ok", "unknown": "warning"})
     payload_properties = ("verdicts", "flag_verdicts")
-    status: Literal["found", "clean", "unknown"]
+    status: GradHealthStatus
     """``unknown``: magnitudes could not be judged (unknown loss scale, nothing saved)."""
     bwd: int
     """Index of the backward pass in ``trace.backward_passes``."""

@@ -27,9 +27,11 @@ from ...report._activations import (
     MAX_LISTED_INDICES,
     THRESHOLD_COLUMNS,
     DeadReport,
+    DeadStatus,
     DeadUnits,
     RangeViolation,
     ThresholdReport,
+    ThresholdStatus,
     dead_rows,
     threshold_rows,
 )
@@ -131,11 +133,13 @@ def dead(
                 selector and not selector.matches_op(op.func, op.module_stack)
             ):
                 continue
-            values = [_saved_tensor(run[op.label]) if op.label in run else None for run in runs]
+            found_values = [
+                _saved_tensor(run[op.label]) if op.label in run else None for run in runs
+            ]
+            values = [v for v in found_values if v is not None]
             dim = default_unit_dim(len(op.shape or ())) if unit_dim is None else unit_dim
-            if any(
-                v is None or not 0 <= dim < v.dim() or v.shape[dim] != values[0].shape[dim]
-                for v in values
+            if len(values) < len(runs) or any(
+                not 0 <= dim < v.dim() or v.shape[dim] != values[0].shape[dim] for v in values
             ):
                 not_common += int(op.has_saved)
                 continue
@@ -194,6 +198,8 @@ def _dead_report(runs: list[Trace], scanned: list[DeadUnits], not_common: int) -
         )
         for u in found
     )
+    status: DeadStatus
+    unavailable: tuple[Unavailable, ...]
     if not scanned:
         status, lead = (
             "unavailable",
@@ -369,6 +375,7 @@ def _threshold_report(
         if v.is_origin
     )
     unavailable: tuple[Unavailable, ...] = ()
+    status: ThresholdStatus
     if scanned == 0:
         status, lead = "unavailable", "no saved floating-point op output to scan."
         unavailable = (
@@ -387,7 +394,7 @@ def _threshold_report(
         )
     else:
         status, lead = "clean", f"all {scanned} saved ops stay inside [{low:g}, {high:g}]."
-    disclosures = (
+    disclosures: tuple[str, ...] = (
         "an origin is out of range while none of its saved parents is; an unsaved "
         "parent is not known to be out of range.",
     )

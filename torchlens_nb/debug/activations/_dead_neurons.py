@@ -28,7 +28,7 @@ import torch
 from ...capture import Op, Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
-from ...report._activations import DEAD_NEURONS_COLUMNS, DeadNeuronsReport
+from ...report._activations import DEAD_NEURONS_COLUMNS, DeadNeuronsReport, DeadNeuronsStatus
 from ...report._location import location_text
 from .._host_sync import fetch_floats
 from .._values import saved_tensors, where_of
@@ -70,7 +70,7 @@ def dead_neurons_rows(
         )
     channel_axes = _channel_axes(trace)
     rows: list[dict[str, Any]] = []
-    probes: list[torch.Tensor] = []
+    probes: list[tuple[torch.Tensor, int]] = []
     counted: list[tuple[dict[str, Any], int]] = []
     for op in _returned_ops(trace):
         row = {
@@ -95,9 +95,9 @@ def dead_neurons_rows(
         if tensors[0].numel() == 0:
             row["reason"] = "empty output"
             continue
-        probes.append(_dead_probe(tensors[0], axis, max_activation))
+        probes.append((tensors[0], axis))
         counted.append((row, row["total_units"]))
-    for (row, units), values in zip(counted, fetch_floats(probes)):
+    for (row, units), values in zip(counted, _dead_probes(probes, max_activation)):
         dead = int(values[0])
         row["dead_count"] = dead
         row["dead_frac"] = dead / units
@@ -168,6 +168,7 @@ def dead_neurons(
         for row in rows
         if row["dead_count"]
     ]
+    status: DeadNeuronsStatus
     if findings:
         status = "found"
         lead = (
@@ -280,12 +281,44 @@ def _unit_axis(op: Op, dim: int | None, channel_axes: dict[str, int]) -> tuple[i
     return 1, f"axis 1 of {ndim}-D"
 
 
-def _dead_probe(tensor: torch.Tensor, axis: int, max_activation: float) -> torch.Tensor:
-    """[dead count, first MAX_SAMPLE_IDX unit indices with dead units first] on the device."""
+STACK_ELEMENTS = 1 << 22
+"""Elements stacked per reduction pass (16 MiB of float32): the temporary copy stays small."""
+
+
+def _dead_probes(
+    probes: list[tuple[torch.Tensor, int]], max_activation: float
+) -> list[list[float]]:
+    """Per ``(tensor, unit axis)``: ``[dead count, first MAX_SAMPLE_IDX unit indices, dead units
+    first]``. Tensors of one (device, dtype, shape, axis) are stacked and reduced together, a
+    few kernels per group instead of per op (the 48-layer per-head attention trace of
+    benchmarks/bench_audit.py has 9,504 layer outputs in 12 groups); one host sync per device."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for position, (tensor, axis) in enumerate(probes):
+        key = (tensor.device, tensor.dtype, tuple(tensor.shape), axis)
+        groups.setdefault(key, []).append(position)
+    batches: list[tuple[list[int], torch.Tensor]] = []
     with torch.no_grad():
-        magnitude = tensor.detach().abs()
-        others = tuple(d for d in range(tensor.dim()) if d != axis)
-        peak = magnitude.amax(dim=others) if others else magnitude
-        dead = peak <= max_activation  # NaN compares False: never dead
-        order = torch.sort(dead.to(torch.uint8), descending=True, stable=True).indices
-        return torch.cat([dead.sum().reshape(1), order[:MAX_SAMPLE_IDX]])
+        for (_, _, shape, axis), positions in groups.items():
+            size = max(math.prod(shape), 1)
+            step = max(STACK_ELEMENTS // size, 1)
+            for start in range(0, len(positions), step):
+                chunk = positions[start : start + step]
+                stacked = torch.stack([probes[p][0].detach() for p in chunk])
+                others = tuple(d + 1 for d in range(len(shape)) if d != axis)
+                peak = stacked.abs().amax(dim=others) if others else stacked.abs()
+                dead = peak <= max_activation  # NaN compares False: never dead
+                order = torch.sort(dead.to(torch.uint8), dim=1, descending=True, stable=True)
+                batches.append(
+                    (
+                        chunk,
+                        torch.cat(
+                            [dead.sum(1, keepdim=True), order.indices[:, :MAX_SAMPLE_IDX]], 1
+                        ),
+                    )
+                )
+    result: list[list[float]] = [[] for _ in probes]
+    for (chunk, values), flat in zip(batches, fetch_floats([v for _, v in batches])):
+        width = values.shape[1]
+        for row, position in enumerate(chunk):
+            result[position] = flat[row * width : (row + 1) * width]
+    return result

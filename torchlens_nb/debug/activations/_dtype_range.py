@@ -2,8 +2,7 @@
 
 Four hazards, each a finding code and a ``flags`` entry of the op's row:
 
-* ``nonfinite``: NaN or Inf values, counted by the classifier the NaN tools use
-  (``_first_bad.value_stats``);
+* ``nonfinite``: NaN or Inf values;
 * ``near_max``: a finite magnitude ``>= max_fraction * finfo(dtype).max`` (fp16 overflows at
   65504: the next multiply may turn it into Inf);
 * ``subnormal_heavy``: at least ``subnormal_fraction_threshold`` of ALL elements are subnormal
@@ -13,7 +12,10 @@ Four hazards, each a finding code and a ``flags`` entry of the op's row:
   recorded argument dtypes (``op.arg_meta``), so it covers unsaved ops too.
 
 Value hazards need a saved floating-point output: ``num_audited_ops`` of ``num_ops`` were
-inspected, and the others are counted, never guessed.
+inspected, and the others are counted, never guessed. The values are reduced by
+``_segment_stats`` (segmented reductions per dtype, one host copy per device): on the 21,000-op
+per-head attention trace of ``benchmarks/bench_audit.py`` that took dtype_range from 8-10 s to
+the figure the benchmark prints.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from typing import Any
 
 import torch
 
-from ...capture import Op, Trace
+from ...capture import Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
-from ...report._activations import DTYPE_RANGE_COLUMNS, DTypeRangeReport
-from .._host_sync import fetch_floats
-from .._values import saved_tensors, value_stats, where_of
+from ...report._activations import DTYPE_RANGE_COLUMNS, DTypeRangeReport, DTypeRangeStatus
+from ...report._nonfinite import ValueStats
+from .._segment_stats import SegmentStats, segment_stats
+from .._values import saved_tensors, where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
 
 
@@ -57,11 +60,16 @@ def dtype_range_rows(
     rows: list[dict[str, Any]] = []
     audited: list[tuple[dict[str, Any], list[torch.Tensor]]] = []
     not_audited = {"not_saved": 0, "not_floating": 0}
+    downcasts: dict[tuple[str | None, tuple[str, ...]], str | None] = {}
     for op in trace.ops:
+        arg_dtypes = tuple(name for _, name in op.arg_meta)
+        downcast = downcasts.get((op.dtype, arg_dtypes), _UNSEEN)
+        if downcast is _UNSEEN:
+            downcast = downcasts[(op.dtype, arg_dtypes)] = _downcast_from(op.dtype, arg_dtypes)
         tensors = (
             [t for t in saved_tensors(op.out) if t.is_floating_point()] if op.has_saved else []
         )
-        row = {
+        row: dict[str, Any] = {
             "op": op.label,
             "module": op.module,
             "dtype": op.dtype,
@@ -72,7 +80,7 @@ def dtype_range_rows(
             "max_abs": None,
             "dtype_max": None,
             "subnormal_frac": None,
-            "downcast_from": _downcast_from(op),
+            "downcast_from": downcast,
             "flags": (),
             "source_line": f"{op.file}:{op.line}" if op.file else None,
         }
@@ -81,25 +89,31 @@ def dtype_range_rows(
             audited.append((row, tensors))
         else:
             not_audited["not_saved" if not op.has_saved else "not_floating"] += 1
-    stats = value_stats([tensors for _, tensors in audited])
-    subnormals = fetch_floats([_subnormal_count(tensors) for _, tensors in audited])
-    for (row, tensors), stat, subnormal in zip(audited, stats, subnormals):
-        finfo = torch.finfo(tensors[0].dtype)
-        row["dtype"] = str(tensors[0].dtype).removeprefix("torch.")
-        row["numel"] = stat.numel
-        row["nan_count"] = stat.nan_count
-        row["inf_count"] = stat.posinf_count + stat.neginf_count
-        row["max_abs"] = (
-            None if stat.finite_min is None else max(abs(stat.finite_min), abs(stat.finite_max))
+    flat = segment_stats([t for _, tensors in audited for t in tensors])
+    start = 0
+    finfos: dict[torch.dtype, Any] = {}
+    for row, tensors in audited:
+        stats, subnormals = _pooled(flat[start : start + len(tensors)])
+        start += len(tensors)
+        dtype = tensors[0].dtype
+        finfo = finfos.get(dtype) or finfos.setdefault(dtype, torch.finfo(dtype))
+        row["dtype"] = str(dtype).removeprefix("torch.")
+        row["numel"] = stats.numel
+        row["nan_count"] = stats.nan_count
+        row["inf_count"] = stats.posinf_count + stats.neginf_count
+        row["max_abs"] = max_abs = (
+            None
+            if stats.finite_min is None or stats.finite_max is None
+            else max(-stats.finite_min, stats.finite_max)
         )
         row["dtype_max"] = finfo.max
-        row["subnormal_frac"] = subnormal[0] / stat.numel if stat.numel else 0.0
+        row["subnormal_frac"] = subnormal = subnormals / stats.numel if stats.numel else 0.0
         flags = []
-        if not stat.is_finite:
+        if not stats.is_finite:
             flags.append("nonfinite")
-        if row["max_abs"] is not None and row["max_abs"] >= max_fraction * finfo.max:
+        if max_abs is not None and max_abs >= max_fraction * finfo.max:
             flags.append("near_max")
-        if row["subnormal_frac"] and row["subnormal_frac"] >= subnormal_fraction_threshold:
+        if subnormal and subnormal >= subnormal_fraction_threshold:
             flags.append("subnormal_heavy")
         row["flags"] = tuple(flags)
     for row in rows:
@@ -133,7 +147,8 @@ def dtype_range(
     Raises:
         DiagnosticArgumentError: a threshold outside (0, 1].
 
-    Cost: two reductions per saved floating output, two host syncs per device in all.
+    Cost: six segmented reductions per (device, dtype) over the saved floating outputs
+    (``_segment_stats``), one host sync per device in all.
 
     Example:
         >>> import torch, torchlens_nb as tl
@@ -148,6 +163,7 @@ def dtype_range(
     findings = _findings(trace, rows)
     audited, total = attrs["num_audited_ops"], attrs["num_ops"]
     serious = [f for f in findings if f.severity != "info"]
+    status: DTypeRangeStatus
     if serious:
         status = "found"
         lead = f"{len(serious)} range hazards in {audited} of {total} audited ops."
@@ -191,13 +207,17 @@ def _dtype(name: str | None) -> torch.dtype | None:
     return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
 
 
-def _downcast_from(op: Op) -> str | None:
+_UNSEEN: Any = object()
+"""Cache sentinel: a (dtype, argument dtypes) pair not yet classified."""
+
+
+def _downcast_from(out_name: str | None, arg_dtypes: tuple[str, ...]) -> str | None:
     """The first floating input dtype with more range or precision than the output's."""
-    out = _dtype(op.dtype)
+    out = _dtype(out_name)
     if out is None:
         return None
     narrow = torch.finfo(out)
-    for _, name in op.arg_meta:
+    for name in arg_dtypes:
         source = _dtype(name)
         if source is not None:
             wide = torch.finfo(source)
@@ -206,10 +226,25 @@ def _downcast_from(op: Op) -> str | None:
     return None
 
 
-def _subnormal_count(tensors: list[torch.Tensor]) -> torch.Tensor:
-    with torch.no_grad():
-        counts = [((t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)).sum() for t in tensors]
-        return torch.stack(counts).sum()
+def _pooled(stats: list[SegmentStats]) -> tuple[ValueStats, int]:
+    """The statistics of an op's output tensors pooled into one, and the subnormal count."""
+    if len(stats) == 1:
+        return stats[0].values, stats[0].subnormal_count
+    values = [s.values for s in stats]
+    lows = [v.finite_min for v in values if v.finite_min is not None]
+    highs = [v.finite_max for v in values if v.finite_max is not None]
+    finite = [(v.numel - v.nan_count - v.posinf_count - v.neginf_count, v) for v in values]
+    count = sum(n for n, _ in finite)
+    pooled = ValueStats(
+        numel=sum(v.numel for v in values),
+        nan_count=sum(v.nan_count for v in values),
+        posinf_count=sum(v.posinf_count for v in values),
+        neginf_count=sum(v.neginf_count for v in values),
+        finite_min=min(lows) if lows else None,
+        finite_max=max(highs) if highs else None,
+        finite_mean=sum(n * (v.finite_mean or 0.0) for n, v in finite) / count if count else None,
+    )
+    return pooled, sum(s.subnormal_count for s in stats)
 
 
 def _findings(trace: Trace, rows: list[dict[str, Any]]) -> list[Finding]:
@@ -231,6 +266,8 @@ def _findings(trace: Trace, rows: list[dict[str, Any]]) -> list[Finding]:
             )
         )
     for row in rows:
+        if not row["flags"]:
+            continue
         where = where_of(trace[row["op"]])
         if "near_max" in row["flags"]:
             findings.append(

@@ -28,8 +28,10 @@ from ...report._activations import (
     RANGE_COLUMNS,
     LivenessReport,
     LivenessStat,
+    LivenessStatus,
     RangeReport,
     RangeStat,
+    RangeStatus,
     liveness_rows,
     range_rows,
 )
@@ -193,6 +195,7 @@ class RangeProbe:
     def report(self) -> RangeReport:
         """The statistics so far as a :class:`~torchlens_nb.report.RangeReport`."""
         stats = self.stats
+        status: RangeStatus
         bad = [s for s in stats if s.is_violated]
         if not stats:
             status, lead = (
@@ -414,6 +417,7 @@ class LivenessProbe:
         stats = self.stats
         rows, attrs = liveness_rows(stats)
         quiet = [s for s in stats if s.units_all_zero]
+        status: LivenessStatus
         if not stats:
             status, lead = "no_sites", "no selected site produced a value yet."
         else:

@@ -5,11 +5,12 @@ It finds the sites itself: attention probabilities are ``softmax`` outputs shape
 heads, queries, keys)`` (the probe skips, and reports, every other softmax), and block outputs are
 the members of the model's longest list of identical blocks (``encoder.layer.N`` in BERT and
 MiniLM, ``transformer.h.N`` in GPT-2, ``layers.N`` in ``nn.TransformerEncoder``). One capture
-with ``save=False`` runs the :class:`~torchlens_nb.debug.SinkProbe` plus a collector that keeps
-the shown sample's patterns; nothing else is kept.
+with ``save=False`` runs the :class:`~torchlens_nb.debug.SinkProbe`, which hands each scored
+attention value to a collector that keeps the shown sample's patterns; nothing else is kept.
 
-Fused attention (``scaled_dot_product_attention``) never materialises the probabilities; such a
-model gets an ``unavailable`` report that says how to switch it to eager attention.
+Fused attention (``scaled_dot_product_attention``, ``nn.MultiheadAttention``) never materialises
+the probabilities: such a model gets an ``unavailable`` report that says how to switch it to
+eager attention, unless ``fused_attention="recompute"`` asks the probe to compute them.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ from ...capture import (
     validate_model,
 )
 from ...errors import DiagnosticArgumentError
-from ...options import CaptureOptions, HookPlan, Site
+from ...options import CaptureOptions, Site
 from ...report import Exit, Finding, Table, Unavailable, Where
 from ...report._attention_sinks import (
     HEADS_COLUMNS,
     OUTLIER_COLUMNS,
     AttentionLayer,
     AttentionSinksReport,
+    AttentionSinksStatus,
     PatternBlock,
     ResidualLayer,
     heads_rows,
@@ -45,18 +47,25 @@ from ...report._attention_sinks import (
 )
 from .._isolation import preserved_model_state
 from ..activations._probes import check_selector
-from ._probe import OUTLIER_FACTOR, SINK_MASS, SINK_UNIFORM_RATIO, SinkProbe
+from ._probe import OUTLIER_FACTOR, SINK_MASS, SINK_UNIFORM_RATIO, FusedAttention, SinkProbe
 
 MAX_PATTERN_BYTES = 2_000_000
 """Budget of the compressed pattern block: 12 layers x 12 heads x 128 tokens ships under it."""
 PATTERN_BYTES_LIMIT = 6 * 2**20
 """Largest allowed budget: the panel layer block-mean downsamples arrays above 8 MiB in all,
 which a deflate stream cannot survive, so the patterns stay well below that."""
-LEVEL_STEPS = (255, 127, 63, 31, 15)
-"""Quantization levels tried in turn until the pattern block fits the budget (255 in every
-case measured: see report/sinks.py)."""
-FUSED_ATTENTION = ("scaled_dot_product_attention", "multi_head_attention_forward")
-"""Ops that compute attention inside one call: their probabilities never reach a softmax site."""
+LEVEL_STEPS = (255, 127, 63, 31, 15, 7)
+"""Quantization levels tried in turn until the pattern block fits the budget. 12 layers x 12
+heads of N(0, s^2) logits (benchmarks/bench_sinks.py): 255 at 128 tokens for every s measured;
+at 256 tokens 9.4 million probabilities must fit 2 MB, so s = 8: 127, s = 0.3: 31, s = 1: 7,
+s = 2: 7 (the error bound in the disclosure grows with it)."""
+DEFLATE_LEVEL = 1
+"""zlib level of the pattern block. Level 6 is 3-25% smaller but 2-10x slower: 1.4-3.8 s per
+attempt at 12 x 12 heads x 256 tokens against 0.2-0.5 s, which alone broke the panel's 1.5 s
+first-paint target (benchmarks/bench_sinks.py)."""
+SAMPLE_STRIDE = 9
+"""Every 9th head is deflated first to estimate each level's size (within 1% of the full
+block in every case of bench_sinks.py), so only a level predicted to fit is deflated whole."""
 
 
 def find_blocks(model: nn.Module) -> tuple[str, ...]:
@@ -92,6 +101,7 @@ def attention_sinks(
     sink_uniform_ratio: float = SINK_UNIFORM_RATIO,
     outlier_factor: float = OUTLIER_FACTOR,
     max_pattern_bytes: int = MAX_PATTERN_BYTES,
+    fused_attention: FusedAttention = "disclose",
 ) -> AttentionSinksReport:
     """Attention-sink heads, outlier residual dimensions and attention patterns in one call.
 
@@ -107,6 +117,11 @@ def attention_sinks(
         sample: batch row whose patterns and tokens the report carries (statistics pool all).
         sink_mass, sink_uniform_ratio, outlier_factor: the probe's thresholds.
         max_pattern_bytes: budget of the compressed patterns; quantization coarsens to fit.
+        fused_attention: ``"recompute"`` computes the probabilities of fused attention calls
+            (``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``) from their own
+            arguments, so a model with Hugging Face's default ``sdpa`` gets the same report as
+            with eager attention (:class:`~torchlens_nb.debug.SinkProbe` explains how);
+            ``"disclose"`` (the default) reports them ``unavailable`` with the fix.
 
     Returns:
         An :class:`~torchlens_nb.report.AttentionSinksReport`: status ``flagged`` (sink heads or
@@ -150,6 +165,12 @@ def attention_sinks(
             f"max_pattern_bytes must be an int in [1, {PATTERN_BYTES_LIMIT}], got "
             f"{max_pattern_bytes!r}."
         )
+    patterns: dict[str, torch.Tensor] = {}
+
+    def keep(site: Site, probabilities: torch.Tensor) -> None:
+        if probabilities.shape[0] > sample:
+            patterns[site.label] = probabilities[sample].float().clone()
+
     probe = SinkProbe(
         attention_sel,
         residual_sel,
@@ -157,20 +178,17 @@ def attention_sinks(
         sink_mass=sink_mass,
         sink_uniform_ratio=sink_uniform_ratio,
         outlier_factor=outlier_factor,
+        fused_attention=fused_attention,
+        on_attention=keep,
     )
-    patterns: dict[str, torch.Tensor] = {}
-
-    def keep(site: Site, value: Any) -> None:
-        if isinstance(value, torch.Tensor) and value.dim() == 4 and value.shape[0] > sample:
-            patterns[site.label] = value[sample].detach().float().clone()
-
-    plan = probe.hook_plan() + HookPlan(tuple((sel, keep) for sel in attention_sel))
-    with preserved_model_state(model):  # a train-mode forward would move BatchNorm and the RNG
+    # a train-mode forward would move BatchNorm and the RNG; the probe's mode (recompute only)
+    # must be entered around the capture
+    with preserved_model_state(model), probe:
         run = trace(
             model,
             inputs,
             save=False,
-            capture=CaptureOptions(hooks=plan, source_lines=False, keep_output=False),
+            capture=CaptureOptions(hooks=probe.hook_plan(), source_lines=False, keep_output=False),
         )
     layers, residual_layers = probe.attention_layers(), probe.residual_layers()
     facts = probe.facts()
@@ -183,7 +201,9 @@ def attention_sinks(
         if layers
         else None
     )
-    fused = {name: sum(op.func == name for op in run) for name in FUSED_ATTENTION}
+    fused: dict[str, int] = {}
+    for unseen in probe.unseen_attention:
+        fused[unseen.func] = fused.get(unseen.func, 0) + unseen.calls
     return _build_report(
         model,
         probe,
@@ -193,7 +213,7 @@ def attention_sinks(
         shown,
         sample,
         block,
-        {name: n for name, n in fused.items() if n},
+        fused,
         blocks,
         len(run),
     )
@@ -273,23 +293,40 @@ def _token_strings(tokens: Any, inputs: Any, sample: int, length: int) -> tuple[
 def _encode_patterns(
     values: list[torch.Tensor], mask: torch.Tensor | None, sample: int, budget: int
 ) -> PatternBlock | None:
-    """Quantize ``(heads, n, n)`` patterns of the shown sample's real tokens into one block."""
+    """Quantize ``(heads, n, n)`` patterns of the shown sample's real tokens into one block.
+
+    The finest of :data:`LEVEL_STEPS` that fits ``budget``: each level's size is first
+    estimated from every :data:`SAMPLE_STRIDE`-th head, and only a level estimated to fit is
+    deflated whole (once, in every case measured). None when the layers differ in shape or no
+    level fits.
+    """
     if any(v.shape != values[0].shape or v.shape[-1] != v.shape[-2] for v in values):
         return None
     size = values[0].shape[-1]
+    stacked = torch.stack(values).cpu()
+    positions = torch.arange(size)
     if mask is not None and tuple(mask.shape[1:]) == (size,):
         positions = torch.nonzero(mask[sample].bool().cpu()).flatten()
-    else:
-        positions = torch.arange(size)
-    stacked = torch.stack(values).cpu()[:, :, positions][:, :, :, positions]
-    roots = stacked.clamp(0.0, 1.0).sqrt()
+        if len(positions) < size:
+            stacked = stacked[:, :, positions][:, :, :, positions]
+    roots = stacked.clamp_(0.0, 1.0).sqrt_()
+    heads = roots.reshape(-1, *roots.shape[-2:])
+    probe = heads[::SAMPLE_STRIDE]
     for levels in LEVEL_STEPS:
-        data = zlib.compress(torch.round(roots * levels).to(torch.uint8).numpy().tobytes(), 6)
+        if len(_deflate(probe, levels)) * len(heads) / len(probe) > budget:
+            continue
+        data = _deflate(roots, levels)
         if len(data) <= budget:
             return PatternBlock(
                 len(values), stacked.shape[1], tuple(positions.tolist()), levels, data
             )
     return None
+
+
+def _deflate(roots: torch.Tensor, levels: int) -> bytes:
+    """``round(levels * sqrt(p))`` as bytes, deflated."""
+    quantized = torch.round(roots * levels).to(torch.uint8)
+    return zlib.compress(quantized.numpy().tobytes(), DEFLATE_LEVEL)
 
 
 def _build_report(
@@ -316,6 +353,13 @@ def _build_report(
             exits.append(
                 Exit("Switch to eager attention", 'model.set_attn_implementation("eager")')
             )
+        if code in ("fused_sdpa", "fused_mha"):
+            exits.append(
+                Exit(
+                    "Recompute the fused attention",
+                    "tl.debug.attention_sinks(model, inputs, fused_attention='recompute')",
+                )
+            )
     if not residual:
         unavailable.append(
             Unavailable(
@@ -330,6 +374,7 @@ def _build_report(
             )
         )
     findings = _findings(layers, sinks, outliers, tokens, probe.thresholds)
+    status: AttentionSinksStatus
     if not layers:
         status, subject = "unavailable", f"{type(model).__name__} ({ops} ops)"
     else:

@@ -34,16 +34,25 @@ benchmarks/bench_sinks.py). Statistics accumulate over every capture the plan ru
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 import torch
 
-from ...capture import Selector
+from ...capture import Selector, func
 from ...errors import DiagnosticArgumentError
 from ...options import HookPlan, Site
-from ...report._attention_sinks import AttentionLayer, OutlierDim, ResidualLayer, SinkHead
+from ...report._attention_sinks import (
+    AttentionLayer,
+    OutlierDim,
+    ResidualLayer,
+    SinkHead,
+    UnseenAttention,
+)
 from ..activations._probes import check_selectors
+from ._fused import FUSED_ATTENTION, NOT_CLAIMED, NOT_ENTERED, UNSEEN_REASONS, FusedAttentionMode
+from ._site_stats import SiteKind, SiteStats, empty_reason, score_attention, score_residual
 
 SINK_MASS = 0.5
 """Mean attention on one key position at or above which a head is a sink (see module docstring)."""
@@ -51,40 +60,10 @@ SINK_UNIFORM_RATIO = 2.0
 """A sink also needs at least this many times the uniform share (guards very short sequences)."""
 OUTLIER_FACTOR = 6.0
 """Mean |value| of a dimension over the median dimension's at or above which it is an outlier."""
-ROW_SUM_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2}
-"""Largest |row sum - 1| of an attention pattern; float32/float64 rows use 1e-3."""
-
-SiteKind = Literal["attention", "residual"]
-
-
-class _Site:
-    """Accumulated statistics of one site; ``reason`` is set when a call could not be scored."""
-
-    def __init__(self, site: Site, kind: SiteKind) -> None:
-        self.label, self.module, self.kind = site.label, site.module, kind
-        self.calls = self.skipped_calls = 0
-        self.reason: str | None = None
-        self.sums: torch.Tensor | None = None  # attention (heads, keys) / residual (dims,)
-        self.rows: torch.Tensor | float = 0.0  # scored queries / tokens
-        self.uniform: torch.Tensor | float = 0.0  # attention only: sum of 1 / visible keys
-        self.is_causal = True
-
-    def skip(self, reason: str) -> None:
-        self.skipped_calls += 1
-        self.reason = reason
-
-    def add(self, sums: torch.Tensor, rows: torch.Tensor, uniform: torch.Tensor | float) -> None:
-        """Accumulate one call; ``sums`` is a fresh reduction result, owned from here on."""
-        sums = sums.double()
-        if self.sums is None:
-            self.sums = sums
-        else:
-            if sums.shape[-1] > self.sums.shape[-1]:  # longer sequence: widen the key axis
-                sums, self.sums = self.sums, sums
-            self.sums[..., : sums.shape[-1]] += sums
-        self.rows = self.rows + rows
-        self.uniform = self.uniform + uniform
-        self.calls += 1
+_FUSED_SITES = func(*FUSED_ATTENTION)
+"""The selector of every fused attention op (built once: a selector compiles its patterns)."""
+FusedAttention = Literal["disclose", "recompute"]
+"""What the probe does with fused attention calls (see :class:`SinkProbe`)."""
 
 
 class SinkProbe:
@@ -103,9 +82,19 @@ class SinkProbe:
             value this probe sees; padded queries and tokens are then not scored.
         sink_mass, sink_uniform_ratio, outlier_factor: thresholds (defaults and their reasons
             in the module docstring).
+        fused_attention: fused calls (``F.scaled_dot_product_attention``,
+            ``nn.MultiheadAttention``) never materialise their probabilities. ``"disclose"``
+            (the default) lists each one in :attr:`unseen_attention` and ``facts()["skipped"]``
+            with the fix; ``"recompute"`` computes them from each call's arguments while the
+            capture runs inside ``with probe:`` (``_fused.py``: exact against eager attention,
+            one extra float32 softmax per call) and scores them at the fused op's site.
+        on_attention: called as ``on_attention(site, probabilities)`` with every attention
+            value the probe scored (the recomputed probabilities for a fused call), inside the
+            capture with recording suspended; it must not modify the tensor.
 
     Raises:
-        DiagnosticArgumentError: no selector at all, a non-selector, a bad mask or threshold.
+        DiagnosticArgumentError: no selector at all, a non-selector, a bad mask, threshold,
+            ``fused_attention`` or ``on_attention``; entering ``with probe:`` twice at once.
 
     Example:
         >>> import torch, torchlens_nb as tl
@@ -118,6 +107,18 @@ class SinkProbe:
         ...              capture=tl.options.CaptureOptions(hooks=probe.hook_plan()))
         >>> [(s.head, s.position, round(s.mass, 4)) for s in probe.sink_heads]
         [(0, 0, 0.9999)]
+
+        Fused attention, recomputed (the capture inside ``with probe:``):
+
+        >>> class Fused(nn.Module):
+        ...     def forward(self, q, k): return nn.functional.scaled_dot_product_attention(q, k, k)
+        >>> q = torch.ones(1, 2, 4, 4); k = torch.zeros(1, 2, 4, 4); k[0, 0, 0] = 10.0
+        >>> probe = tl.debug.SinkProbe(attention=[tl.func("softmax")], fused_attention="recompute")
+        >>> with probe:
+        ...     _ = tl.trace(Fused(), (q, k),
+        ...                  capture=tl.options.CaptureOptions(hooks=probe.hook_plan()))
+        >>> [(s.label, s.head, s.position) for s in probe.sink_heads]
+        [('scaled_dot_product_attention_1', 0, 0)]
     """
 
     def __init__(
@@ -129,6 +130,8 @@ class SinkProbe:
         sink_mass: float = SINK_MASS,
         sink_uniform_ratio: float = SINK_UNIFORM_RATIO,
         outlier_factor: float = OUTLIER_FACTOR,
+        fused_attention: FusedAttention = "disclose",
+        on_attention: Callable[[Site, torch.Tensor], None] | None = None,
     ) -> None:
         self._attention = _selectors(attention, "attention")
         self._residual = _selectors(residual, "residual")
@@ -151,42 +154,114 @@ class SinkProbe:
                 "attention_mask must be a (batch, keys) tensor, nonzero for real tokens (the "
                 f"tokenizer's attention_mask), got {_describe(attention_mask)}."
             )
+        if fused_attention not in ("disclose", "recompute"):
+            raise DiagnosticArgumentError(
+                "fused_attention must be 'disclose' or 'recompute' (probabilities computed from "
+                f"the fused call's q and k inside `with probe:`), got {fused_attention!r}."
+            )
+        if on_attention is not None and not callable(on_attention):
+            raise DiagnosticArgumentError(
+                "on_attention must be a callable (site, probabilities) -> None, got "
+                f"{type(on_attention).__name__}."
+            )
+        self._on_scored = on_attention
+        self.fused_attention: FusedAttention = fused_attention
+        """``"disclose"`` or ``"recompute"``: what happens to fused attention calls."""
         self.thresholds = {
             "sink_mass": float(sink_mass),
             "sink_uniform_ratio": float(sink_uniform_ratio),
             "outlier_factor": float(outlier_factor),
         }
         """The thresholds in use (plain floats)."""
-        self._mask = None if attention_mask is None else attention_mask.detach().bool()
-        self._sites: dict[tuple[str, str, SiteKind], _Site] = {}
+        # host copy: query weights and token counts are read from it, never from the device
+        self._mask = None if attention_mask is None else attention_mask.detach().bool().cpu()
+        self._sites: dict[tuple[str, str, SiteKind], SiteStats] = {}
         self._scored: dict[SiteKind, list[Any]] = {}  # results, until the next value arrives
+        self._mode: FusedAttentionMode | None = None
+        self._is_entered = False
+        # (output tensor, probabilities, op name) of the last recomputed fused call, until the
+        # capture's hook for that op claims it (the output's identity pairs the two)
+        self._pending: tuple[torch.Tensor, torch.Tensor, str] | None = None
+        self._unclaimed: dict[str, int] = {}
+
+    # ----- the fused-attention mode (fused_attention="recompute") -------------------------
+    def __enter__(self) -> SinkProbe:
+        """Install the recompute mode for fused attention; enter it around ``tl.trace``."""
+        if self._is_entered:
+            raise DiagnosticArgumentError(
+                "this SinkProbe is already inside `with probe:`; enter it once, around the "
+                "tl.trace(...) call."
+            )
+        self._is_entered = True
+        if self.fused_attention == "recompute":
+            self._mode = FusedAttentionMode(self._on_probabilities)
+            self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        mode, self._mode, self._is_entered = self._mode, None, False
+        self._claim_nothing()
+        if mode is not None:
+            mode.__exit__(*exc_info)
+
+    def _on_probabilities(self, name: str, output: torch.Tensor, probs: torch.Tensor) -> None:
+        self._claim_nothing()
+        self._pending = (output, probs, name)
+
+    def _claim_nothing(self) -> None:
+        """Count a recomputed call no capture hook claimed (it ran outside any capture)."""
+        if self._pending is not None:
+            name = self._pending[2]
+            self._unclaimed[name] = self._unclaimed.get(name, 0) + 1
+            self._pending = None
 
     # ----- the seam ------------------------------------------------------------------------
     def hook_plan(self) -> HookPlan:
-        """The plan to pass as ``CaptureOptions(hooks=...)``."""
+        """The plan to pass as ``CaptureOptions(hooks=...)``; with attention selectors it also
+        watches every fused attention op (:data:`FUSED_ATTENTION`)."""
+        fused = ((_FUSED_SITES, self._on_fused),) if self._attention else ()
         return HookPlan(
             tuple((sel, self._on_attention) for sel in self._attention)
+            + fused
             + tuple((sel, self._on_residual) for sel in self._residual)
         )
 
-    def _site(self, site: Site, kind: SiteKind) -> _Site:
+    def _site(self, site: Site, kind: SiteKind) -> SiteStats:
         self._scored.clear()
         key = (site.label, site.module, kind)
         if key not in self._sites:
-            self._sites[key] = _Site(site, kind)
+            self._sites[key] = SiteStats(site.label, site.module, site.func, kind)
         return self._sites[key]
 
-    def _on_attention(self, site: Site, value: Any) -> None:
+    def _on_fused(self, site: Site, value: Any) -> None:
         state = self._site(site, "attention")
-        with torch.no_grad():
-            reason = _score_attention(state, value, self._mask)
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[0] is value:
+            self._score(state, site, pending[1])
+            return
+        if pending is not None:
+            self._pending = pending  # another call's; _claim_nothing counts it later
+        state.skip(
+            NOT_ENTERED if self.fused_attention == "recompute" else UNSEEN_REASONS[site.func]
+        )
+
+    def _on_attention(self, site: Site, value: Any) -> None:
+        if site.func in FUSED_ATTENTION:  # the fused-op hook scores or names it
+            return
+        self._score(self._site(site, "attention"), site, value)
+
+    def _score(self, state: SiteStats, site: Site, probabilities: Any) -> None:
+        with _bare_torch():
+            reason = score_attention(state, probabilities, self._mask)
+            if reason is None and self._on_scored is not None:
+                self._on_scored(site, probabilities.detach())
         if reason is not None:
             state.skip(reason)
 
     def _on_residual(self, site: Site, value: Any) -> None:
         state = self._site(site, "residual")
-        with torch.no_grad():
-            reason = _score_residual(state, value, self._mask)
+        with _bare_torch():
+            reason = score_residual(state, value, self._mask)
         if reason is not None:
             state.skip(reason)
 
@@ -194,18 +269,24 @@ class SinkProbe:
         """Forget every statistic (selectors, mask and thresholds stay)."""
         self._sites.clear()
         self._scored.clear()
+        self._pending = None
+        self._unclaimed.clear()
 
     # ----- results -------------------------------------------------------------------------
-    def _scored_attention(self) -> list[tuple[_Site, AttentionLayer]]:
+    def _scored_attention(self) -> list[tuple[SiteStats, AttentionLayer]]:
         if "attention" in self._scored:
             return self._scored["attention"]
+        states = self._scorable("attention")
         out = self._scored["attention"] = []
-        for state in self._sites.values():
-            if state.kind != "attention" or state.sums is None or not float(state.rows):
-                continue
-            mean = state.sums / float(state.rows)
-            masses, positions = mean.max(dim=-1)
-            uniform = float(state.uniform) / float(state.rows)
+        per_site: list[Any] = [None] * len(states)
+        for indices, means in _site_means(states):
+            masses, positions = means.max(dim=-1)
+            for index, site_masses, site_positions in zip(
+                indices, masses.tolist(), positions.tolist()
+            ):
+                per_site[index] = (site_masses, site_positions)
+        for state, (masses, positions) in zip(states, per_site):
+            uniform = state.uniform / state.rows
             floor = max(
                 self.thresholds["sink_mass"], self.thresholds["sink_uniform_ratio"] * uniform
             )
@@ -215,9 +296,9 @@ class SinkProbe:
                     AttentionLayer(
                         state.label,
                         state.module,
-                        tuple(positions.tolist()),
-                        tuple(masses.tolist()),
-                        tuple(m >= floor for m in masses.tolist()),
+                        tuple(positions),
+                        tuple(masses),
+                        tuple(m >= floor for m in masses),
                         state.is_causal,
                         uniform,
                     ),
@@ -225,18 +306,23 @@ class SinkProbe:
             )
         return out
 
-    def _scored_residual(self) -> list[tuple[_Site, ResidualLayer]]:
+    def _scored_residual(self) -> list[tuple[SiteStats, ResidualLayer]]:
         if "residual" in self._scored:
             return self._scored["residual"]
+        states = self._scorable("residual")
         out = self._scored["residual"] = []
-        for state in self._sites.values():
-            if state.kind != "residual" or state.sums is None or not float(state.rows):
+        per_site: list[Any] = [None] * len(states)
+        for indices, means in _site_means(states):
+            medians = means.median(dim=1).values  # the lower median, as Tensor.median()
+            usable = (medians > 0) & torch.isfinite(means).all(dim=1)
+            factors = means / medians[:, None]
+            for index, *values in zip(
+                indices, means.tolist(), medians.tolist(), usable.tolist(), factors.tolist()
+            ):
+                per_site[index] = values
+        for state, (mean_abs, median, usable, factors) in zip(states, per_site):
+            if not usable:
                 continue
-            mean_abs = state.sums / float(state.rows)
-            median = float(mean_abs.median())
-            if not (median > 0 and bool(torch.isfinite(mean_abs).all())):
-                continue
-            factors = (mean_abs / median).tolist()
             flagged = sorted(
                 (d for d, f in enumerate(factors) if f >= self.thresholds["outlier_factor"]),
                 key=lambda d: -factors[d],
@@ -247,13 +333,16 @@ class SinkProbe:
                     ResidualLayer(
                         state.label,
                         state.module,
-                        tuple(mean_abs.tolist()),
+                        tuple(mean_abs),
                         median,
                         tuple(OutlierDim(state.label, d, factors[d]) for d in flagged),
                     ),
                 )
             )
         return out
+
+    def _scorable(self, kind: SiteKind) -> list[SiteStats]:
+        return [s for s in self._sites.values() if s.kind == kind and s.sums is not None and s.rows]
 
     def attention_layers(self) -> tuple[AttentionLayer, ...]:
         """Every scored attention site, in first-seen (execution) order."""
@@ -273,6 +362,21 @@ class SinkProbe:
                 zip(layer.positions, layer.masses, layer.is_sink)
             )
             if flag
+        )
+
+    @property
+    def unseen_attention(self) -> tuple[UnseenAttention, ...]:
+        """Fused attention calls whose probabilities were not scored, site by site in execution
+        order, each with the fix; then recomputed calls no capture claimed. Empty does not mean
+        "no attention": check :meth:`attention_layers` too."""
+        seen = tuple(
+            UnseenAttention(s.label, s.module, s.func, s.skipped_calls, s.reason or "")
+            for s in self._sites.values()
+            if s.func in FUSED_ATTENTION and s.skipped_calls
+        )
+        return seen + tuple(
+            UnseenAttention(name, "", name, calls, NOT_CLAIMED)
+            for name, calls in self._unclaimed.items()
         )
 
     @property
@@ -326,10 +430,19 @@ class SinkProbe:
                 "module": s.module,
                 "kind": s.kind,
                 "calls": s.skipped_calls,
-                "reason": s.reason or _empty_reason(s),
+                "reason": s.reason or empty_reason(s),
             }
             for s in self._sites.values()
             if s.reason is not None or (s.label, s.module, s.kind) not in scored
+        ] + [
+            {
+                "label": name,
+                "module": "",
+                "kind": "attention",
+                "calls": calls,
+                "reason": NOT_CLAIMED,
+            }
+            for name, calls in self._unclaimed.items()
         ]
         return {
             "thresholds": dict(self.thresholds),
@@ -337,6 +450,36 @@ class SinkProbe:
             "residual": residual,
             "skipped": skipped,
         }
+
+
+@contextlib.contextmanager
+def _bare_torch() -> Iterator[None]:
+    """No autograd and no torch-function handling for the probe's own reductions.
+
+    The callbacks run inside the capture, whose recording mode would otherwise see each of their
+    ~20 torch calls just to pass it through: scoring one MiniLM attention value (12 heads x 128 x
+    128) took 640 us inside a capture and 190 us with the mode bypassed (its calls are never
+    recorded either way). ``torch._C.DisableTorchFunction`` is what ``torch.overrides`` uses for
+    the same purpose; it also skips tensor subclasses' ``__torch_function__``, so a subclassed
+    value is reduced as the plain tensor it wraps.
+    """
+    with torch.no_grad(), torch._C.DisableTorchFunction():
+        yield
+
+
+def _site_means(states: list[SiteStats]) -> list[tuple[list[int], torch.Tensor]]:
+    """``sums / rows`` of the sites, stacked by shape: ``(indices into states, means)`` per
+    shape, so the results of all sites of one shape are computed and read together."""
+    shapes: dict[tuple[int, ...], list[int]] = {}
+    for index, state in enumerate(states):
+        assert state.sums is not None
+        shapes.setdefault(tuple(state.sums.shape), []).append(index)
+    out = []
+    for indices in shapes.values():
+        sums = torch.stack([states[i].sums for i in indices])  # type: ignore[misc]
+        rows = torch.tensor([states[i].rows for i in indices], dtype=sums.dtype)
+        out.append((indices, sums / rows.reshape(-1, *([1] * (sums.dim() - 1)))))
+    return out
 
 
 def _selectors(items: Iterable[Any], what: str) -> tuple[Selector, ...]:
@@ -350,112 +493,6 @@ def _describe(value: Any) -> str:
         if shape is not None
         else type(value).__name__
     )
-
-
-def _empty_reason(state: _Site) -> str:
-    if state.kind == "residual" and state.sums is not None and float(state.rows):
-        if not bool(torch.isfinite(state.sums).all()):
-            return "holds NaN or Inf: not scored."
-        return "the median dimension's mean |value| is 0: factors are undefined."
-    return "no query or token was left to score (every row padded or one key visible)."
-
-
-def _mask_for(
-    mask: torch.Tensor | None, batch: int, length: int, device: torch.device
-) -> tuple[torch.Tensor | None, str | None]:
-    if mask is None:
-        return None, None
-    if tuple(mask.shape) != (batch, length):
-        return None, (
-            f"attention_mask has shape {tuple(mask.shape)} but this value has batch "
-            f"{batch} and {length} positions."
-        )
-    return mask.to(device), None
-
-
-def _score_attention(state: _Site, value: Any, mask: torch.Tensor | None) -> str | None:
-    """Add one attention value to ``state``; return why it cannot be scored, or None."""
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-        return "not a floating-point tensor."
-    if value.dim() != 4:
-        return (
-            f"shape {tuple(value.shape)} is not (batch, heads, queries, keys): not an "
-            "attention pattern (a 3-D softmax folds heads into the batch)."
-        )
-    batch, heads, queries, keys = value.shape
-    if queries > keys or queries == 0:
-        return (
-            f"{queries} queries over {keys} keys: not an attention pattern (needs queries <= keys)."
-        )
-    if state.sums is not None and state.sums.shape[0] != heads:
-        return f"{heads} heads, where earlier calls had {state.sums.shape[0]}."
-    key_valid, reason = _mask_for(mask, batch, keys, value.device)
-    if reason:
-        return reason
-    if key_valid is None:
-        key_valid = torch.ones(batch, keys, dtype=torch.bool, device=value.device)
-    offset = keys - queries
-    query_valid = key_valid[:, offset:]
-    probs = value.detach().float()
-    row_sums = probs.sum(-1)  # a NaN or Inf anywhere in a row makes its sum non-finite
-    # Query 0 of a causal pattern sees keys 0..offset only: mass beyond them rules causality out
-    # without the full upper-triangle pass (which then runs only for patterns that may be causal).
-    deviation, upper, finite = torch.stack(
-        [
-            torch.where(query_valid[:, None, :], (row_sums - 1).abs(), 0.0).amax(),
-            probs[:, :, 0, offset + 1 :].amax() if offset + 1 < keys else probs.new_zeros(()),
-            torch.isfinite(row_sums).all().float(),
-        ]
-    ).tolist()
-    if not finite:
-        return "holds NaN or Inf: not scored."
-    if upper == 0.0 and queries > 1:
-        upper = float(torch.triu(probs, offset + 1).amax())
-    tolerance = ROW_SUM_TOLERANCE.get(value.dtype, 1e-3)
-    if not deviation <= tolerance:
-        return (
-            f"rows do not sum to 1 over the last axis (largest |sum - 1| = {deviation:.3g}): "
-            "not attention probabilities (e.g. a softmax over another axis)."
-        )
-    # Masked logits give exact zeros (exp(-inf)); a sharp non-causal head still leaves > 0.
-    is_causal = queries > 1 and upper == 0.0
-    if is_causal:
-        visible = key_valid.cumsum(-1)[:, offset:]
-    else:
-        visible = key_valid.sum(-1, keepdim=True).expand(batch, queries)
-    weight = (query_valid & (visible > 1)).float()
-    state.is_causal = state.is_causal and is_causal
-    # (batch, 1, 1, queries) @ (batch, heads, queries, keys): the weighted sum over queries.
-    state.add(
-        (weight[:, None, None, :] @ probs).sum(0).squeeze(-2),
-        weight.sum(),
-        (weight / visible.clamp(min=1)).sum(),
-    )
-    return None
-
-
-def _score_residual(state: _Site, value: Any, mask: torch.Tensor | None) -> str | None:
-    """Add one residual value to ``state``; return why it cannot be scored, or None."""
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-        return "not a floating-point tensor."
-    if value.dim() < 2:
-        return f"shape {tuple(value.shape)} has no (tokens, dims) axes."
-    if state.sums is not None and state.sums.shape[0] != value.shape[-1]:
-        return f"{value.shape[-1]} dims, where earlier calls had {state.sums.shape[0]}."
-    flat = value.detach()
-    if mask is not None:
-        if value.dim() < 3:
-            return (
-                f"shape {tuple(value.shape)} has no token axis to apply the (batch, tokens) "
-                "attention_mask to."
-            )
-        valid, reason = _mask_for(mask, value.shape[0], value.shape[1], value.device)
-        if reason:
-            return reason
-        flat = flat[valid]
-    tokens = flat.reshape(-1, value.shape[-1])
-    state.add(tokens.float().abs().sum(0), torch.tensor(float(tokens.shape[0])), 0.0)
-    return None
 
 
 __all__ = ["OUTLIER_FACTOR", "SINK_MASS", "SINK_UNIFORM_RATIO", "SinkProbe"]

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...capture import Trace
+from ...capture import PartialTrace, Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Report, Unavailable
-from ...report._audit import CheckOutcome, HealthReport
+from ...report._audit import CheckOutcome, HealthReport, HealthStatus
 from ..activations._dtype_range import dtype_range
 from ..gradients._grad_health import grad_health
 from ..nonfinite._backward import bisect_nan_backward
@@ -97,6 +97,7 @@ def audit(trace: Trace) -> HealthReport:
         CheckOutcome(name, r.report_type, r.status, r.lead, len(r.findings)) for name, r in ran
     )
     found = [o.check for o in outcomes if o.status == "found"]
+    status: HealthStatus
     if found:
         status = "found"
         lead = f"{', '.join(found)} found problems; {len(ran)} checks ran, {len(skipped)} skipped."
@@ -113,11 +114,16 @@ def audit(trace: Trace) -> HealthReport:
         unsure = ", ".join(f"{o.check} ({o.status})" for o in outcomes if o.status != "clean")
         lead = f"nothing found, but not every check could decide: {unsure}."
     disclosures = []
-    if trace.is_partial:
+    if isinstance(trace, PartialTrace):
         disclosures.append(
             f"partial trace: the forward stopped ({type(trace.exception).__name__})"
             f" after {len(trace)} ops; only those were audited."
         )
+    disclosures.extend(
+        f"{name} could not see everything: {item.reason}"
+        for name, report in ran
+        for item in report.unavailable
+    )
 
     def open_check(check: str) -> Report:
         if check not in reports:

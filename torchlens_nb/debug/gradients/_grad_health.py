@@ -28,12 +28,14 @@ import torch
 from ...capture import Trace
 from ...errors import DiagnosticArgumentError, UnavailableError
 from ...report import Exit, Finding, Table
+from ...report._base import Severity
 from ...report._gradients import (
     FLAG_VERDICTS,
     GRAD_HEALTH_COLUMNS,
     VERDICTS,
     Basis,
     GradHealthReport,
+    GradHealthStatus,
     Stage,
     Verdict,
 )
@@ -41,6 +43,7 @@ from .._host_sync import fetch_floats
 from .._values import where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
 from ._grad_scale import declared_scale, scaling_evidence, seed_probe
+from ._unrecorded import frontier_kind, hidden_frontier_finding, unrecorded_entry, unrecorded_ops
 
 if TYPE_CHECKING:
     from ...capture import BackwardPass
@@ -57,7 +60,11 @@ _REMEDY = {
     "exploding": "check this op's inputs and the learning rate; clip with "
     "torch.nn.utils.clip_grad_norm_(..., error_if_nonfinite=True).",
 }
-_SEVERITY = {"zero": "warning", "vanishing": "warning", "exploding": "critical"}
+_SEVERITY: dict[str, Severity] = {
+    "zero": "warning",
+    "vanishing": "warning",
+    "exploding": "critical",
+}
 
 
 def grad_health_rows(
@@ -74,9 +81,11 @@ def grad_health_rows(
 
     ``rows`` are dicts with the ``GRAD_HEALTH_COLUMNS`` keys, in execution order; ``attrs``
     hold ``bwd``, ``basis``, both thresholds, ``grad_scale``, ``scale_provenance``, ``stage``,
-    the scaling ``evidence`` (text or None), ``verdict_counts`` and ``coverage``
-    (``num_rows``, ``num_ops``, ``num_grad_ops``, ``num_not_reached``). Same arguments, errors
-    and cost as :func:`grad_health`.
+    the scaling ``evidence`` (text or None), ``verdict_counts``, ``coverage``
+    (``num_rows``, ``num_ops``, ``num_grad_ops``, ``num_not_reached``) and ``unrecorded_ops``
+    (labels of the ops inside custom autograd.Functions, e.g. a reentrant checkpoint, whose
+    gradients no backward records: ``_unrecorded.py``). Same arguments, errors and cost as
+    :func:`grad_health`.
     """
     _check_thresholds(vanishing_threshold, exploding_threshold)
     vanishing_threshold = float(vanishing_threshold)
@@ -95,6 +104,7 @@ def grad_health_rows(
         for position, value in zip(group, values):
             raw_norms[position] = value
     evidence = scaling_evidence(record, [v[0] for v in fetched[len(stacked) :]])
+    scale: float | None
     scale, provenance = (
         declared if declared is not None else ((None, "unknown") if evidence else (1.0, "unscaled"))
     )
@@ -102,9 +112,9 @@ def grad_health_rows(
     rows = []
     for op, grad, raw in zip(ops, grads, raw_norms):
         numel = grad.numel()
-        norm = raw / scale if scale is not None else (0.0 if raw == 0.0 else None)
+        norm: float | None = raw / scale if scale is not None else (0.0 if raw == 0.0 else None)
         rms = norm / math.sqrt(numel) if norm is not None and numel else None
-        value = rms if basis == "rms" else norm
+        judged = rms if basis == "rms" else norm
         rows.append(
             {
                 "op": op.label,
@@ -115,7 +125,7 @@ def grad_health_rows(
                 "rms": rms,
                 "numel": numel,
                 "verdict": _verdict(
-                    raw, value, numel, scale, vanishing_threshold, exploding_threshold
+                    raw, judged, numel, scale, vanishing_threshold, exploding_threshold
                 ),
                 "is_frontier": False,
                 "stage": stage,
@@ -123,7 +133,8 @@ def grad_health_rows(
                 "source_line": f"{op.file}:{op.line}" if op.file else None,
             }
         )
-    _mark_frontier(trace, rows)
+    unrecorded = unrecorded_ops(trace)
+    _mark_frontier(trace, rows, frozenset(unrecorded))
     counts = {verdict: sum(r["verdict"] == verdict for r in rows) for verdict in VERDICTS}
     num_grad_ops = sum(1 for op in trace.ops if op.grad_fn_name is not None)
     attrs = {
@@ -142,6 +153,7 @@ def grad_health_rows(
             "num_grad_ops": num_grad_ops,
             "num_not_reached": max(num_grad_ops - len(rows), 0),
         },
+        "unrecorded_ops": list(unrecorded),
     }
     return rows, attrs
 
@@ -212,12 +224,23 @@ def grad_health(
     counts = attrs["verdict_counts"]
     frontier = tuple(r["op"] for r in rows if r["is_frontier"])
     flagged = sum(counts[v] for v in FLAG_VERDICTS)
+    unrecorded = attrs["unrecorded_ops"]
+    status: GradHealthStatus
     if flagged:
         status = "found"
         names = ", ".join(f"{r['op']} ({r['verdict']})" for r in rows if r["is_frontier"])
         lead = (
             f"{len(frontier)} frontier op{'s' if len(frontier) != 1 else ''}: {names}; "
             f"{flagged} of {len(rows)} gradients flagged."
+            if frontier or not unrecorded
+            else f"no frontier op: the flagged gradients come from ops whose gradients were not "
+            f"recorded; {flagged} of {len(rows)} gradients flagged."
+        )
+    elif unrecorded:
+        status = "unknown"
+        lead = (
+            f"no gradient is flagged among the {len(rows)} read, but {len(unrecorded)} ops ran "
+            "inside a custom autograd.Function and their gradients were not recorded."
         )
     elif counts["unknown"] or not rows:
         status = "unknown"
@@ -243,6 +266,7 @@ def grad_health(
         findings=tuple(findings),
         tables=(table,),
         disclosures=_disclosures(attrs),
+        unavailable=(unrecorded_entry(trace, unrecorded),) if unrecorded else (),
         exits=tuple(
             Exit(
                 f"Show lineage of {op}",
@@ -358,13 +382,10 @@ def _verdict(
     return "exploding" if value > exploding else "ok"
 
 
-def _mark_frontier(trace: Trace, rows: list[dict[str, Any]]) -> None:
+def _mark_frontier(trace: Trace, rows: list[dict[str, Any]], unrecorded: frozenset[str]) -> None:
     flag = {r["op"]: r["verdict"] for r in rows if r["verdict"] in FLAG_VERDICTS}
     for row in rows:
-        verdict = flag.get(row["op"])
-        row["is_frontier"] = verdict is not None and not any(
-            flag.get(child) == verdict for child in trace[row["op"]].children
-        )
+        row["is_frontier"] = frontier_kind(trace, row["op"], flag, unrecorded) == "frontier"
 
 
 # ----- report parts -----------------------------------------------------------------------------
@@ -382,7 +403,12 @@ def _cone(trace: Trace, start: str, verdict: str, flag: dict[str, str]) -> int:
 
 def _findings(trace: Trace, rows: list[dict[str, Any]], attrs: dict[str, Any]) -> list[Finding]:
     flag = {r["op"]: r["verdict"] for r in rows if r["verdict"] in FLAG_VERDICTS}
-    findings = []
+    unrecorded = frozenset(attrs["unrecorded_ops"])
+    findings = [
+        hidden_frontier_finding(trace, row, unrecorded)
+        for row in rows
+        if frontier_kind(trace, row["op"], flag, unrecorded) == "hidden"
+    ]
     for row in (r for r in rows if r["is_frontier"]):
         op = trace[row["op"]]
         upstream = _cone(trace, op.label, row["verdict"], flag)

@@ -31,6 +31,7 @@ _SCALING_NODES = frozenset({"MulBackward0", "MulBackward1", "DivBackward0", "Div
 
 
 def _scale_value(value: Any, name: str) -> tuple[float, ScaleProvenance]:
+    provenance: ScaleProvenance
     if callable(getattr(value, "get_scale", None)):
         scale, provenance = value.get_scale(), "gradscaler"
     elif isinstance(value, numbers.Real) and not isinstance(value, bool):
