@@ -20,11 +20,20 @@ sysdeps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q graphviz chromium fonts-dejavu-core; \
 	fi
 
-$(STAMP): pyproject.toml
+# constraints.txt pins torch to TORCH_SPEC for every install that follows: the dev extra pulls
+# transformers, lightning and accelerate, and without the pin pip may replace the CPU torch with
+# a multi-GB build of another version. Rewritten only when TORCH_SPEC changes (then the stamp
+# below is stale and the venv is brought to the new pin).
+constraints.txt: FORCE
+	@echo "$(TORCH_SPEC)" | cmp -s - $@ || echo "$(TORCH_SPEC)" > $@
+
+FORCE:
+
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -c constraints.txt "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 bundle: js/package-lock.json
@@ -57,4 +66,4 @@ bench: setup
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) js/node_modules torchlens_nb/widgets/static
+	rm -rf $(VENV) js/node_modules torchlens_nb/widgets/static constraints.txt
