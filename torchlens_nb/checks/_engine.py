@@ -53,6 +53,7 @@ from ._optimizer import EvaluatedClosure, closure_of, with_closure
 from ._params import Roster
 from ._replay import KeptBatch, Replay
 from ._series import Series
+from ._sharded import ShardedGradSites
 from ._sites import GradSites, PendingBackward
 from ._tally import Tally
 from ._update_ratio import UpdateSampler
@@ -115,7 +116,8 @@ class Engine:
         self._ledger = StepLedger()
         self._evidence = Evidence()
         self._series = Series(roster, loss_scale)
-        self._sites = GradSites(roster, self._on_backward, self._scale_tensor)
+        sites = ShardedGradSites if roster.is_sharded else GradSites
+        self._sites = sites(roster, self._on_backward, self._scale_tensor)
         self._checks: dict[str, Check] = {}
         self._watchdog: Check = NoAcceptedStepsCheck(roster, threshold_attempts=20, action="warn")
         self._is_watchdog_registered = False
