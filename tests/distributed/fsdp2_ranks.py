@@ -15,6 +15,7 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 import torchlens_nb as tl
+from tests.checks.conftest import poison_next_backward
 from tests.distributed.ranks import CollectiveCounter, _adam_state, _plain, batch, digest, mlp
 
 NAN_STEP = 2
@@ -41,14 +42,7 @@ def poison_unsharded_next_forward(module: nn.Module, value: float) -> None:
         handle.remove()
         weight = mod._parameters["weight"]
         assert weight is not None and type(weight) is nn.Parameter  # unsharded, not a DTensor
-
-        def poison(grad: torch.Tensor) -> torch.Tensor:
-            hook.remove()
-            bad = grad.clone()
-            bad.view(-1)[0] = value
-            return bad
-
-        hook = weight.register_hook(poison)
+        poison_next_backward(weight, value)
 
     handle = module.register_forward_pre_hook(pre_forward)
 

@@ -58,3 +58,16 @@ class Poisoner:
 
 def counters(report: Any, *names: str) -> tuple[Any, ...]:
     return tuple(report.counters[name] for name in names)
+
+
+def assert_clean_run(report: Any, steps: int) -> None:
+    """A run of ``steps`` optimizer steps, one backward each, ended clean with exact step ids:
+    every attempt accepted and carrying the trainer's global step."""
+    assert report.status == "clean" and report.exit_reason == "completed"
+    assert counters(report, "attempts", "accepted", "backwards", "step_provenance") == (
+        steps,
+        steps,
+        steps,
+        "explicit",
+    )
+    assert [r["global_step"] for r in report.ledgers["steps"]] == list(range(steps))

@@ -16,7 +16,13 @@ from torch import nn
 
 import torchlens_nb as tl
 from tests.checks.conftest import is_bitwise_equal, poison_next_backward, snapshot
-from tests.integrations.conftest import POISONED_STEP, Poisoner, all_hooks, counters
+from tests.integrations.conftest import (
+    POISONED_STEP,
+    Poisoner,
+    all_hooks,
+    assert_clean_run,
+    counters,
+)
 
 pl = pytest.importorskip("lightning.pytorch")
 from torchlens_nb.integrations.lightning import ChecksCallback  # noqa: E402
@@ -112,15 +118,8 @@ def test_a_clean_run_ends_clean_with_the_trainers_step_counts() -> None:
     callback = ChecksCallback()
     trainer, module = fit([callback])
     report = callback.report
-    assert report.status == "clean" and report.exit_reason == "completed"
     assert trainer.global_step == STEPS
-    assert counters(report, "attempts", "accepted", "backwards", "step_provenance") == (
-        STEPS,
-        STEPS,
-        STEPS,
-        "explicit",
-    )
-    assert [r["global_step"] for r in report.ledgers["steps"]] == list(range(STEPS))
+    assert_clean_run(report, STEPS)
     assert all_hooks(module, trainer.optimizers[0]) == (0, 0, 0)
 
 

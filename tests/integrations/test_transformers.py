@@ -20,6 +20,7 @@ from tests.integrations.conftest import (
     POISONED_STEP,
     Poisoner,
     all_hooks,
+    assert_clean_run,
     counters,
     token_rows,
 )
@@ -107,16 +108,8 @@ def test_a_clean_run_ends_clean_with_the_trainers_step_counts(tmp_path) -> None:
     trainer = trainer_for([callback], tmp_path)
     trainer.train()
     report = callback.report
-    assert report.status == "clean" and report.exit_reason == "completed"
     assert trainer.state.global_step == STEPS
-    assert counters(report, "attempts", "accepted", "backwards", "step_provenance") == (
-        STEPS,
-        STEPS,
-        STEPS,
-        "explicit",
-    )
-    # each attempt carries the trainer's global step
-    assert [r["global_step"] for r in report.ledgers["steps"]] == list(range(STEPS))
+    assert_clean_run(report, STEPS)
     assert all_hooks(trainer.model, trainer.optimizer.optimizer) == (0, 0, 0)
 
 

@@ -12,16 +12,18 @@ their trainer's events into these calls.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from types import ModuleType
 from typing import Any, Literal, cast, get_args
 
 import torch
 
 from ..checks import ChecksSession
-from ..errors import DiagnosticArgumentError
+from ..errors import DiagnosticArgumentError, MissingExtraError
 from ..report import CheckReport
 
 CheckName = Literal[
@@ -102,6 +104,21 @@ def micro_batches_of_step(
     if batches_per_epoch is None:
         return accumulation
     return max(1, min(accumulation, batches_per_epoch - first_batch))
+
+
+def import_framework(module: str, extra: str) -> ModuleType:
+    """Import the framework an integration adapts (``lightning.pytorch``, ``transformers``).
+
+    Raises:
+        MissingExtraError: it is not installed; the message names the pip extra.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as missing:
+        raise MissingExtraError(
+            f"this integration needs {module.split('.')[0]}: pip install -c constraints.txt "
+            f'"torchlens_nb[{extra}]" (the constraint keeps your torch).'
+        ) from missing
 
 
 def is_kernel_running() -> bool:

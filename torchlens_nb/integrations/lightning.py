@@ -27,21 +27,18 @@ Importing this module imports ``lightning`` (``pip install -c constraints.txt
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import DiagnosticArgumentError, MissingExtraError
+from ..errors import DiagnosticArgumentError
 from ..report import CheckReport
-from ._attachment import TrainerAttachment, micro_batches_of_step
+from ._attachment import TrainerAttachment, import_framework, micro_batches_of_step
 
-try:
+if TYPE_CHECKING:
     import lightning.pytorch as pl
-except ImportError as missing:  # pragma: no cover - the dev extra installs it
-    raise MissingExtraError(
-        "torchlens_nb.integrations.lightning needs lightning: pip install -c constraints.txt "
-        '"torchlens_nb[lightning]" (the constraint keeps your torch).'
-    ) from missing
+else:
+    pl = import_framework("lightning.pytorch", extra="lightning")
 
 
 class ChecksCallback(pl.Callback):

@@ -38,21 +38,17 @@ import math
 import sys
 from collections.abc import Mapping
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import MissingExtraError
 from ..report import CheckReport
-from ._attachment import TrainerAttachment, micro_batches_of_step
+from ._attachment import TrainerAttachment, import_framework, micro_batches_of_step
 
-try:
+if TYPE_CHECKING:
     import transformers
-except ImportError as missing:  # pragma: no cover - the dev extra installs it
-    raise MissingExtraError(
-        "torchlens_nb.integrations.transformers needs transformers: pip install -c "
-        'constraints.txt "torchlens_nb[transformers]" (the constraint keeps your torch).'
-    ) from missing
+else:
+    transformers = import_framework("transformers", extra="transformers")
 
 MAX_FRAMES = 8
 """Frames walked up from a callback event to find the ``Trainer`` calling it (the event runs 3
