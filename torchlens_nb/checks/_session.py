@@ -75,9 +75,10 @@ class ChecksSession:
         loss_scale: a constant the loss is multiplied by before backward (manual loss scaling);
             gradient magnitudes are divided by it (``scale_provenance="explicit"``).
         distributed: ``None`` (default) runs the per-step S-B agreement when ``model`` is a
-            ``DistributedDataParallel`` module in an initialized group of more than one rank;
-            ``True`` forces it, ``False`` keeps the session rank-local. See
-            ``torchlens_nb/checks/_distributed.py`` and ``docs/distributed.md``.
+            ``DistributedDataParallel`` module or an FSDP2 (``fully_shard``) module in an
+            initialized group of more than one rank; ``True`` forces it, ``False`` keeps the
+            session rank-local. See ``torchlens_nb/checks/_distributed.py``,
+            ``torchlens_nb/checks/_sharded.py`` and ``docs/distributed.md``.
         detach_on_raise: remove every hook and finalize the report when a check raises, before
             the error propagates: for loops the caller does not own (a trainer's ``train()``
             cannot be wrapped in ``with session:``; ``torchlens_nb.integrations`` sets it). By
