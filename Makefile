@@ -20,11 +20,20 @@ sysdeps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q graphviz chromium fonts-dejavu-core; \
 	fi
 
-$(STAMP): pyproject.toml
+# constraints.txt pins torch to TORCH_SPEC for every install that follows: the dev extra pulls
+# transformers, lightning and accelerate, and without the pin pip may replace the CPU torch with
+# a multi-GB build of another version. Rewritten only when TORCH_SPEC changes (then the stamp
+# below is stale and the venv is brought to the new pin).
+constraints.txt: FORCE
+	@echo "$(TORCH_SPEC)" | cmp -s - $@ || echo "$(TORCH_SPEC)" > $@
+
+FORCE:
+
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -c constraints.txt "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 bundle: js/package-lock.json
@@ -55,12 +64,10 @@ lint: setup
 	$(BIN)/mypy
 	cd js && node_modules/.bin/tsc -p jsconfig.json
 
-# The bench extra (peers: TorchLens, torchviz) installs against the torch already in the venv:
-# the constraint file pins it, so pip never replaces it with a multi-GB download.
+# The bench extra (peers: TorchLens, torchviz, bertviz) installs under the same torch pin.
 BENCH_STAMP := $(VENV)/.torchlens_nb-bench-installed
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-constraint.txt
-	$(BIN)/python -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[bench]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[bench]"
 	touch $(BENCH_STAMP)
 
 # Regenerate the panels' payload types after changing a report dataclass (commit the result).
@@ -71,4 +78,4 @@ bench: setup $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) js/node_modules torchlens_nb/widgets/static
+	rm -rf $(VENV) js/node_modules torchlens_nb/widgets/static constraints.txt

@@ -68,6 +68,23 @@ def ratio_rows(
     return rows
 
 
+def derived_row(
+    case: str, contender: str, min_ratio: float, min_ms: float = float("nan")
+) -> dict[str, object]:
+    """A row computed from measured ones (an amortised or a self-timed ratio), in the columns
+    of :func:`ratio_rows`, with no median and no target."""
+    return {
+        "case": case,
+        "contender": contender,
+        "min_ms": min_ms,
+        "median_ms": float("nan"),
+        "min_ratio": min_ratio,
+        "median_ratio": float("nan"),
+        "target": "",
+        "ok": "",
+    }
+
+
 def print_table(rows: Sequence[dict[str, object]]) -> None:
     """Print rows as a fixed-width table (floats with 2-3 significant decimals)."""
     if not rows:

@@ -173,30 +173,18 @@ def gpt2_case() -> bool:
         ]
         ratio = {r["contender"]: r["min_ratio"] for r in rows}
         rows.append(
-            {
-                "case": case,
-                "contender": "checks, 1 in 50 sampled (amortised)",
-                "min_ms": float("nan"),
-                "median_ms": float("nan"),
-                "min_ratio": (49 * ratio["checks"] + ratio["checks (sampled step)"]) / 50,
-                "median_ratio": float("nan"),
-                "target": "",
-                "ok": "",
-            }
+            _timing.derived_row(
+                case,
+                "checks, 1 in 50 sampled (amortised)",
+                (49 * ratio["checks"] + ratio["checks (sampled step)"]) / 50,
+            )
         )
         if clock == "wall":
             bare_ms = next(t.min_s for t in timings if t.name == "bare") * 1e3
             rows.append(
-                {
-                    "case": case,
-                    "contender": "checks, session's own time (measured)",
-                    "min_ms": own_ms,
-                    "median_ms": float("nan"),
-                    "min_ratio": 1 + own_ms / bare_ms,
-                    "median_ratio": float("nan"),
-                    "target": "",
-                    "ok": "",
-                }
+                _timing.derived_row(
+                    case, "checks, session's own time (measured)", 1 + own_ms / bare_ms, own_ms
+                )
             )
         _timing.print_table(rows)
         print()

@@ -62,6 +62,7 @@ def test_the_notebook_folder_holds_the_tour_and_a_tutorial_per_capability() -> N
         "06_autograd_graph.ipynb",
         "07_compare_and_cost.ipynb",
         "08_recipes.ipynb",
+        "10_trainers.ipynb",
     } <= names
 
 

@@ -75,6 +75,11 @@ class UnavailableError(TorchlensNbError, RuntimeError):
         self.code = code
 
 
+class MissingExtraError(TorchlensNbError, ImportError):
+    """An optional framework an integration needs is not installed; the message names the pip
+    extra that brings it (``torchlens_nb[transformers]``, ``[lightning]``, ``[accelerate]``)."""
+
+
 class CheckViolationError(TorchlensNbError, RuntimeError):
     """A ``ChecksSession`` check with ``action="raise"`` stopped the loop at a safe site.
 
@@ -168,6 +173,7 @@ __all__ = [
     "GradFnWalkError",
     "GraphvizRunError",
     "InputFormError",
+    "MissingExtraError",
     "ModelCopyError",
     "ModelTypeError",
     "OpNotFoundError",

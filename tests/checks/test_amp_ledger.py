@@ -126,3 +126,38 @@ def test_boundary_mode_flags_a_block_that_ran_other_than_its_declared_micro_batc
     assert (finding.fields["declared"], finding.fields["observed"]) == (2, 3)
     assert report.counters["accumulation_factor"] == 2  # the declaration is what K means
     assert report.ledgers["steps"][0]["global_step"] == 7
+
+
+@pytest.mark.parametrize("boundary", [False, True], ids=["hook-only", "boundary"])
+def test_a_fused_optimizer_step_the_scaler_skips_is_counted_not_raised(boundary) -> None:
+    # GradScaler.step calls step() of a fused optimizer even when it found an inf (the kernel
+    # skips the write): the session reads the scaler's found_inf at S-B instead of raising on
+    # the gradients the scaler is about to throw away
+    model = models.mlp()
+    optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=scaler)
+    session.register_nonfinite_grad_check()
+    with session:
+        for attempt in range(4):
+            block = session.step(global_step=attempt) if boundary else contextlib.nullcontext()
+            with block:
+                optimizer.zero_grad()
+                loss = model(torch.randn(4, 8)).square().mean()
+                scaler.scale(loss * (float("inf") if attempt == 2 else 1.0)).backward()
+                before = [p.detach().clone() for p in model.parameters()]
+                scaler.step(optimizer)
+                scaler.update()
+                if attempt == 2:  # the fused kernel wrote nothing
+                    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    report = session.report()
+    counters = report.counters
+    assert (counters["attempts"], counters["accepted"], counters["skipped_by_scaler"]) == (4, 3, 1)
+    assert (counters["raised"], report.ledgers["scale"]["skipped"]) == (0, 1)
+    assert [r["status"] for r in report.ledgers["steps"]] == [
+        "accepted",
+        "accepted",
+        "skipped",
+        "accepted",
+    ]
+    assert [f.code for f in report.findings] == ["nonfinite_grad_skipped_by_scaler"]

@@ -142,3 +142,27 @@ def test_overhead_measures_the_scan_on_demand(mlp_adamw) -> None:
     assert (measured.scanned_tensors, measured.scanned_bytes) == (8, 1696)
     assert measured.snapshot_bytes == 848 and measured.attempts == 1
     assert measured.scan_ms > 0 and measured.site_ms_per_attempt is not None
+
+
+def test_detach_on_raise_leaves_no_hook_when_the_error_escapes(mlp_adamw, poison) -> None:
+    # for loops the caller does not own (a trainer's train()): the raise detaches first
+    model, optimizer = mlp_adamw
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None, detach_on_raise=True)
+    session.register_nonfinite_grad_check()
+    session.attach()
+    with session.step(global_step=7):
+        optimizer.zero_grad()
+        poison(model[0].weight, float("nan"))
+        model(torch.randn(4, 8)).square().mean().backward()
+        with pytest.raises(tl.debug.CheckViolationError) as caught:
+            optimizer.step()
+        assert hook_counts(model, optimizer) == (0, 0, 0)  # before the block even exits
+    report = session.report()
+    assert report.is_final and report.exit_reason == "raised CheckViolationError"
+    assert caught.value.report.counters["raised"] == 1 and report.counters["raised"] == 1
+
+
+def test_detach_on_raise_must_be_a_bool(mlp_adamw) -> None:
+    model, optimizer = mlp_adamw
+    with pytest.raises(tl.errors.DiagnosticArgumentError, match="detach_on_raise must be True"):
+        tl.debug.ChecksSession(model, optimizer, detach_on_raise="yes")

@@ -343,7 +343,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _worker(rank: int, world_size: int, port: int, out: str, names: list[str]) -> None:
+def _worker(
+    rank: int,
+    world_size: int,
+    port: int,
+    out: str,
+    names: list[str],
+    scenarios: dict[str, Callable[[int], dict[str, Any]]],
+) -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
@@ -351,7 +358,7 @@ def _worker(rank: int, world_size: int, port: int, out: str, names: list[str]) -
     try:
         for name in names:
             start = time.perf_counter()
-            results[name] = SCENARIOS[name](rank)
+            results[name] = scenarios[name](rank)
             results[name]["seconds"] = time.perf_counter() - start
             dist.barrier()
     finally:
@@ -366,13 +373,18 @@ def free_port() -> int:
 
 
 def launch(
-    out: str | os.PathLike[str], names: list[str] | None = None, world_size: int = 2
+    out: str | os.PathLike[str],
+    names: list[str] | None = None,
+    world_size: int = 2,
+    scenarios: dict[str, Callable[[int], dict[str, Any]]] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Run ``names`` (default: every scenario) on ``world_size`` gloo ranks; results per rank."""
-    names = list(SCENARIOS) if names is None else names
+    """Run ``names`` (default: every one) of ``scenarios`` (default: :data:`SCENARIOS`) on
+    ``world_size`` gloo ranks; results per rank."""
+    scenarios = SCENARIOS if scenarios is None else scenarios
+    names = list(scenarios) if names is None else names
     torch.multiprocessing.start_processes(
         _worker,
-        args=(world_size, free_port(), str(out), names),
+        args=(world_size, free_port(), str(out), names, scenarios),
         nprocs=world_size,
         start_method="fork",
     )

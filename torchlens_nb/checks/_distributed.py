@@ -27,13 +27,14 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from ..errors import DiagnosticArgumentError
 from ..report import Exit, Finding, Table, Unavailable, Where
 from ..report._checks import CheckReport, CheckRun
+from ._dtensor import is_fsdp2_module
 
 SUMMED_COUNTERS = (
     "attempts",
@@ -92,6 +93,8 @@ class RankContext:
     """True when the session runs the S-B agreement (a DDP model in an initialized group)."""
     bucket_view: bool = False
     """The DDP module was built with ``gradient_as_bucket_view=True``."""
+    wrapper: Literal["ddp", "fsdp2"] | None = None
+    """How the model is distributed: DDP replicas or FSDP2 shards (``_sharded.py``)."""
     agreements: int = 0
     agree_ns: int = 0
     remote_findings: dict[tuple[int, ...], Finding] = dataclasses.field(default_factory=dict)
@@ -104,8 +107,8 @@ class RankContext:
 
     @classmethod
     def detect(cls, model: torch.nn.Module, distributed: bool | None) -> RankContext:
-        """``distributed=None``: active for a ``DistributedDataParallel`` model in an initialized
-        group of more than one rank; ``True`` forces it (every rank must then run the session),
+        """``distributed=None``: active for a ``DistributedDataParallel`` or FSDP2
+        (``fully_shard``) model in an initialized group of more than one rank; ``True`` forces it (every rank must then run the session),
         ``False`` keeps the session rank-local (no collective; a NaN on another rank is not
         seen before this rank writes)."""
         dist = torch.distributed
@@ -118,14 +121,22 @@ class RankContext:
         if not is_ready:
             return cls()
         is_ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        is_fsdp2 = is_fsdp2_module(model)
         context = cls(
             rank=dist.get_rank(),
             world_size=dist.get_world_size(),
-            group=getattr(model, "process_group", None) if is_ddp else None,
+            group=getattr(model, "process_group", None)
+            if is_ddp
+            else _shard_group(model)
+            if is_fsdp2
+            else None,
             bucket_view=is_ddp and bool(getattr(model, "gradient_as_bucket_view", False)),
+            wrapper="ddp" if is_ddp else "fsdp2" if is_fsdp2 else None,
         )
         context.is_active = (
-            distributed if distributed is not None else is_ddp and context.world_size > 1
+            distributed
+            if distributed is not None
+            else (is_ddp or is_fsdp2) and context.world_size > 1
         )
         return context
 
@@ -196,10 +207,16 @@ class RankContext:
         rank-local disclosures."""
         if not self.is_active:
             return report
+        evidence = (
+            "gradient evidence (S-A / S-D) is this rank's local gradient of each whole "
+            "parameter before FSDP2's reduce-scatter; the step site (S-B) and update ratios "
+            "(S-C) read this rank's shard of the averaged gradient and weights."
+            if self.wrapper == "fsdp2"
+            else "gradient evidence (S-A / S-D) is this rank's local gradient before DDP's "
+            "all-reduce; update ratios (S-C) are of the averaged update every rank applied."
+        )
         notes = [
-            f"Rank {self.rank} of {self.world_size}: gradient evidence (S-A / S-D) is this "
-            "rank's local gradient before DDP's all-reduce; update ratios (S-C) are of the "
-            "averaged update every rank applied.",
+            f"Rank {self.rank} of {self.world_size}: {evidence}",
             f"{self.agreements} S-B agreement all_reduce(s) of "
             f"{8 * ROW_WIDTH * self.world_size} bytes (every rank's flag and counters), "
             f"{self.agree_ns / 1e6:.3f} ms in total.",
@@ -237,6 +254,16 @@ class RankContext:
         if received is None:
             return report
         return merge_reports(received)
+
+
+def _shard_group(model: torch.nn.Module) -> Any:
+    """The process group FSDP2 shards ``model`` over (its parameters' 1-D device mesh); None,
+    the default group, for a 2-D (HSDP) mesh, whose ranks all run the agreement too."""
+    for param in model.parameters():
+        mesh = getattr(param, "device_mesh", None)
+        if mesh is not None:
+            return mesh.get_group() if mesh.ndim == 1 else None
+    return None
 
 
 def _plain(value: Any) -> Any:

@@ -53,6 +53,7 @@ from ._optimizer import EvaluatedClosure, closure_of, with_closure
 from ._params import Roster
 from ._replay import KeptBatch, Replay
 from ._series import Series
+from ._sharded import ShardedGradSites
 from ._sites import GradSites, PendingBackward
 from ._tally import Tally
 from ._update_ratio import UpdateSampler
@@ -115,7 +116,8 @@ class Engine:
         self._ledger = StepLedger()
         self._evidence = Evidence()
         self._series = Series(roster, loss_scale)
-        self._sites = GradSites(roster, self._on_backward, self._scale_tensor)
+        sites = ShardedGradSites if roster.is_sharded else GradSites
+        self._sites = sites(roster, self._on_backward, self._scale_tensor)
         self._checks: dict[str, Check] = {}
         self._watchdog: Check = NoAcceptedStepsCheck(roster, threshold_attempts=20, action="warn")
         self._is_watchdog_registered = False
@@ -370,13 +372,16 @@ class Engine:
         attempt = self._attempt(self._open)
         self._open = Group()
         self._sites.forget()
+        self._close_skipped(attempt, self._skip_cause(attempt.scale, later_scale))
+        return attempt
+
+    def _close_skipped(self, attempt: Attempt, cause: SkipCause) -> None:
         attempt.status = "skipped"
-        attempt.skip_cause = self._skip_cause(attempt.scale, later_scale)
+        attempt.skip_cause = cause
         for check in self.checks.values():
             check.on_skipped(attempt)
         self._series.add_attempt(attempt)
         self._close(attempt)
-        return attempt
 
     def _close(self, attempt: Attempt) -> None:
         self._ledger.close(attempt)
@@ -430,9 +435,13 @@ class Engine:
         self._scale_ledger.observe(scale, backwards - 1 if backwards else None)
         return scale
 
-    def _judge_step_site(self, group: Group, index: int | None = None) -> Attempt:
+    def _judge_step_site(
+        self, group: Group, index: int | None = None, found_inf: torch.Tensor | None = None
+    ) -> tuple[Attempt, bool]:
         """Close ``group`` as the attempt the optimizer is about to apply: sync the roster, norm
-        the gradients not measured as they are now, and read everything in one host read."""
+        the gradients not measured as they are now, and read everything in one host read, with
+        ``found_inf`` (the GradScaler's verdict on a fused step) when given. Returns the attempt
+        and whether the scaler found a non-finite gradient (the optimizer will not write)."""
         self._sites.watch(self._roster.sync(self._optimizer, self._ledger.next_attempt))
         self._sites.retry()
         unmeasured: list[tuple[int, torch.Tensor]] = []
@@ -440,7 +449,11 @@ class Engine:
         if self._sites.needs_norms:
             covered, unmeasured = self._sites.split_step_site(self._roster.optimized, group.fired)
         step_read = device_norms([g for _, g in unmeasured], [i for i, _ in unmeasured])
-        values = self._fold_pending(group, [norms for _, norms in step_read])
+        extra = [norms for _, norms in step_read]
+        if found_inf is not None:
+            extra.append(found_inf.detach().reshape(-1)[:1].to(torch.float32))
+        values = self._fold_pending(group, extra)
+        is_scaler_skip = found_inf is not None and values.pop() != 0.0
         attempt = self._attempt(group, index)
         norms = group.norms
         attempt.step_norms = {i: norms[i] for i in covered if i in norms}
@@ -456,7 +469,7 @@ class Engine:
             reread = device_norms([g for _, g in present], [i for i, _ in present])
             values = read_host([n for _, n in reread])
             attempt.step_norms.update(zip([i for p, _ in reread for i in p], values))
-        return attempt
+        return attempt, is_scaler_skip
 
     # ----- site handlers ------------------------------------------------------------------------
     def _on_backward(self, pending: PendingBackward) -> None:
@@ -498,10 +511,16 @@ class Engine:
         start = time.perf_counter_ns()
         self._ledger.step_pre_fires += 1
         group, self._open = self._open, Group()
-        attempt = self._judge_step_site(group)
-        self._in_flight = attempt
+        attempt, is_scaler_skip = self._judge_step_site(
+            group, found_inf=_fused_found_inf(self._optimizer)
+        )
         if self._block is not None:
             self._block.attempt = attempt
+        if is_scaler_skip:  # a fused step the GradScaler skips inside the optimizer's kernel
+            self._close_skipped(attempt, "scaler")
+            self._site_ns += time.perf_counter_ns() - start
+            return None
+        self._in_flight = attempt
         replay = self._replay(attempt)
         own = None
         if attempt.backward_count or attempt.step_norms:
@@ -530,7 +549,7 @@ class Engine:
         if attempt is None or not self._sites.is_enabled:
             return
         group, self._open = self._open, Group()
-        evaluation = self._judge_step_site(group, attempt.index)
+        evaluation, _ = self._judge_step_site(group, attempt.index)
         evaluation.is_mid_step = True
         attempt.backward_count += evaluation.backward_count
         replay = self._replay(evaluation)
@@ -575,3 +594,20 @@ def _mismatch_message(fields: Mapping[str, Any]) -> str:
 
 def _unchanged(violation: Finding | None) -> Finding | None:
     return violation
+
+
+def _fused_found_inf(optimizer: Any) -> torch.Tensor | None:
+    """The GradScaler's ``found_inf`` on an optimizer whose step applies the scaling itself.
+
+    ``GradScaler.step`` does not skip ``step()`` of an optimizer with
+    ``_step_supports_amp_scaling`` (fused Adam / AdamW / SGD / Adagrad: the Hugging Face
+    Trainer's default ``adamw_torch_fused``): it sets ``optimizer.found_inf`` and
+    ``optimizer.grad_scale`` and calls ``step()``, whose kernel skips the write when
+    ``found_inf`` is set. S-B then sees the non-finite (and, unless ``unscale_`` ran, still
+    scaled) gradients of an attempt the scaler skips: judging them would stop the mechanism
+    working (``tests/integrations/test_transformers.py``, fp16 stand-in). None for every other
+    step."""
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        return None
+    found_inf = getattr(optimizer, "found_inf", None)
+    return found_inf if isinstance(found_inf, torch.Tensor) else None

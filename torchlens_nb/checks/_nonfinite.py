@@ -24,6 +24,10 @@ The next step named in the message replays the batch with ``tl.debug.investigate
 a forward-born NaN as well as a backward-born one: ``err.investigate()`` when the session kept
 the batch (``session.step(inputs=...)``), else the call to type with the batch.
 
+Under FSDP2 (sharded parameters) a gradient that arrived non-finite on this rank raises even when
+this rank's shard is finite at the step: the reduce-scatter has put the value into another rank's
+shard, which that rank's optimizer is about to write (``_sharded.py``).
+
 Attempts that never reached the write are reported by who skipped them: the GradScaler (info:
 the mechanism working), the loop's own guard (warning: non-finite gradients arrived and the loop
 dropped them), or unknown (no ``scaler=`` declared). Attempts whose gradients arrived
@@ -131,7 +135,7 @@ class NonfiniteGradCheck(Check):
     def _judge(self, attempt: Attempt) -> Finding | None:
         at_step = attempt.step_nonfinite()
         arrived = attempt.nonfinite()
-        if not at_step:
+        if not at_step and not (arrived and self.roster.is_sharded):
             if arrived:
                 fields = self._culprit_fields(attempt, arrived)
                 self._not_written.add(attempt.index, attempt.global_step, fields)
@@ -202,7 +206,13 @@ class NonfiniteGradCheck(Check):
         params = event["params"]
         if event["culprit"] is not None:
             subject = f"non-finite gradient ({params[0]['kind']}) in {event['culprit']}"
-            if event["culprit_site"] == "S-B":
+            if event["culprit_site"] == "S-B" and self.roster.is_sharded:
+                subject += (
+                    " in this rank's shard at the step site (it arrived finite on this rank: "
+                    "the reduce-scatter brought it from another rank's gradient, or the loop "
+                    "changed it between backward and step)"
+                )
+            elif event["culprit_site"] == "S-B":
                 subject += (
                     " at the step site (it arrived finite or unobserved; the loop changed it "
                     "between backward and step)"

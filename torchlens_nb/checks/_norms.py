@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ._dtensor import is_dtensor, local_tensor
+
 DeviceNorms = tuple[tuple[tuple[int, ...], torch.Tensor], ...]
 """Per device: (positions of the tensors in the caller's list, float32 norms on that device)."""
 
@@ -41,21 +43,27 @@ class _Group:
     members: tuple[int, ...]
     is_stacked: bool
     """Same-shape members normed as the rows of one stack; else one ``_foreach_norm``."""
+    is_local: bool = False
+    """DTensor members (FSDP2 shards), normed as this rank's ``to_local()`` in one
+    ``_foreach_norm``: a DTensor's own norm would be a collective."""
 
 
 def _plan(tensors: Sequence[torch.Tensor]) -> list[list[_Group]]:
-    """Per device, the stacked same-shape groups then the ``_foreach_norm`` group."""
+    """Per device, the stacked same-shape groups, the ``_foreach_norm`` group, then the
+    DTensor group."""
     Shape = tuple[torch.dtype, torch.Size]
-    by_device: dict[torch.device, tuple[dict[Shape, list[int]], list[int]]] = {}
+    by_device: dict[torch.device, tuple[dict[Shape, list[int]], list[int], list[int]]] = {}
     for member, tensor in enumerate(tensors):
-        small, rest = by_device.setdefault(tensor.device, ({}, []))
+        small, rest, shards = by_device.setdefault(tensor.device, ({}, [], []))
         numel = tensor.numel()
-        if tensor.device.type == "cpu" and not tensor.is_sparse and 0 < numel <= SMALL_NUMEL:
+        if is_dtensor(tensor):
+            shards.append(member)
+        elif tensor.device.type == "cpu" and not tensor.is_sparse and 0 < numel <= SMALL_NUMEL:
             small.setdefault((tensor.dtype, tensor.shape), []).append(member)
         else:
             rest.append(member)
     plan = []
-    for small, rest in by_device.values():
+    for small, rest, shards in by_device.values():
         groups = []
         for members in small.values():
             if len(members) < 2:  # a lone small tensor gains nothing from the copy
@@ -64,6 +72,8 @@ def _plan(tensors: Sequence[torch.Tensor]) -> list[list[_Group]]:
                 groups.append(_Group(tuple(members), True))
         if rest:
             groups.append(_Group(tuple(rest), False))
+        if shards:
+            groups.append(_Group(tuple(shards), False, is_local=True))
         plan.append(groups)
     return plan
 
@@ -81,7 +91,11 @@ def _run(
                 rows = torch.stack(members).reshape(len(members), -1)
                 parts.append(torch.linalg.vector_norm(rows, 2, dim=1, dtype=torch.float32))
             else:
-                dense = [t.coalesce().values() if t.is_sparse else t for t in members]
+                dense = (
+                    [local_tensor(t) for t in members]
+                    if group.is_local
+                    else [t.coalesce().values() if t.is_sparse else t for t in members]
+                )
                 parts.append(torch.stack(torch._foreach_norm(dense, 2, dtype=torch.float32)))
             order.extend(positions[m] for m in group.members)
         result.append((tuple(order), parts[0] if len(parts) == 1 else torch.cat(parts)))
@@ -92,7 +106,8 @@ def device_norms(tensors: Sequence[torch.Tensor], positions: Sequence[int]) -> D
     """2-norms of ``tensors`` as device tensors (float32 accumulation), no host sync.
 
     Per device: on CPU, same-size small tensors (see :data:`SMALL_NUMEL`) are normed as the rows
-    of one flattened copy; every other tensor goes through one ``torch._foreach_norm``.
+    of one flattened copy; every other tensor goes through one ``torch._foreach_norm``; DTensors
+    (FSDP2 shards) through one more, on their local shards (``_sharded.py``).
 
     Args:
         tensors: dense or sparse tensors (sparse ones are coalesced and their values normed).

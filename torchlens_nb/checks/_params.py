@@ -26,6 +26,7 @@ from typing import Any, Literal
 import torch
 
 from ..errors import ModelTypeError
+from ._dtensor import is_dtensor
 
 _COMPILE_SEGMENT = "_orig_mod."
 
@@ -93,6 +94,9 @@ class Roster:
         for param in model.parameters():
             if param.requires_grad and id(param) not in self._index:
                 self._add(param, None, None)
+        self.is_sharded = any(map(is_dtensor, self.tensors))
+        """The parameters are DTensor shards (FSDP2): S-A then lives on the unsharded
+        parameters (``_sharded.py``), and the step site reads this rank's shards."""
 
     def __len__(self) -> int:
         return len(self.infos)

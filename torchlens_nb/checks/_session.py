@@ -75,9 +75,14 @@ class ChecksSession:
         loss_scale: a constant the loss is multiplied by before backward (manual loss scaling);
             gradient magnitudes are divided by it (``scale_provenance="explicit"``).
         distributed: ``None`` (default) runs the per-step S-B agreement when ``model`` is a
-            ``DistributedDataParallel`` module in an initialized group of more than one rank;
-            ``True`` forces it, ``False`` keeps the session rank-local. See
-            ``torchlens_nb/checks/_distributed.py`` and ``docs/distributed.md``.
+            ``DistributedDataParallel`` module or an FSDP2 (``fully_shard``) module in an
+            initialized group of more than one rank; ``True`` forces it, ``False`` keeps the
+            session rank-local. See ``torchlens_nb/checks/_distributed.py``,
+            ``torchlens_nb/checks/_sharded.py`` and ``docs/distributed.md``.
+        detach_on_raise: remove every hook and finalize the report when a check raises, before
+            the error propagates: for loops the caller does not own (a trainer's ``train()``
+            cannot be wrapped in ``with session:``; ``torchlens_nb.integrations`` sets it). By
+            default the session stays attached and the loop may catch the error and go on.
 
     Example:
         >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -101,7 +106,12 @@ class ChecksSession:
         *,
         loss_scale: float | None = None,
         distributed: bool | None = None,
+        detach_on_raise: bool = False,
     ) -> None:
+        if not isinstance(detach_on_raise, bool):
+            raise DiagnosticArgumentError(
+                f"detach_on_raise must be True or False, got {detach_on_raise!r}."
+            )
         if not isinstance(model, torch.nn.Module):
             raise ModelTypeError(
                 f"ChecksSession needs an nn.Module as model, got {type(model).__name__}; "
@@ -146,6 +156,7 @@ class ChecksSession:
         self._final: CheckReport | None = None
         self._feed: DashboardFeed | None = None
         self._paused_spans = 0
+        self._detach_on_raise = detach_on_raise
 
     # ----- registration -----------------------------------------------------------------------
     def register_change_check(
@@ -314,6 +325,7 @@ class ChecksSession:
         if self._hooks is not None:
             self._hooks.close()
             self._hooks = None
+        self._engine.end_step()  # a step block still open (detached from inside it)
         self._engine.close_in_flight()
         self._settle()
         self._final = self._build(is_final=True, exit_reason=exit_reason)
@@ -538,11 +550,16 @@ class ChecksSession:
             self._feed.offer()
 
     def _raise(self, finding: Finding, replay: Replay | None) -> None:
-        """Raise ``finding``; the error's report is final (the raise is its exit reason) while
-        the session itself may go on if the loop catches the error."""
-        report = self._build(is_final=True, exit_reason=f"raised {CheckViolationError.__name__}")
-        if self._feed is not None:
-            self._feed.flush()
+        """Raise ``finding``; the error's report is final (the raise is its exit reason). The
+        session stays attached, so a loop that catches the error may go on, unless it was made
+        with ``detach_on_raise=True``: then it detaches first."""
+        reason = f"raised {CheckViolationError.__name__}"
+        if self._detach_on_raise:
+            report = self.detach(reason)
+        else:
+            report = self._build(is_final=True, exit_reason=reason)
+            if self._feed is not None:
+                self._feed.flush()
         raise CheckViolationError(
             f"{finding.code}: {finding.message} {finding.remedy or ''}", finding, report, replay
         )

@@ -287,19 +287,7 @@ class GradSites:
         self._is_open = False
         if not self.is_enabled or not fired:
             return
-        if self._lean is not None:
-            indices, grads = self._changed()
-            fired = tuple(indices)
-            if frozenset(fired) != self._expected:
-                self._leave_lean()
-        else:
-            self._learn(fired)
-            tensors = self._roster.tensors
-            indices = list(fired)
-            arrived = [tensors[i].grad for i in fired]
-            if any(g is None for g in arrived):
-                indices = [i for i, g in zip(fired, arrived) if g is not None]
-            grads = cast("list[torch.Tensor]", [g for g in arrived if g is not None])
+        fired, indices, grads = self._arrived(fired)
         self.arrivals += len(fired)
         norms: DeviceNorms = ()
         if self.needs_norms:
@@ -317,6 +305,25 @@ class GradSites:
         self.backwards += 1
         settle = partial(self._on_backward_settled, pending, tuple(indices), grads)
         torch.autograd.Variable._execution_engine.queue_callback(settle)
+
+    def _arrived(
+        self, fired: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], list[int], list[torch.Tensor]]:
+        """S-D: (the indices whose gradient this backward changed, those with a gradient, the
+        tensors to norm for them): the gradients themselves (lean: read from ``.grad``)."""
+        if self._lean is not None:
+            indices, grads = self._changed()
+            fired = tuple(indices)
+            if frozenset(fired) != self._expected:
+                self._leave_lean()
+            return fired, indices, grads
+        self._learn(fired)
+        tensors = self._roster.tensors
+        arrived = [tensors[i].grad for i in fired]
+        if any(g is None for g in arrived):
+            present = [i for i, g in zip(fired, arrived) if g is not None]
+            return fired, present, [g for g in arrived if g is not None]
+        return fired, list(fired), cast("list[torch.Tensor]", arrived)
 
     def _on_backward_settled(
         self, pending: PendingBackward, indices: tuple[int, ...], grads: list[torch.Tensor]
