@@ -109,7 +109,9 @@ def param_health(
             "fraction",
         )
     }
-    status = "found" if findings else "incomplete" if skipped else "clean"
+    status: Literal["found", "incomplete", "clean"] = (
+        "found" if findings else "incomplete" if skipped else "clean"
+    )
     lead = (
         f"{attrs['tensors_scanned']} tensor(s) scanned ({coverage['fraction']:.0%} of "
         f"{attrs['elements_total']} elements): "

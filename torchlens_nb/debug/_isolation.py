@@ -50,7 +50,7 @@ def preserved_rng_state() -> Iterator[None]:
         yield
     finally:
         random.setstate(python_state)
-        if numpy_state is not None:
+        if numpy is not None and numpy_state is not None:
             numpy.random.set_state(numpy_state)
         torch.set_rng_state(torch_state)
         if cuda_states is not None:
@@ -101,8 +101,9 @@ def map_tensors(tree: Any, function: Callable[[torch.Tensor], Any], depth: int =
         return [map_tensors(item, function, depth + 1) for item in tree]
     if isinstance(tree, Mapping):
         mapped = {key: map_tensors(value, function, depth + 1) for key, value in tree.items()}
+        rebuild: Any = type(tree)
         try:
-            return type(tree)(mapped)  # keeps dict subclasses such as BatchEncoding
+            return rebuild(mapped)  # keeps dict subclasses such as BatchEncoding
         except Exception:  # a mapping type without a dict constructor: a plain dict is passed
             return mapped
     return tree

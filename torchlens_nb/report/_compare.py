@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from ._base import PAYLOAD_EXCLUDED, Report, Table, frozen_mapping
 from ._status import tones
@@ -173,7 +173,7 @@ SeedVerdict = Literal["seed_sensitive", "seed_insensitive", "not_run", "inconclu
 class _SideBySideReport(Report):
     """A report the compare panel shows side by side: its ``mode`` and divergence ``view``."""
 
-    payload_properties = ("mode", "view")
+    payload_properties: ClassVar[tuple[str, ...]] = ("mode", "view")
 
     @property
     def mode(self) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import ReportOptionError
-from ._base import PAYLOAD_EXCLUDED, Report, frozen_mapping
+from ._base import PAYLOAD_EXCLUDED, Report, Severity, frozen_mapping
 from ._status import tones
 
 
@@ -68,7 +68,11 @@ class GraphBreaksReport(Report):
 DoctorStatus = Literal["pass", "known_broken", "scope", "not_tested"]
 DoctorSeverity = Literal["ok", "info", "warning", "error"]
 
-FINDING_SEVERITY = {"error": "critical", "warning": "warning", "info": "info"}
+FINDING_SEVERITY: Mapping[str, Severity] = {
+    "error": "critical",
+    "warning": "warning",
+    "info": "info",
+}
 """The finding severity a doctor row of each severity becomes (``ok`` rows make no finding)."""
 
 

@@ -225,8 +225,10 @@ def compare_ops(
         )
         return row
     values_a, values_b = tensors_of(op_a), tensors_of(op_b)
-    shapes_a = [tuple(t.shape) for t in values_a] or [op_a.shape] * op_a.num_outputs
-    shapes_b = [tuple(t.shape) for t in values_b] or [op_b.shape] * op_b.num_outputs
+    shapes_a: list[tuple[int, ...] | None] = [tuple(t.shape) for t in values_a]
+    shapes_b: list[tuple[int, ...] | None] = [tuple(t.shape) for t in values_b]
+    shapes_a = shapes_a or [op_a.shape] * op_a.num_outputs
+    shapes_b = shapes_b or [op_b.shape] * op_b.num_outputs
     structure = _structure_note(op_a, op_b)
     if shapes_a != shapes_b:
         row.update(status="shape_diverged", reason=f"shape {shapes_a} vs {shapes_b}")
@@ -491,7 +493,7 @@ def _compare_report(
 
 
 def _named_tensors(model: nn.Module, include_buffers: bool) -> dict[str, tuple[str, Any]]:
-    named = {name: ("param", p) for name, p in model.named_parameters()}
+    named: dict[str, tuple[str, Any]] = {name: ("param", p) for name, p in model.named_parameters()}
     if include_buffers:
         named.update({name: ("buffer", b) for name, b in model.named_buffers()})
     return named
@@ -610,7 +612,7 @@ def _param_row(
         "max_abs_diff": None,
         "max_rel_diff": None,
         "mismatched": None,
-        "numel": (ta if ta is not None else tb).numel(),
+        "numel": ta.numel() if ta is not None else tb.numel() if tb is not None else 0,
     }
     if ta is None or tb is None:
         row.update(

@@ -108,6 +108,7 @@ def hot_path_rows(
         if reason is not None:
             excluded[reason] = excluded.get(reason, 0) + 1
             continue
+        assert where is not None  # reason is set whenever the line is missing
         ranked += 1
         line = lines.setdefault(
             where,
@@ -277,7 +278,7 @@ def recompute_rows(
         candidates.append((op, size, flops, size / flops if flops else math.inf))
     candidates.sort(key=lambda c: (-c[3], -c[1], c[0].index))
     remaining = total_bytes
-    rows = []
+    rows: list[dict[str, Any]] = []
     for rank, (op, size, flops, ratio) in enumerate(candidates, start=1):
         selected = budget_bytes is not None and remaining > budget_bytes
         remaining -= size

@@ -592,12 +592,12 @@ def _report(
 ) -> FlopsVsDispatchReport:
     native_families: dict[str, int] = {}
     for overload, flops in native.items():
-        family = native_family(overload)
-        native_families[family] = native_families.get(family, 0) + flops
+        name = native_family(overload)
+        native_families[name] = native_families.get(name, 0) + flops
     ours_total = sum(families.values())
     native_total = sum(native.values())
     comparable_ours = sum(families.get(f, 0) for f in NATIVE_FAMILIES)
-    family_rows = []
+    family_rows: list[dict[str, Any]] = []
     for family in dict.fromkeys([*NATIVE_FAMILIES, *families, *native_families]):
         ours = families.get(family, 0)
         theirs = (

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 from ...errors import DiagnosticArgumentError, GraphvizRunError, TorchlensNbWarning
 
@@ -45,10 +46,10 @@ def run_bounded(
     Returns the completed process (any exit code). Raises ``GraphvizRunError(reason="timeout")``
     when the limit passed; the group is dead and reaped by then.
     """
-    popen_kwargs: dict = (
+    popen_kwargs: dict[str, Any] = (
         {"start_new_session": True}
         if os.name == "posix"
-        else {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+        else {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}  # Windows
     )
     proc = subprocess.Popen(
         argv,

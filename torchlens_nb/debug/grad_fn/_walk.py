@@ -381,7 +381,9 @@ def _saved_shapes(fn: Any) -> tuple[SavedShape, ...]:
             result.append(SavedShape(slot, None, "freed"))
             continue
         if isinstance(raw, (tuple, list)):
-            items = [(f"{slot}[{i}]", item, None) for i, item in enumerate(raw)]
+            items: list[tuple[str, Any, str | None]] = [
+                (f"{slot}[{i}]", item, None) for i, item in enumerate(raw)
+            ]
         else:
             items = [(slot, raw, f"_saved_{slot}")]
         for name, item, attr in items:

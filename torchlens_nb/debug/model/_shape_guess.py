@@ -121,7 +121,8 @@ def _candidates(
             if isinstance(module, nn.modules.conv._ConvNd)
             else {nn.BatchNorm1d: 1, nn.BatchNorm2d: 2, nn.BatchNorm3d: 3}.get(type(module), 2)
         )
-        depth = channels or getattr(module, "in_channels", None) or module.num_features
+        features = getattr(module, "in_channels", None) or getattr(module, "num_features", 3)
+        depth = channels or int(features)
         for spatial in _spatial(sizes, conv_rank if rank == "auto" else int(rank), square):
             yield (batch, depth, *spatial), dtype, None
     for fallback_rank in (2, 1, 0, 3) if rank == "auto" else (int(rank),):
@@ -309,7 +310,7 @@ def _report(
             raise UnavailableError(
                 message + "; pass input_specs= or raise max_probes.", code="input_shape_not_found"
             )
-        findings = (
+        findings: tuple[Finding, ...] = (
             Finding(
                 "input_shape_not_found",
                 "warning",
