@@ -121,7 +121,7 @@ def _candidates(
             if isinstance(module, nn.modules.conv._ConvNd)
             else {nn.BatchNorm1d: 1, nn.BatchNorm2d: 2, nn.BatchNorm3d: 3}.get(type(module), 2)
         )
-        features = getattr(module, "in_channels", None) or getattr(module, "num_features", 3)
+        features: Any = getattr(module, "in_channels", None) or getattr(module, "num_features", 3)
         depth = channels or int(features)
         for spatial in _spatial(sizes, conv_rank if rank == "auto" else int(rank), square):
             yield (batch, depth, *spatial), dtype, None
