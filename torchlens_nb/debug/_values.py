@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -58,8 +58,20 @@ def _extremes(tensor: torch.Tensor) -> torch.Tensor:
     return torch.stack(torch.aminmax(t.detach()))
 
 
-def is_all_finite(tensor: torch.Tensor) -> bool:
-    """Whether every element of ``tensor`` is finite: one reduction and one host sync.
+ValueClass = Literal["finite", "nan", "inf"]
+"""What the extremes of a value show: ``nan`` (a NaN somewhere, maybe Inf too), ``inf`` (only
++/-Inf among the non-finite elements), ``finite``. The NaN tools need no more per op: a NaN is
+always a finding, an Inf only when it reaches something that matters (``nonfinite/_paths.py``)."""
+
+
+def _class_of(low: float, high: float) -> ValueClass:
+    if math.isnan(low) or math.isnan(high):
+        return "nan"
+    return "finite" if math.isfinite(low) and math.isfinite(high) else "inf"
+
+
+def value_class(tensor: torch.Tensor) -> ValueClass:
+    """Whether ``tensor`` holds a NaN, only Infs, or only finite values: one reduction, one sync.
 
     Reads only ``aminmax``: a NaN anywhere makes both extremes NaN, an Inf shows as an extreme,
     so both extremes are finite exactly when every element is. Unlike ``isfinite().all()`` it
@@ -67,16 +79,22 @@ def is_all_finite(tensor: torch.Tensor) -> bool:
     table of ``benchmarks/bench_nan.py``), and unlike a sum it cannot overflow.
     """
     if tensor.numel() == 0:
-        return True
+        return "finite"
     with torch.no_grad():
-        return all(math.isfinite(v) for v in _extremes(tensor).tolist())
+        low, high = _extremes(tensor).tolist()
+    return _class_of(low, high)
 
 
-def finite_flags(values: Sequence[Sequence[torch.Tensor]]) -> list[bool]:
-    """For each value (a group of tensors), whether every element of every tensor is finite.
+def is_all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every element of ``tensor`` is finite (:func:`value_class` is ``finite``)."""
+    return value_class(tensor) == "finite"
 
-    The batched form of :func:`is_all_finite`: the extremes of all tensors are stacked per
-    device and read with one host sync per device.
+
+def value_classes(values: Sequence[Sequence[torch.Tensor]]) -> list[ValueClass]:
+    """The :data:`ValueClass` of each value (a group of tensors: NaN beats Inf beats finite).
+
+    The batched form of :func:`value_class`: the extremes of all tensors are stacked per device
+    and read with one host sync per device.
     """
     pending: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
     with torch.no_grad():
@@ -86,13 +104,20 @@ def finite_flags(values: Sequence[Sequence[torch.Tensor]]) -> list[bool]:
                     pending.setdefault(tensor.device, []).append(
                         (index, _extremes(tensor).to(torch.float64))
                     )
-        result = [True] * len(values)
+        result: list[ValueClass] = ["finite"] * len(values)
         for items in pending.values():
             rows = torch.stack([extremes for _, extremes in items]).tolist()
             for (index, _), (low, high) in zip(items, rows):
-                if not (math.isfinite(low) and math.isfinite(high)):
-                    result[index] = False
+                found = _class_of(low, high)
+                if found == "nan" or (found == "inf" and result[index] == "finite"):
+                    result[index] = found
     return result
+
+
+def finite_flags(values: Sequence[Sequence[torch.Tensor]]) -> list[bool]:
+    """For each value (a group of tensors), whether every element of every tensor is finite
+    (one host sync per device, :func:`value_classes`)."""
+    return [found == "finite" for found in value_classes(values)]
 
 
 def nonfinite_kinds(values: Sequence[Sequence[torch.Tensor]]) -> list[NonfiniteKind | None]:
@@ -115,7 +140,7 @@ def nonfinite_kinds(values: Sequence[Sequence[torch.Tensor]]) -> list[NonfiniteK
             rows = torch.stack([flags for _, flags in items]).tolist()
             for (index, _), row in zip(items, rows):
                 present[index] = [a or b for a, b in zip(present[index], row)]
-    return [_KIND_OF_FLAGS.get(tuple(flags), "mixed") for flags in present]  # type: ignore[misc]
+    return [_KIND_OF_FLAGS.get(tuple(flags), "mixed") for flags in present]
 
 
 _KIND_OF_FLAGS: dict[tuple[bool, ...], NonfiniteKind | None] = {

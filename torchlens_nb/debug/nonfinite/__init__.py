@@ -2,7 +2,8 @@
 
 from ._backward import bisect_nan_backward
 from ._find import bisect_nan, find_nan, find_nan_in_trace
-from ._origin import amp_scaled_grads_hint, nonfinite_origin
+from ._origin import nonfinite_origin
+from ._texts import amp_scaled_grads_hint
 
 __all__ = [
     "amp_scaled_grads_hint",
