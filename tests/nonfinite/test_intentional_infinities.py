@@ -30,18 +30,7 @@ from .masked_models import (
 )
 from .nan_models import LogOfZero, Net, line_of
 from .nan_models import X as X2
-
-
-def _forward_reports(model: nn.Module, inputs: Any) -> dict[str, Any]:
-    trace = tl.trace(model, inputs)
-    return {
-        "nonfinite_origin live": tl.debug.nonfinite_origin(model, inputs),
-        "nonfinite_origin saved": tl.debug.nonfinite_origin(trace),
-        "find_nan live": tl.debug.find_nan(model, inputs),
-        "trace.find_nan": trace.find_nan(),
-        "bisect_nan": tl.debug.bisect_nan(trace),
-    }
-
+from .test_forward_origin import forward_reports
 
 MASKED: list[Any] = [
     # (model factory, inputs, where the -inf is born, how many outputs hold it)
@@ -64,7 +53,7 @@ def test_a_neutralised_infinity_is_disclosed_not_reported(
     output = model(*args, **kwargs)
     tensors = list(tl.capture.iter_tensors(output))
     assert tensors and all(bool(torch.isfinite(t).all()) for t in tensors)  # finite output
-    for name, report in _forward_reports(model, inputs).items():
+    for name, report in forward_reports(model, inputs).items():
         assert (report.status, report.found, report.first_bad_thing) == ("clean", False, None), name
         assert report.intentional_infinities == births, name
         assert report.num_intentional == holders, name
@@ -96,7 +85,7 @@ def test_a_real_nan_born_after_the_mask_is_named_at_its_log() -> None:
     torch.manual_seed(0)
     model = DecoderThenNaN().eval()
     line = line_of(LogOfNegativeHead.forward, "torch.log(shifted)")
-    for name, report in _forward_reports(model, X).items():
+    for name, report in forward_reports(model, X).items():
         origin = report.first_bad_thing
         assert (report.status, report.kind) == ("found", "nan"), name
         assert (origin.op, origin.func, origin.module, origin.line) == (
@@ -137,7 +126,7 @@ def test_an_infinity_that_reaches_the_output_or_a_nan_is_found_at_its_birth(
     block: type[nn.Module], label: str, text: str, kind: str
 ) -> None:
     line = line_of(block.forward, text)
-    for name, report in _forward_reports(Net(block()), X2).items():
+    for name, report in forward_reports(Net(block()), X2).items():
         origin = report.first_bad_thing
         assert (report.status, report.kind, origin.op, origin.line) == ("found", kind, label, line)
         assert origin.module == "block" and origin.is_proven, name

@@ -93,22 +93,23 @@ def is_all_finite(tensor: torch.Tensor) -> bool:
 def value_classes(values: Sequence[Sequence[torch.Tensor]]) -> list[ValueClass]:
     """The :data:`ValueClass` of each value (a group of tensors: NaN beats Inf beats finite).
 
-    The batched form of :func:`value_class`: the extremes of all tensors are stacked per device
-    and read with one host sync per device.
+    The batched form of :func:`value_class`, read from the largest magnitude of each tensor
+    (NaN propagates into it, an Inf is it): one ``torch._foreach_norm(..., inf)`` and one host
+    sync per device. On CPU that is 3.4x faster than one ``aminmax`` per tensor for 22,000
+    small activations (0.10 s vs 0.34 s, ``benchmarks/bench_nan.py`` last table); on a GPU it is
+    one fused kernel instead of one per tensor.
     """
     pending: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    for index, tensors in enumerate(values):
+        for tensor in tensors:
+            if tensor.numel():  # the inf-norm of an empty tensor is undefined (and it is finite)
+                pending.setdefault(tensor.device, []).append((index, tensor.detach()))
+    result: list[ValueClass] = ["finite"] * len(values)
     with torch.no_grad():
-        for index, tensors in enumerate(values):
-            for tensor in tensors:
-                if tensor.numel():
-                    pending.setdefault(tensor.device, []).append(
-                        (index, _extremes(tensor).to(torch.float64))
-                    )
-        result: list[ValueClass] = ["finite"] * len(values)
         for items in pending.values():
-            rows = torch.stack([extremes for _, extremes in items]).tolist()
-            for (index, _), (low, high) in zip(items, rows):
-                found = _class_of(low, high)
+            norms = torch._foreach_norm([tensor for _, tensor in items], math.inf)
+            for (index, _), magnitude in zip(items, torch.stack(norms).tolist()):
+                found = _class_of(magnitude, magnitude)
                 if found == "nan" or (found == "inf" and result[index] == "finite"):
                     result[index] = found
     return result
@@ -121,25 +122,44 @@ def finite_flags(values: Sequence[Sequence[torch.Tensor]]) -> list[bool]:
 
 
 def nonfinite_kinds(values: Sequence[Sequence[torch.Tensor]]) -> list[NonfiniteKind | None]:
-    """The non-finite kind of each value (None when finite); one host sync per device."""
+    """The non-finite kind of each value (None when finite); one or two host syncs per device.
+
+    Read from the largest and the smallest element of each tensor (``torch._foreach_max`` of it
+    and of its negation: +Inf is the largest, -Inf the smallest, a NaN propagates into both):
+    two fused passes per device instead of three reductions per tensor. Only a tensor holding a
+    NaN, whose extremes hide its infinities, gets its own ``isposinf`` / ``isneginf`` read.
+    """
     pending: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    for index, tensors in enumerate(values):
+        for tensor in tensors:
+            t = torch.view_as_real(tensor) if tensor.is_complex() else tensor
+            if t.numel():
+                pending.setdefault(t.device, []).append((index, t.detach()))
+    present = [[False, False, False] for _ in values]
     with torch.no_grad():
-        for index, tensors in enumerate(values):
-            for tensor in tensors:
-                t = torch.view_as_real(tensor) if tensor.is_complex() else tensor
-                pending.setdefault(t.device, []).append(
-                    (
-                        index,
-                        torch.stack(
-                            [torch.isnan(t).any(), torch.isposinf(t).any(), torch.isneginf(t).any()]
-                        ),
-                    )
-                )
-        present = [[False, False, False] for _ in values]
         for items in pending.values():
-            rows = torch.stack([flags for _, flags in items]).tolist()
-            for (index, _), row in zip(items, rows):
-                present[index] = [a or b for a, b in zip(present[index], row)]
+            tensors = [t for _, t in items]
+            highs = torch._foreach_max(tensors)
+            lows = torch._foreach_max(torch._foreach_neg(tensors))  # -min
+            rows = torch.stack([torch.stack(pair).double() for pair in zip(highs, lows)]).tolist()
+            with_nan = []
+            for (index, t), (high, low) in zip(items, rows):
+                flags = present[index]
+                if math.isnan(high) or math.isnan(low):
+                    flags[0] = True
+                    with_nan.append((index, t))
+                flags[1] = flags[1] or high == math.inf
+                flags[2] = flags[2] or low == math.inf
+            if with_nan:
+                infs = torch.stack(
+                    [
+                        torch.stack([torch.isposinf(t).any(), torch.isneginf(t).any()])
+                        for _, t in with_nan
+                    ]
+                ).tolist()
+                for (index, _), (pos, neg) in zip(with_nan, infs):
+                    present[index][1] = present[index][1] or pos
+                    present[index][2] = present[index][2] or neg
     return [_KIND_OF_FLAGS.get(tuple(flags), "mixed") for flags in present]
 
 

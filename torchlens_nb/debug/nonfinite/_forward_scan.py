@@ -16,6 +16,7 @@ output, a NaN or a parameter). The live run keeps going past an Inf and stops at
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,12 +28,13 @@ from ...capture import Op, Trace, run_capture, validate_model
 from ...errors import DiagnosticArgumentError, ForwardError
 from ...options import CaptureOptions
 from ...report._lineage import CheckedBy, Finiteness
-from ...report._nonfinite import Coverage, ValueStats
+from ...report._nonfinite import Coverage, NonfiniteKind, ValueStats
 from .._isolation import preserved_model_state
 from .._values import (
     ValueClass,
     checkable,
     is_float_dtype,
+    nonfinite_kinds,
     saved_tensors,
     value_class,
     value_classes,
@@ -66,25 +68,25 @@ class ForwardFacts:
     """The live run stopped at the first NaN (later ops never ran)."""
     _paths: Paths | None = None
 
-    # ----- counts -------------------------------------------------------------------------
+    # ----- counts (read once the facts are complete: each is computed on first use) --------
     @property
     def ops(self) -> list[Op]:
         return self.trace.ops
 
-    @property
+    @functools.cached_property
     def nonfinite(self) -> list[str]:
         """Labels of the non-finite op outputs, in execution order."""
         return [op.label for op in self.ops if self.state.get(op.label) == "nonfinite"]
 
-    @property
+    @functools.cached_property
     def num_checked(self) -> int:
         return sum(1 for how in self.checked_by.values() if how != "dtype")
 
-    @property
+    @functools.cached_property
     def num_exact(self) -> int:
         return sum(1 for how in self.checked_by.values() if how == "dtype")
 
-    @property
+    @functools.cached_property
     def num_unchecked(self) -> int:
         return sum(1 for op in self.ops if self.state.get(op.label, "unknown") == "unknown")
 
@@ -131,6 +133,17 @@ class ForwardFacts:
             frontier = following
         ordered = list(seen)
         return tuple(ordered[:MAX_ZONE_LABELS]), len(ordered)
+
+    def kinds_of(self, labels: Sequence[str]) -> list[NonfiniteKind | None]:
+        """The non-finite kind of each op output: from its statistics when kept (live births),
+        else from its saved value (one batched read); None when neither is there."""
+        kinds: dict[str, NonfiniteKind | None] = {
+            label: self.stats[label].kind for label in labels if label in self.stats
+        }
+        saved = [lab for lab in labels if lab not in kinds and saved_tensors(self.trace[lab].out)]
+        found = nonfinite_kinds([saved_tensors(self.trace[label].out) for label in saved])
+        kinds.update(zip(saved, found))
+        return [kinds.get(label) for label in labels]
 
     def ensure_stats(self, labels: Sequence[str]) -> None:
         """Compute statistics of the saved values of ``labels`` that lack them (one batch)."""

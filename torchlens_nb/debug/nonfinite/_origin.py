@@ -11,6 +11,7 @@ execution can mutate state and follow another stochastic path, so it prints the 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ...capture import Trace
@@ -109,27 +110,19 @@ def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]
     fields.update(lineage_fields(facts, label, role))
     actions = {
         "lineage": lineage_action(
-            trace, _metadata_only(facts), label, role, label=label, direction="both"
+            trace, metadata_only(facts), label, role, label=label, direction="both"
         ),
-        "expand": lineage_action(trace, _metadata_only(facts), label, role),
+        "expand": lineage_action(trace, metadata_only(facts), label, role),
     }
     return dict(fields, findings=findings, disclosures=disclosures, exits=exits, actions=actions)
 
 
-def _metadata_only(facts: ForwardFacts) -> ForwardFacts | None:
+def metadata_only(facts: ForwardFacts) -> ForwardFacts | None:
     """The live record without the forward's exception (its traceback would pin frames); None
     for a saved trace (the lineage then reads the saved values, holding the trace weakly)."""
     if facts.mode == "saved":
         return None
-    return ForwardFacts(
-        trace=facts.trace,
-        mode="live",
-        state=facts.state,
-        checked_by=facts.checked_by,
-        stats=facts.stats,
-        partial=facts.partial,
-        nan=facts.nan,
-    )
+    return dataclasses.replace(facts, forward_error=None, nonfinite_params={}, _paths=None)
 
 
 def lineage_fields(facts: ForwardFacts, label: str, role: str) -> dict[str, Any]:
@@ -139,7 +132,7 @@ def lineage_fields(facts: ForwardFacts, label: str, role: str) -> dict[str, Any]
         label,
         direction="both",
         max_depth=1,
-        facts=_metadata_only(facts),
+        facts=metadata_only(facts),
         highlight=label,
         highlight_role=role,
     ).nodes

@@ -13,7 +13,6 @@ import torch
 
 from ...report import Exit
 from ...report._nonfinite import Coverage, ScanStatus
-from .._values import kind_of
 
 if TYPE_CHECKING:
     from ...capture import Op
@@ -143,9 +142,11 @@ def intentional_text(facts: ForwardFacts, paths: Paths) -> str | None:
     holders = paths.intentional_holders
     if not holders:
         return None
-    facts.ensure_stats(paths.intentional)
-    kind = kind_of(facts.stats[b] for b in paths.intentional if b in facts.stats) or "inf"
-    spelled = {"inf": "+inf", "-inf": "-inf"}.get(kind, "inf and -inf")
+    kinds = {k for k in facts.kinds_of(paths.intentional) if k is not None}
+    # no NaN among them (a NaN always matters): "mixed" is both signs
+    spelled = {frozenset({"-inf"}): "-inf", frozenset({"inf"}): "+inf"}.get(
+        frozenset(kinds), "inf and -inf"
+    )
     births = _named([_placed(facts.trace[label]) for label in paths.intentional])
     consumers = _named(list(paths.neutralisers)) or "nothing (the values are never used)"
     tail = (
