@@ -36,11 +36,11 @@ from ._forward_scan import ForwardFacts, run_live
 from ._origin import lineage_fields, metadata_only, origin_report
 from ._replay import (
     StepModule,
-    apply_rng_state,
     check_rng_state,
     input_fields,
     loss_arity,
     preserved_user_state,
+    replay_rng,
 )
 from ._texts import NOT_COVERED
 
@@ -124,8 +124,7 @@ def investigate(
     call_arguments(inputs)
     arity = loss_arity(loss_fn) if loss_fn is not None else 1
     check_rng_state(rng_state)
-    with preserved_user_state(model):
-        apply_rng_state(rng_state)
+    with preserved_user_state(model), replay_rng(rng_state):
         step = StepModule(model, loss_fn, arity, clone_input_tree(inputs))
         facts = run_live(step, step._inputs, stop_at_first=False, trace_kwargs={})
         _refuse_loss_problems(step, facts)
@@ -138,7 +137,7 @@ def investigate(
             # run_live put the RNG back: this forward draws the same dropout masks
             backward, loss, unavailable = _replay_backward(model, loss_fn, arity, inputs)
     rng: RngSource = "kept" if rng_state else "current"
-    return _report(type(model).__name__, facts, forward, backward, loss, unavailable, rng, step)
+    return _report(facts, forward, backward, loss, unavailable, rng, step, inputs)
 
 
 def _refuse_loss_problems(step: StepModule, facts: ForwardFacts) -> None:
@@ -167,6 +166,9 @@ def _replay_backward(
     except ForwardError as err:  # it ran once already: a forward that depends on more than this
         return None, None, [_unavailable("backward", f"the second replay's forward raised: {err}")]
     loss_tensor = trace.output
+    if step.loss_problem is not None or not isinstance(loss_tensor, torch.Tensor):
+        reason = f"the second replay formed no loss: {step.loss_problem}"
+        return None, None, [_unavailable("backward", reason)]
     loss = float(loss_tensor.detach())
     if loss_tensor.grad_fn is None:
         reason = (
@@ -185,9 +187,10 @@ def _unavailable(check: str, reason: str) -> Unavailable:
     return Unavailable(check=check, reason=reason, code="replay_incomplete")
 
 
-def _input_faults(facts: ForwardFacts, step: StepModule) -> tuple[InputFault, ...]:
-    """The batch's tensors that hold a NaN, or an Inf that matters, with their rows."""
-    args, kwargs = call_arguments(step._inputs)
+def _input_faults(facts: ForwardFacts, inputs: Any) -> tuple[InputFault, ...]:
+    """The batch's tensors that hold a NaN, or an Inf that matters, with their rows (read from
+    the caller's batch: the replay ran on a clone that the forward may have written into)."""
+    args, kwargs = call_arguments(inputs)
     labels = facts.trace.input_layers
     mattering = set(facts.paths().mattering)
     bad = [
@@ -235,7 +238,6 @@ def _reasons(rng: RngSource) -> tuple[str, ...]:
 
 
 def _report(
-    model_type: str,
     facts: ForwardFacts,
     forward: NonfiniteReport,
     backward: BackwardNanReport | None,
@@ -243,6 +245,7 @@ def _report(
     unavailable: list[Unavailable],
     rng: RngSource,
     step: StepModule,
+    inputs: Any,
 ) -> InvestigationReport:
     fields: dict[str, Any] = {name: getattr(forward, name) for name in _PANEL_FIELDS}
     # the replay covers the backward and custom Functions itself: no anomaly-mode recipe
@@ -258,7 +261,7 @@ def _report(
         + "; the caller's RNG streams, buffers, .grad and modes were restored afterwards."
     )
     common: dict[str, Any] = dict(
-        subject=f"{model_type} (one step replayed, {len(facts.trace)} ops)",
+        subject=f"{facts.trace.model_type} (one step replayed, {len(facts.trace)} ops)",
         loss_source=step.loss_source,
         rng=rng,
         forward=forward,
@@ -267,7 +270,8 @@ def _report(
     )
     status: InvestigationStatus
     if forward.found:
-        faults = _input_faults(facts, step) if forward.origin.func == "input" else ()  # type: ignore[union-attr]
+        origin = forward.first_bad_thing
+        faults = _input_faults(facts, inputs) if origin and origin.func == "input" else ()
         status = "nonfinite_input" if faults else "found"
         findings = [*_fault_findings(faults), *forward.findings]
         lead = _input_lead(faults) if faults else f"replayed step: {forward.lead}"

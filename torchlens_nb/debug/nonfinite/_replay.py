@@ -5,7 +5,7 @@
   no name: module addresses, parameter and buffer names are the model's own.
 * :func:`preserved_user_state`: train/eval flags, every parameter's ``.grad`` (the replay's
   backward accumulates into fresh ones), buffers and every global RNG stream come back bitwise.
-* :func:`check_rng_state` / :func:`apply_rng_state`: the kept RNG state of a step.
+* :func:`check_rng_state` / :func:`replay_rng`: the kept RNG state of a step.
 * :func:`input_fields`: where each tensor of a batch sits (``input_ids``, ``inputs[1]``), in the
   order the capture numbers its input ops.
 """
@@ -81,14 +81,24 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def apply_rng_state(rng_state: Mapping[str, Any] | None) -> None:
-    """Set torch's CPU and CUDA generators to the kept state (nothing when None)."""
-    if not rng_state:
-        return
-    if "cpu" in rng_state:
-        torch.set_rng_state(rng_state["cpu"])
-    if rng_state.get("cuda"):
-        torch.cuda.set_rng_state_all(rng_state["cuda"])
+@contextlib.contextmanager
+def replay_rng(rng_state: Mapping[str, Any] | None) -> Iterator[None]:
+    """Set torch's CPU and CUDA generators to the kept state for the block (nothing when None).
+
+    The CPU stream (and every CUDA stream of an initialised CUDA) is restored by the caller's
+    ``preserved_user_state``; CUDA streams set here are saved and restored here too, so a
+    replay that initialises CUDA leaves its generators as they were.
+    """
+    cuda_before = torch.cuda.get_rng_state_all() if rng_state and rng_state.get("cuda") else None
+    try:
+        if rng_state and "cpu" in rng_state:
+            torch.set_rng_state(rng_state["cpu"])
+        if cuda_before is not None:
+            torch.cuda.set_rng_state_all(rng_state["cuda"])  # type: ignore[index]
+        yield
+    finally:
+        if cuda_before is not None:
+            torch.cuda.set_rng_state_all(cuda_before)
 
 
 @contextlib.contextmanager
@@ -253,9 +263,9 @@ def _walk(value: Any, path: str, depth: int) -> Iterator[tuple[str, torch.Tensor
 
 __all__ = [
     "StepModule",
-    "apply_rng_state",
     "check_rng_state",
     "input_fields",
     "loss_arity",
     "preserved_user_state",
+    "replay_rng",
 ]
