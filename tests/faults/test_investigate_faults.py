@@ -9,11 +9,15 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
 from torch import nn
 
 import torchlens_nb as tl
+from tests.faults import _tally
 from tests.faults._guards import assert_refused, untouched
 from tests.faults.fault_models import LogOfLinear, NoParams, Owned, RaisingForward, owned
+from tests.faults.payload_reports import hostile_tensors
+from tests.faults.test_payloads import check_payload
 from tests.nonfinite.masked_models import CausalDecoder, DecoderThenNaN
 from tests.nonfinite.masked_models import X as MASKED_X
 from torchlens_nb.errors import DiagnosticArgumentError, InputFormError, ModelTypeError
@@ -160,3 +164,26 @@ def test_a_mask_never_hides_a_real_nan_and_unsaved_masks_are_never_cleared() -> 
     assert (found.status, found.first_bad_thing.op) == ("found", "log_1")
     partial = tl.trace(CausalDecoder().eval(), MASKED_X, save=tl.func("linear")).find_nan()
     assert (partial.status, partial.is_certain) == ("partial", False)
+
+
+class Scale(nn.Module):
+    """``x * w`` for a tensor of any shape and dtype (ints promote to float)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.w
+
+
+@pytest.mark.fault("payload")
+@settings(
+    max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(tensor=hostile_tensors())
+def test_a_replay_of_a_hostile_batch_gives_a_strict_json_report(tensor: torch.Tensor) -> None:
+    _tally.examples["payload"] += 1
+    report = tl.debug.investigate(Scale(), tensor, loss_fn=lambda out: out.float().sum())
+    assert report.status in ("found", "nonfinite_input", "not_reproduced", "incomplete")
+    check_payload("investigation", report)
