@@ -199,8 +199,8 @@ def saved_scans(rounds: int = 5) -> tuple[int, list[dict[str, object]]]:
     values = [[op.out] for op in trace.ops if isinstance(op.out, torch.Tensor)]
     batched = _timing.interleaved(
         [
-            ("one aminmax per tensor", lambda: [is_all_finite(v[0]) for v in values]),
-            ("foreach inf-norm (used)", lambda: value_classes(values)),
+            ("one aminmax and read per tensor", lambda: [is_all_finite(v[0]) for v in values]),
+            ("value_classes: foreach inf-norm (used)", lambda: value_classes(values)),
         ],
         rounds=3,
         warmup=1,
