@@ -8,7 +8,11 @@ median; targets are checked on the min ratio.
 from __future__ import annotations
 
 import gc
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -85,6 +89,47 @@ def derived_row(
     }
 
 
+def status_mb(key: str) -> float:
+    """A ``/proc/self/status`` memory figure in MB (``VmRSS:``, ``VmHWM:``; Linux only)."""
+    with open("/proc/self/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith(key):
+                return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"{key} not in /proc/self/status (this measurement needs Linux)")
+
+
+def reset_peak_rss() -> float:
+    """Reset the peak-RSS mark (``VmHWM``) to the current RSS and return that RSS in MB."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+        handle.write("5")
+    return status_mb("VmRSS:")
+
+
+def with_memory(rows: list[dict[str, object]], script: str) -> list[dict[str, object]]:
+    """Add each row's memory figures: ``script --memory <contender>`` runs in a fresh process
+    (``MALLOC_MMAP_THRESHOLD_=65536``, so freed activations go back to the OS and the resident
+    set follows live memory) and prints a JSON dict as its last line."""
+    for row in rows:
+        out = subprocess.run(
+            [sys.executable, script, "--memory", str(row["contender"])],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
+        )
+        row.update(json.loads(out.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+def entry_point(main: Callable[[], None], measure_memory: Callable[[str], object]) -> None:
+    """``bench_x.py`` runs ``main()``; ``bench_x.py --memory NAME`` (the fresh process of
+    :func:`with_memory`) prints ``measure_memory(NAME)`` as its JSON last line."""
+    if len(sys.argv) == 3 and sys.argv[1] == "--memory":
+        print(json.dumps(measure_memory(sys.argv[2])))
+    else:
+        main()
+
+
 def print_table(rows: Sequence[dict[str, object]]) -> None:
     """Print rows as a fixed-width table (floats with 2-3 significant decimals)."""
     if not rows:
@@ -104,15 +149,6 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def status_mb(key: str) -> float:
-    """A ``/proc/self/status`` figure in MB (``VmRSS:``, ``VmHWM:``; Linux only)."""
-    with open("/proc/self/status", encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith(key):
-                return int(line.split()[1]) / 1024  # kB
-    raise RuntimeError(f"{key} not in /proc/self/status (this measurement needs Linux)")
-
-
 def rss_growth_mb(run: Callable[[], object]) -> dict[str, float]:
     """Peak and retained resident-set growth of one call of ``run`` (after one warm-up call).
 
@@ -125,9 +161,7 @@ def rss_growth_mb(run: Callable[[], object]) -> dict[str, float]:
     """
     run()  # warm-up: lazy imports, caches
     gc.collect()
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
-        handle.write("5")  # reset the peak-RSS mark (VmHWM) to the current RSS
-    before = status_mb("VmRSS:")
+    before = reset_peak_rss()
     result = run()
     gc.collect()
     peak, after = status_mb("VmHWM:"), status_mb("VmRSS:")

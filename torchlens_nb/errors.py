@@ -107,8 +107,8 @@ class CheckViolationError(TorchlensNbError, RuntimeError):
         """Replay the kept micro-batch and say where the non-finite value was born.
 
         Calls ``tl.debug.investigate(model, replay.inputs, loss_fn=loss_fn,
-        rng_state=replay.rng_state)``, which replays under the saved RNG state and restores
-        everything it touched; this method restores nothing itself.
+        rng_state=replay.rng_state.as_mapping())``, which replays under the saved RNG state and
+        restores everything it touched; this method restores nothing itself.
 
         Raises:
             UnavailableError: no batch was kept (``code="no_kept_batch"``) or the model was
@@ -126,15 +126,15 @@ class CheckViolationError(TorchlensNbError, RuntimeError):
             raise UnavailableError(
                 "the model of this raise was garbage-collected; replay the kept batch yourself "
                 "with tl.debug.investigate(model, err.replay.inputs, loss_fn=..., "
-                "rng_state=err.replay.rng_state).",
+                "rng_state=err.replay.rng_state.as_mapping()).",
                 "model_collected",
             )
         # errors -> debug: the one upward edge of this module, only in this explicit
         # follow-up call (tests/test_layering.py lists it); the session itself never captures.
-        from .debug import investigate  # type: ignore[attr-defined]  # debug/ adds it
+        from .debug import investigate
 
         return investigate(
-            model, self.replay.inputs, loss_fn=loss_fn, rng_state=self.replay.rng_state
+            model, self.replay.inputs, loss_fn=loss_fn, rng_state=self.replay.rng_state.as_mapping()
         )
 
 

@@ -182,6 +182,15 @@ export interface Histogram {
   counts: number[];
 }
 
+export interface InputFault {
+  field: string;
+  op: string;
+  kind: "nan" | "inf" | "-inf" | "mixed";
+  rows: number[];
+  num_rows: number;
+  stats: ValueStats;
+}
+
 export interface LayerRatio {
   name: string;
   log10_ratios: number[];
@@ -439,6 +448,7 @@ export interface BackwardNanReportData {
   coverage: "full" | "partial" | "none";
   grad_scale: number | null;
   amp_hint: string;
+  neutralised_births: number[];
   birth_order: number | null;
 }
 
@@ -457,6 +467,8 @@ export interface BisectNanReportData {
   uncertainty_zone: string[];
   lineage_nodes: LineageNode[];
   lineage_role: string | null;
+  intentional_infinities: string[];
+  num_intentional: number;
   op: string | null;
   is_certain: boolean;
 }
@@ -623,6 +635,8 @@ export interface FindNanReportData {
   uncertainty_zone: string[];
   lineage_nodes: LineageNode[];
   lineage_role: string | null;
+  intentional_infinities: string[];
+  num_intentional: number;
   is_stopped_early: boolean;
   op: string | null;
   is_certain: boolean;
@@ -738,6 +752,42 @@ export interface InitLossReportData {
 
 export type InitLossReportPayload = Envelope<"init_loss", "pass" | "warn" | "fail" | "inconclusive" | "running", InitLossReportData>;
 
+export interface InvestigationReportData {
+  num_nonfinite: number;
+  num_propagated: number;
+  num_unattributed: number;
+  other_births: string[];
+  nonfinite_params: string[];
+  reaches_output: boolean | null;
+  amp_hint: string;
+  anomaly_recipe: string;
+  found: boolean;
+  kind: "nan" | "inf" | "-inf" | "mixed" | null;
+  first_bad_thing: FirstBadThing | null;
+  mode: "live" | "saved";
+  num_ops: number;
+  num_checked: number;
+  num_unchecked: number;
+  num_exact: number;
+  coverage: "full" | "partial" | "none";
+  uncertainty_zone: string[];
+  lineage_nodes: LineageNode[];
+  lineage_role: string | null;
+  intentional_infinities: string[];
+  num_intentional: number;
+  phase: "forward" | "backward" | null;
+  loss_source: "loss_fn" | "output.loss" | "output" | null;
+  loss: number | null;
+  rng: "kept" | "current";
+  nonfinite_inputs: InputFault[];
+  likely_reasons: string[];
+  evidence: "nonfinite" | "backward_nan" | null;
+  op: string | null;
+  is_certain: boolean;
+}
+
+export type InvestigationReportPayload = Envelope<"investigation", "found" | "nonfinite_input" | "not_reproduced" | "incomplete", InvestigationReportData>;
+
 export interface LeakageReportData {
   verdict: "leak" | "suspect" | "clean" | "inconclusive";
   stages: StageResult[];
@@ -769,6 +819,14 @@ export interface LivenessReportData {
 export type LivenessReportPayload = Envelope<"liveness", "measured" | "no_sites", LivenessReportData>;
 
 export interface NonfiniteReportData {
+  num_nonfinite: number;
+  num_propagated: number;
+  num_unattributed: number;
+  other_births: string[];
+  nonfinite_params: string[];
+  reaches_output: boolean | null;
+  amp_hint: string;
+  anomaly_recipe: string;
   found: boolean;
   kind: "nan" | "inf" | "-inf" | "mixed" | null;
   first_bad_thing: FirstBadThing | null;
@@ -781,14 +839,8 @@ export interface NonfiniteReportData {
   uncertainty_zone: string[];
   lineage_nodes: LineageNode[];
   lineage_role: string | null;
-  num_nonfinite: number;
-  num_propagated: number;
-  num_unattributed: number;
-  other_births: string[];
-  nonfinite_params: string[];
-  reaches_output: boolean | null;
-  amp_hint: string;
-  anomaly_recipe: string;
+  intentional_infinities: string[];
+  num_intentional: number;
   op: string | null;
   is_certain: boolean;
 }
@@ -808,6 +860,8 @@ export interface NonfiniteScanReportData {
   uncertainty_zone: string[];
   lineage_nodes: LineageNode[];
   lineage_role: string | null;
+  intentional_infinities: string[];
+  num_intentional: number;
   op: string | null;
   is_certain: boolean;
 }
@@ -969,6 +1023,7 @@ export interface PayloadByType {
   "health": HealthReportPayload;
   "hot_path": HotPathReportPayload;
   "init_loss": InitLossReportPayload;
+  "investigation": InvestigationReportPayload;
   "leakage_poison": LeakageReportPayload;
   "lineage": LineageReportPayload;
   "liveness": LivenessReportPayload;

@@ -109,21 +109,12 @@ def test_nothing_is_kept_after_a_clean_attempt() -> None:
         assert alive() is None  # the session held the batch for its attempt only
 
 
-def test_investigate_replays_the_kept_batch_with_the_debug_tool(kept, monkeypatch) -> None:
+def test_investigate_replays_the_kept_batch_under_its_rng_state(kept) -> None:
     model, bad, error = kept
-    calls = []
-
-    def investigate(model, inputs, *, loss_fn=None, rng_state=None):
-        calls.append((model, inputs, loss_fn, rng_state))
-        return "the investigation report"
-
-    monkeypatch.setattr(tl.debug, "investigate", investigate, raising=False)
-
-    def loss_fn(output):
-        return output.sum()
-
-    assert error.investigate(loss_fn=loss_fn) == "the investigation report"
-    assert calls == [(model, bad, loss_fn, error.replay.rng_state)]
+    report = error.investigate(loss_fn=lambda output: output.sum())
+    assert isinstance(report, tl.report.InvestigationReport)
+    assert report.status == "nonfinite_input"  # the kept batch is the all-NaN one
+    assert error.replay.rng_state.as_mapping().keys() == {"cpu"}  # CUDA was never initialised
 
 
 def test_the_message_and_the_next_step_name_the_call_that_replays_the_batch(kept) -> None:

@@ -79,8 +79,14 @@ def test_a_nonfinite_seed_is_a_root_seed_not_a_birth() -> None:
     assert report.findings[0].code == "nonfinite_seed"
 
 
-def test_inf_results_carry_the_amp_hint_unless_a_grad_scale_is_disclosed() -> None:
-    trace = _backward_trace(SqrtAtZero())
+def _half_backward_trace(model: torch.nn.Module) -> tl.Trace:
+    trace = tl.trace(model.half(), X.half(), capture=GRADS)
+    trace.backward(trace.output.sum())
+    return trace
+
+
+def test_fp16_inf_results_carry_the_amp_hint_unless_a_grad_scale_is_disclosed() -> None:
+    trace = _half_backward_trace(Net(SqrtAtZero()))
     plain = tl.debug.bisect_nan_backward(trace)
     scaled = tl.debug.bisect_nan_backward(trace, grad_scale=65536.0)
     # head's parameter gradients stay finite (head.weight's is h * 2 * 0 = 0): the plain hint
@@ -90,13 +96,22 @@ def test_inf_results_carry_the_amp_hint_unless_a_grad_scale_is_disclosed() -> No
     assert any("65536" in d for d in scaled.disclosures)
 
 
+def test_a_float32_backward_carries_no_amp_hint() -> None:
+    # float32 gradients cannot be a GradScaler overflow: the paragraph does not apply
+    report = tl.debug.bisect_nan_backward(_backward_trace(SqrtAtZero()))
+    assert (report.kind, report.amp_hint) == ("inf", "")
+    assert not any("GradScaler" in d for d in report.disclosures)
+
+
 def test_the_amp_hint_names_scale_overflow_when_every_parameter_gradient_is_nonfinite() -> None:
     torch.manual_seed(0)
-    trace = tl.trace(torch.nn.Sequential(torch.nn.Linear(2, 2), SqrtAtZero()), X, capture=GRADS)
-    trace.backward(trace.output.sum())
-    report = tl.debug.bisect_nan_backward(trace)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), SqrtAtZero())
+    report = tl.debug.bisect_nan_backward(_half_backward_trace(model))
     # both AccumulateGrad sinks (weight, bias) receive nan: the all-non-finite variant
     assert report.amp_hint == tl.debug.amp_scaled_grads_hint(all_nonfinite=True)
+    # the sentence is about parameter gradients; the ledger's first fires are clean
+    assert "Every parameter gradient of this pass received a non-finite value" in report.amp_hint
+    assert report.transitions[0].transition == "clean"
 
 
 def test_several_backward_passes_are_never_collapsed() -> None:

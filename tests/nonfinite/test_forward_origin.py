@@ -17,12 +17,13 @@ from .nan_models import BORN_IN_BLOCK, Finite, LogOfNegative, Net, X, line_of
 CASES = [pytest.param(*case[1:], id=case[0]) for case in BORN_IN_BLOCK]
 
 
-def _all_forward_reports(model: nn.Module) -> dict[str, Any]:
-    trace = tl.trace(model, X)
+def forward_reports(model: nn.Module, inputs: Any = X) -> dict[str, Any]:
+    """The report of every forward NaN tool on ``model``: live, and from a save=True trace."""
+    trace = tl.trace(model, inputs)
     return {
-        "nonfinite_origin live": tl.debug.nonfinite_origin(model, X),
+        "nonfinite_origin live": tl.debug.nonfinite_origin(model, inputs),
         "nonfinite_origin saved": tl.debug.nonfinite_origin(trace),
-        "find_nan live": tl.debug.find_nan(model, X),
+        "find_nan live": tl.debug.find_nan(model, inputs),
         "trace.find_nan": trace.find_nan(),
         "bisect_nan": tl.debug.bisect_nan(trace),
     }
@@ -34,7 +35,7 @@ def test_every_forward_tool_names_the_op_born_in_the_block(
 ) -> None:
     torch.manual_seed(0)
     expected_line = line_of(block.forward, text)
-    for name, report in _all_forward_reports(Net(block())).items():
+    for name, report in forward_reports(Net(block())).items():
         origin = report.first_bad_thing
         assert (report.status, report.found, report.kind) == ("found", True, kind), name
         assert (origin.op, origin.module, origin.line) == (label, "block", expected_line), name

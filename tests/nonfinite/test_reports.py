@@ -79,8 +79,17 @@ def test_payload_data_carries_the_lead_card_fields(reports) -> None:
     )
     assert origin["stats"]["posinf_count"] == 1  # 3 * 60000 overflows, 0.5 * 60000 does not
     assert (data["num_checked"], data["num_nonfinite"], data["num_propagated"]) == (7, 4, 3)
-    assert data["amp_hint"] == tl.debug.amp_scaled_grads_hint()
+    # an Inf born in a float16 op: the forward AMP paragraph applies (issue 18)
+    assert data["amp_hint"].startswith(
+        "mul_1 computes in float16, whose largest finite value is 65504"
+    )
     assert data["is_certain"] is True
+
+
+def test_a_float32_origin_carries_no_amp_hint(reports) -> None:
+    report = reports["nonfinite"]  # nan of log(-0.5) in float32: no autocast, no scaler
+    assert report.amp_hint == ""
+    assert not any("float16" in d or "GradScaler" in d for d in report.disclosures)
 
 
 def test_forward_and_backward_results_share_the_first_bad_thing_vocabulary(reports) -> None:

@@ -9,6 +9,7 @@ from torchlens_nb.debug._values import (
     finite_flags,
     is_all_finite,
     nonfinite_kinds,
+    value_classes,
     value_stats,
 )
 
@@ -41,6 +42,19 @@ def test_finite_flags_batches_every_case_exactly() -> None:
     assert finite_flags(values) == [case.values[1] for case in CASES]
     # a group is finite only when all its tensors are
     assert finite_flags([[torch.ones(2), torch.tensor([NAN])], []]) == [False, True]
+
+
+def test_value_classes_tell_a_nan_from_an_inf_and_a_nan_beats_an_inf() -> None:
+    strided = torch.tensor([[1.0, -INF], [2.0, 3.0]])[:, 1]  # a non-contiguous view: [-inf, 3]
+    groups = [
+        [torch.ones(3)],
+        [strided],
+        [torch.tensor([NAN, INF], dtype=torch.float16)],
+        [torch.tensor([INF]), torch.tensor([NAN])],  # a multi-output op: nan beats inf
+        [torch.empty(0), torch.tensor([1 + 1j, complex(0, INF)])],
+        [],
+    ]
+    assert value_classes(groups) == ["finite", "inf", "nan", "nan", "inf", "finite"]
 
 
 def test_kinds_and_stats_of_a_mixed_tensor() -> None:

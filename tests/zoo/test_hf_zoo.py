@@ -87,18 +87,10 @@ def test_every_op_has_a_module_and_a_line(zoo, name: str) -> None:
     assert {a for op in ops for a in op.module_stack} <= addresses
 
 
-T5_INTENTIONAL_INF = pytest.mark.xfail(
-    strict=True,
-    reason="nonfinite_origin names T5's intentional -inf (log(0) in the relative-position "
-    "buckets of encoder.block.0, clamped right after) as the origin, not the planted NaN: "
-    "issue 24's 'NaN weight behind a harmless -inf' case, owned by the nonfinite rewrite",
-)
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=T5_INTENTIONAL_INF) if n == "t5" else n for n in NAMES]
-)
+@pytest.mark.parametrize("name", NAMES)
 def test_a_nan_weight_in_the_last_block_is_traced_to_it(zoo, name: str) -> None:
+    """T5 included: its intentional -inf (log(0) in the relative-position buckets of
+    encoder.block.0, clamped right after) is not named in front of the planted NaN."""
     arch = zoo[name]
     model = copy.deepcopy(arch.build())
     with torch.no_grad():

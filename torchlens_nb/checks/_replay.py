@@ -48,6 +48,14 @@ class RngState:
             cuda = tuple(torch.cuda.get_rng_state_all())
         return cls(torch.get_rng_state(), cuda)
 
+    def as_mapping(self) -> dict[str, Any]:
+        """The ``rng_state`` mapping ``tl.debug.investigate`` takes: ``{"cpu": ..., "cuda": [...]}``
+        (no ``cuda`` key when CUDA was not initialised)."""
+        states: dict[str, Any] = {"cpu": self.cpu}
+        if self.cuda is not None:
+            states["cuda"] = list(self.cuda)
+        return states
+
     def restore(self) -> None:
         """Make these the current states (for a replay; the session itself never calls it)."""
         torch.set_rng_state(self.cpu)

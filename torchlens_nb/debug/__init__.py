@@ -9,7 +9,7 @@ The checks kit lives in ``torchlens_nb.checks`` and is re-exported here, as the 
 
 from ..checks import ChecksSession, param_health, param_health_rows
 from ..errors import CheckViolationError
-from ..report import FirstBadThing, OutlierDim, SinkHead
+from ..report import FirstBadThing, InvestigationReport, OutlierDim, SinkHead
 from ._isolation import clone_input_tree, isolated_capture, preserved_rng_state
 from .activations import (
     LivenessProbe,
@@ -41,6 +41,7 @@ from .nonfinite import (
     bisect_nan_backward,
     find_nan,
     find_nan_in_trace,
+    investigate,
     nonfinite_origin,
 )
 
@@ -49,6 +50,7 @@ __all__: list[str] = [
     "ChecksSession",
     "CompileCounts",
     "FirstBadThing",
+    "InvestigationReport",
     "LivenessProbe",
     "OutlierDim",
     "RangeProbe",
@@ -80,6 +82,7 @@ __all__: list[str] = [
     "guess_input_shape",
     "hot_path",
     "hot_path_rows",
+    "investigate",
     "isolated_capture",
     "lineage",
     "nonfinite_origin",

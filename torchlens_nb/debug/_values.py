@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -58,8 +58,20 @@ def _extremes(tensor: torch.Tensor) -> torch.Tensor:
     return torch.stack(torch.aminmax(t.detach()))
 
 
-def is_all_finite(tensor: torch.Tensor) -> bool:
-    """Whether every element of ``tensor`` is finite: one reduction and one host sync.
+ValueClass = Literal["finite", "nan", "inf"]
+"""What the extremes of a value show: ``nan`` (a NaN somewhere, maybe Inf too), ``inf`` (only
++/-Inf among the non-finite elements), ``finite``. The NaN tools need no more per op: a NaN is
+always a finding, an Inf only when it reaches something that matters (``nonfinite/_paths.py``)."""
+
+
+def _class_of(low: float, high: float) -> ValueClass:
+    if math.isnan(low) or math.isnan(high):
+        return "nan"
+    return "finite" if math.isfinite(low) and math.isfinite(high) else "inf"
+
+
+def value_class(tensor: torch.Tensor) -> ValueClass:
+    """Whether ``tensor`` holds a NaN, only Infs, or only finite values: one reduction, one sync.
 
     Reads only ``aminmax``: a NaN anywhere makes both extremes NaN, an Inf shows as an extreme,
     so both extremes are finite exactly when every element is. Unlike ``isfinite().all()`` it
@@ -67,55 +79,98 @@ def is_all_finite(tensor: torch.Tensor) -> bool:
     table of ``benchmarks/bench_nan.py``), and unlike a sum it cannot overflow.
     """
     if tensor.numel() == 0:
-        return True
+        return "finite"
     with torch.no_grad():
-        return all(math.isfinite(v) for v in _extremes(tensor).tolist())
+        low, high = _extremes(tensor).tolist()
+    return _class_of(low, high)
 
 
-def finite_flags(values: Sequence[Sequence[torch.Tensor]]) -> list[bool]:
-    """For each value (a group of tensors), whether every element of every tensor is finite.
+def is_all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every element of ``tensor`` is finite (:func:`value_class` is ``finite``)."""
+    return value_class(tensor) == "finite"
 
-    The batched form of :func:`is_all_finite`: the extremes of all tensors are stacked per
-    device and read with one host sync per device.
+
+def value_classes(values: Sequence[Sequence[torch.Tensor]]) -> list[ValueClass]:
+    """The :data:`ValueClass` of each value (a group of tensors: NaN beats Inf beats finite).
+
+    The batched form of :func:`value_class`, read from the largest magnitude of each tensor
+    (NaN propagates into it, an Inf is it): one ``torch._foreach_norm(..., inf)`` and one host
+    read per device. Measured on the 23,281 saved values of ``bench_nan.py``'s per-head trace
+    (9,216 of them non-contiguous views), CPU: 0.08 s for the fused norms, against 0.18 s for
+    one ``aminmax`` and read per tensor and 0.42 s for stacked ``aminmax`` pairs read once; on a
+    GPU it is one fused kernel instead of one per tensor. The Python loop around it is kept to a
+    list append per tensor.
     """
-    pending: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    result: list[ValueClass] = ["finite"] * len(values)
+    flat: list[torch.Tensor] = []
+    owner: list[int] = []
+    for index, tensors in enumerate(values):
+        for tensor in tensors:
+            if tensor.numel():  # the inf-norm of an empty tensor is undefined (and it is finite)
+                flat.append(tensor)
+                owner.append(index)
+    by_device: dict[torch.device, list[int]] = {}
+    for position, tensor in enumerate(flat):
+        by_device.setdefault(tensor.device, []).append(position)
     with torch.no_grad():
-        for index, tensors in enumerate(values):
-            for tensor in tensors:
-                if tensor.numel():
-                    pending.setdefault(tensor.device, []).append(
-                        (index, _extremes(tensor).to(torch.float64))
-                    )
-        result = [True] * len(values)
-        for items in pending.values():
-            rows = torch.stack([extremes for _, extremes in items]).tolist()
-            for (index, _), (low, high) in zip(items, rows):
-                if not (math.isfinite(low) and math.isfinite(high)):
-                    result[index] = False
+        for positions in by_device.values():
+            group = flat if len(by_device) == 1 else [flat[p] for p in positions]
+            magnitudes = torch.stack(torch._foreach_norm(group, math.inf)).tolist()
+            for position, magnitude in zip(positions, magnitudes):
+                index = owner[position]
+                if math.isnan(magnitude):
+                    result[index] = "nan"
+                elif magnitude == math.inf and result[index] == "finite":
+                    result[index] = "inf"
     return result
 
 
+def finite_flags(values: Sequence[Sequence[torch.Tensor]]) -> list[bool]:
+    """For each value (a group of tensors), whether every element of every tensor is finite
+    (one host sync per device, :func:`value_classes`)."""
+    return [found == "finite" for found in value_classes(values)]
+
+
 def nonfinite_kinds(values: Sequence[Sequence[torch.Tensor]]) -> list[NonfiniteKind | None]:
-    """The non-finite kind of each value (None when finite); one host sync per device."""
+    """The non-finite kind of each value (None when finite); one or two host syncs per device.
+
+    Read from the largest and the smallest element of each tensor (``torch._foreach_max`` of it
+    and of its negation: +Inf is the largest, -Inf the smallest, a NaN propagates into both):
+    two fused passes per device instead of three reductions per tensor. Only a tensor holding a
+    NaN, whose extremes hide its infinities, gets its own ``isposinf`` / ``isneginf`` read.
+    """
     pending: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    for index, tensors in enumerate(values):
+        for tensor in tensors:
+            t = torch.view_as_real(tensor) if tensor.is_complex() else tensor
+            if t.numel():
+                pending.setdefault(t.device, []).append((index, t.detach()))
+    present = [[False, False, False] for _ in values]
     with torch.no_grad():
-        for index, tensors in enumerate(values):
-            for tensor in tensors:
-                t = torch.view_as_real(tensor) if tensor.is_complex() else tensor
-                pending.setdefault(t.device, []).append(
-                    (
-                        index,
-                        torch.stack(
-                            [torch.isnan(t).any(), torch.isposinf(t).any(), torch.isneginf(t).any()]
-                        ),
-                    )
-                )
-        present = [[False, False, False] for _ in values]
         for items in pending.values():
-            rows = torch.stack([flags for _, flags in items]).tolist()
-            for (index, _), row in zip(items, rows):
-                present[index] = [a or b for a, b in zip(present[index], row)]
-    return [_KIND_OF_FLAGS.get(tuple(flags), "mixed") for flags in present]  # type: ignore[misc]
+            tensors = [t for _, t in items]
+            highs = torch._foreach_max(tensors)
+            lows = torch._foreach_max(torch._foreach_neg(tensors))  # -min
+            rows = torch.stack([torch.stack(pair).double() for pair in zip(highs, lows)]).tolist()
+            with_nan = []
+            for (index, t), (high, low) in zip(items, rows):
+                flags = present[index]
+                if math.isnan(high) or math.isnan(low):
+                    flags[0] = True
+                    with_nan.append((index, t))
+                flags[1] = flags[1] or high == math.inf
+                flags[2] = flags[2] or low == math.inf
+            if with_nan:
+                infs = torch.stack(
+                    [
+                        torch.stack([torch.isposinf(t).any(), torch.isneginf(t).any()])
+                        for _, t in with_nan
+                    ]
+                ).tolist()
+                for (index, _), (pos, neg) in zip(with_nan, infs):
+                    present[index][1] = present[index][1] or pos
+                    present[index][2] = present[index][2] or neg
+    return [_KIND_OF_FLAGS.get(tuple(flags), "mixed") for flags in present]
 
 
 _KIND_OF_FLAGS: dict[tuple[bool, ...], NonfiniteKind | None] = {

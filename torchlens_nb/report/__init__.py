@@ -2,9 +2,10 @@
 
 One private module per capability (``_nonfinite``, ``_lineage``, ``_gradients``, ``_activations``,
 ``_grad_fn``, ``_attention_sinks``, ``_compare``, ``_cost``, ``_model``, ``_audit``, ``_checks``,
-``_recipes_*``, ``_triage``), the same names as the folders of ``tl.debug``; every public name is re-exported
-here. Two analyses are spelled under ``tl.report`` by the spec although they run code:
-``doctor`` (with ``capabilities``) and ``flops_vs_dispatch``. They live in ``tl.debug`` and are
+``_recipes_*``, ``_triage``; ``_investigation`` holds ``tl.debug.investigate``'s report), the
+same names as the folders of ``tl.debug``; every public name is re-exported here. Two analyses
+are spelled under ``tl.report`` by the spec although they run code: ``doctor`` (with
+``capabilities``) and ``flops_vs_dispatch``. They live in ``tl.debug`` and are
 served here by name on first access (:func:`__getattr__`), the one exception to the layering
 (report never imports debug at import time), recorded with its reason in
 ``tests/test_layering.py``.
@@ -51,6 +52,7 @@ from ._grad_fn import (
     SavedShape,
 )
 from ._gradients import GradHealthReport
+from ._investigation import InputFault, InvestigationReport
 from ._lineage import LineageNode, LineageReport
 from ._model import DoctorCheck, DoctorReport, GraphBreaksReport, GuessInputShapeReport, ShapeProbe
 from ._nonfinite import (
@@ -143,6 +145,8 @@ __all__ = [
     "Histogram",
     "HotPathReport",
     "InitLossReport",
+    "InputFault",
+    "InvestigationReport",
     "LayerRatio",
     "Leak",
     "LeakageReport",

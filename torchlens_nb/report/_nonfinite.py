@@ -124,16 +124,13 @@ def _file_name(path: str | None) -> str:
     return (path or "?").replace("\\", "/").rsplit("/", 1)[-1]
 
 
-@dataclass(frozen=True, kw_only=True, repr=False)  # keep Report's short repr
-class NonfiniteScanReport(Report):
-    """Fields every forward NaN scan reports: what it found and how much it checked."""
+@dataclass(frozen=True, kw_only=True, repr=False)
+class ScanFields:
+    """What a live or saved forward scan established: shared by every forward NaN report and by
+    :class:`~torchlens_nb.report.InvestigationReport` (the ``nonfinite`` panel reads them)."""
 
-    report_type = "nonfinite_scan"
-    status_tones = SCAN_TONES
-    payload_properties = ("op", "is_certain")
-    status: ScanStatus
     found: bool
-    """A non-finite op output was seen."""
+    """A non-finite value that matters was seen."""
     kind: NonfiniteKind | None
     first_bad_thing: FirstBadThing | None
     mode: Literal["live", "saved"]
@@ -153,6 +150,12 @@ class NonfiniteScanReport(Report):
     """The first ring both ways around the bad op (the panel's lineage view starts here)."""
     lineage_role: str | None = None
     """What the bad op is in that view: ``origin`` when proven, else ``first non-finite seen``."""
+    intentional_infinities: tuple[str, ...] = ()
+    """Ops where an infinity is born that never reaches the output, the loss or a NaN (a -inf
+    causal mask before softmax, a -inf sentinel an integer cast removes): by design, disclosed,
+    never the origin."""
+    num_intentional: int = 0
+    """Op outputs holding such an infinity (their births included)."""
 
     @property
     def op(self) -> str | None:
@@ -168,12 +171,47 @@ class NonfiniteScanReport(Report):
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
+class OriginFields:
+    """What the origin of a forward NaN poisoned, and the hints that go with it."""
+
+    num_nonfinite: int = 0
+    """Checked op outputs holding a non-finite value that matters (the intentional infinities
+    are counted in ``num_intentional``)."""
+    num_propagated: int = 0
+    """Non-finite outputs carrying the origin's value (downstream of it: per birth)."""
+    num_unattributed: int = 0
+    """Non-finite outputs whose inputs were not checked (born there or carried through)."""
+    other_births: tuple[str, ...] = ()
+    """Other ops that also turned finite inputs into a non-finite output that matters."""
+    nonfinite_params: tuple[str, ...] = ()
+    """Every parameter/buffer read by a non-finite op that holds a non-finite value, the origin's
+    first (live form only: a trace holds no parameter values)."""
+    reaches_output: bool | None = None
+    """The origin's value reaches a model output (None when the forward recorded none)."""
+    amp_hint: str = ""
+    """The AMP paragraph, only where it applies (an Inf born in a float16/bfloat16 op; for a
+    backward result, an Inf gradient in half precision with no loss scale disclosed)."""
+    anomaly_recipe: str = ""
+    """The ``torch.autograd.set_detect_anomaly`` recipe for what this tool cannot see."""
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)  # keep Report's short repr
+class NonfiniteScanReport(Report, ScanFields):
+    """Fields every forward NaN scan reports: what it found and how much it checked."""
+
+    report_type = "nonfinite_scan"
+    status_tones = SCAN_TONES
+    payload_properties = ("op", "is_certain")
+    status: ScanStatus
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
 class FindNanReport(NonfiniteScanReport):
     """``tl.debug.find_nan`` (live) and ``trace.find_nan()`` (saved payloads)."""
 
     report_type = "find_nan"
     is_stopped_early: bool = False
-    """A live run stopped right after the first non-finite output (later ops never ran)."""
+    """A live run stopped right after the first NaN (later ops never ran); an Inf never stops it."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -184,25 +222,10 @@ class BisectNanReport(NonfiniteScanReport):
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class NonfiniteReport(NonfiniteScanReport):
-    """``tl.debug.nonfinite_origin``: the op where the non-finite value was born."""
+class NonfiniteReport(NonfiniteScanReport, OriginFields):
+    """``tl.debug.nonfinite_origin``: the op where the non-finite value that matters was born."""
 
     report_type = "nonfinite"
-    num_nonfinite: int = 0
-    """Checked op outputs holding a non-finite value."""
-    num_propagated: int = 0
-    """Non-finite outputs downstream of a non-finite input (they merely carry it on)."""
-    num_unattributed: int = 0
-    """Non-finite outputs whose inputs were not checked (born there or carried through)."""
-    other_births: tuple[str, ...] = ()
-    """Later ops that also turned finite inputs into a non-finite output."""
-    nonfinite_params: tuple[str, ...] = ()
-    """Parameters/buffers of the origin op that are non-finite (live form only)."""
-    reaches_output: bool | None = None
-    """The non-finite value reached a model output (None when not known)."""
-    amp_hint: str = ""
-    anomaly_recipe: str = ""
-    """The ``torch.autograd.set_detect_anomaly`` recipe for what this tool cannot see."""
 
     @property
     def origin(self) -> FirstBadThing | None:
@@ -251,6 +274,11 @@ class BackwardNanReport(Report):
     grad_scale: float | None = None
     """The loss scale the caller disclosed (``scaler.get_scale()``), if any."""
     amp_hint: str = ""
+    """The AMP/GradScaler paragraph, only where it applies (an Inf-kind first bad gradient in
+    float16/bfloat16 with no ``grad_scale`` disclosed)."""
+    neutralised_births: tuple[int, ...] = ()
+    """Fire orders of births of Inf gradients that never reached a parameter gradient or a NaN
+    (healed on the way, e.g. by a clamp's mask): disclosed, not found."""
 
     @property
     def birth_order(self) -> int | None:
@@ -268,7 +296,10 @@ __all__ = [
     "NonfiniteKind",
     "NonfiniteReport",
     "NonfiniteScanReport",
+    "OriginFields",
     "Phase",
+    "ScanFields",
+    "ScanStatus",
     "Transition",
     "TransitionRow",
     "ValueStats",

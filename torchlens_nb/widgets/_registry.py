@@ -36,6 +36,7 @@ PANELS: dict[str, str] = {
     "doctor": TABLE_PANEL,
     "find_nan": "nonfinite",
     "grad_fn": "grad_fn",
+    "investigation": "nonfinite",  # the origin card and lineage of one replayed step
     "lineage": "lineage",
     "nonfinite": "nonfinite",
     "grad_health": "grad_health",

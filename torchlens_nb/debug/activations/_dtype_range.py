@@ -2,7 +2,10 @@
 
 Four hazards, each a finding code and a ``flags`` entry of the op's row:
 
-* ``nonfinite``: NaN or Inf values;
+* ``nonfinite``: NaN or Inf values that matter, judged by the NaN tools' rule
+  (``nonfinite/_paths.py``): a NaN always, an Inf when it reaches the output or a NaN. An Inf
+  neutralised on every path (a -inf causal mask before softmax) is flagged ``intentional_inf``
+  instead and disclosed, not found;
 * ``near_max``: a finite magnitude ``>= max_fraction * finfo(dtype).max`` (fp16 overflows at
   65504: the next multiply may turn it into Inf);
 * ``subnormal_heavy``: at least ``subnormal_fraction_threshold`` of ALL elements are subnormal
@@ -33,6 +36,8 @@ from ...report._nonfinite import ValueStats
 from .._segment_stats import SegmentStats, segment_stats
 from .._values import saved_tensors, where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
+from ..nonfinite._forward_scan import facts_from_stats
+from ..nonfinite._texts import intentional_text
 
 
 def dtype_range_rows(
@@ -43,10 +48,20 @@ def dtype_range_rows(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The pandas-free core of :func:`dtype_range`: ``(rows, attrs)``, one row per op.
 
-    ``attrs`` hold both thresholds, ``num_audited_ops``, ``num_ops`` and ``not_audited``
-    (``{"not_saved": n, "not_floating": n}``). Same arguments, errors and cost as
-    :func:`dtype_range`.
+    ``attrs`` hold both thresholds, ``num_audited_ops``, ``num_ops``, ``not_audited``
+    (``{"not_saved": n, "not_floating": n}``) and ``num_intentional`` (outputs holding an
+    intentional infinity). Same arguments, errors and cost as :func:`dtype_range`.
     """
+    rows, attrs, _ = _audit(
+        trace, max_fraction=max_fraction, subnormal_fraction_threshold=subnormal_fraction_threshold
+    )
+    return rows, attrs
+
+
+def _audit(
+    trace: Trace, *, max_fraction: float, subnormal_fraction_threshold: float
+) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+    """Rows, attrs and the disclosure of the intentional infinities (None when there is none)."""
     if not isinstance(trace, Trace):
         raise DiagnosticArgumentError(
             f"dtype_range reads a tl.trace(...) result, got {type(trace).__name__}."
@@ -90,11 +105,18 @@ def dtype_range_rows(
         else:
             not_audited["not_saved" if not op.has_saved else "not_floating"] += 1
     flat = segment_stats([t for _, tensors in audited for t in tensors])
+    pooled = []
     start = 0
-    finfos: dict[torch.dtype, Any] = {}
-    for row, tensors in audited:
-        stats, subnormals = _pooled(flat[start : start + len(tensors)])
+    for _, tensors in audited:
+        pooled.append(_pooled(flat[start : start + len(tensors)]))
         start += len(tensors)
+    facts = facts_from_stats(
+        trace, {row["op"]: stats for (row, _), (stats, _) in zip(audited, pooled)}
+    )
+    paths = facts.paths()
+    intentional = set(paths.intentional_holders)
+    finfos: dict[torch.dtype, Any] = {}
+    for (row, tensors), (stats, subnormals) in zip(audited, pooled):
         dtype = tensors[0].dtype
         finfo = finfos.get(dtype) or finfos.setdefault(dtype, torch.finfo(dtype))
         row["dtype"] = str(dtype).removeprefix("torch.")
@@ -110,7 +132,7 @@ def dtype_range_rows(
         row["subnormal_frac"] = subnormal = subnormals / stats.numel if stats.numel else 0.0
         flags = []
         if not stats.is_finite:
-            flags.append("nonfinite")
+            flags.append("intentional_inf" if row["op"] in intentional else "nonfinite")
         if max_abs is not None and max_abs >= max_fraction * finfo.max:
             flags.append("near_max")
         if subnormal and subnormal >= subnormal_fraction_threshold:
@@ -125,8 +147,9 @@ def dtype_range_rows(
         "num_audited_ops": len(audited),
         "num_ops": len(rows),
         "not_audited": not_audited,
+        "num_intentional": len(intentional),
     }
-    return rows, attrs
+    return rows, attrs, intentional_text(facts, paths)
 
 
 def dtype_range(
@@ -157,7 +180,7 @@ def dtype_range(
         >>> len(audit.findings), audit.num_audited_ops, audit.num_ops
         (0, 2, 2)
     """
-    rows, attrs = dtype_range_rows(
+    rows, attrs, intentional = _audit(
         trace, max_fraction=max_fraction, subnormal_fraction_threshold=subnormal_fraction_threshold
     )
     findings = _findings(trace, rows)
@@ -175,7 +198,7 @@ def dtype_range(
         )
     else:
         status, lead = "unknown", f"none of the {total} ops had a saved floating-point output."
-    disclosures = []
+    disclosures = [intentional] if intentional else []
     if audited < total:
         missing = attrs["not_audited"]
         disclosures.append(

@@ -17,6 +17,13 @@ unchecked  not saved (capture without ``save_grads``)
 A sink such as ``AccumulateGrad`` sends nothing on; it is judged by what it receives. The
 classification reads every gradient in two batched passes (finiteness, then kinds of the bad
 ones): one host sync per device each, never one per fire.
+
+The rule of the forward tools applies where the ledger can see it: a NaN is always a finding, an
+Inf only when it reaches something that matters. When every fire was checked, no NaN appears
+anywhere, and every parameter gradient (each ``AccumulateGrad`` sink) received finite values,
+the Inf births were healed on the way (a clamp's or a mask's backward zeroes them): they are
+disclosed in ``neutralised_births``, not found. The ledger records no edges between fires, so
+when something does matter, the earliest birth is headlined.
 """
 
 from __future__ import annotations
@@ -32,14 +39,23 @@ from ...report import Exit, Finding, Table
 from ...report._nonfinite import (
     TRANSITION_COLUMNS,
     BackwardNanReport,
+    Coverage,
     FirstBadThing,
     NonfiniteKind,
     Transition,
     TransitionRow,
 )
-from .._values import checkable, finite_flags, nonfinite_kinds, saved_tensors, value_stats
+from .._values import (
+    ValueClass,
+    checkable,
+    finite_flags,
+    nonfinite_kinds,
+    saved_tensors,
+    value_classes,
+    value_stats,
+)
 from ..lineage._walk import lineage_action
-from ._origin import amp_scaled_grads_hint
+from ._texts import HALF_DTYPES, STATUS_OF_COVERAGE, amp_scaled_grads_hint
 
 _State = Literal["finite", "nonfinite", "unknown", "none"]
 _TRANSITIONS: tuple[Transition, ...] = (
@@ -103,8 +119,8 @@ def bisect_nan_backward(
             f"grad_scale must be a positive finite number (scaler.get_scale()), got {grad_scale!r}."
         )
     fires = trace.backward_passes[bwd].fires
-    incoming = _states([f.grad_outputs for f in fires])
-    outgoing = _states([f.grad_inputs for f in fires])
+    incoming, _ = _states([f.grad_outputs for f in fires])
+    outgoing, sends_nan = _states([f.grad_inputs for f in fires])
     kinds = _kinds(fires, outgoing)
     rows = tuple(
         TransitionRow(
@@ -118,7 +134,7 @@ def bisect_nan_backward(
         )
         for f, i, o, k in zip(fires, incoming, outgoing, kinds)
     )
-    return _report(trace, bwd, rows, grad_scale)
+    return _report(trace, bwd, rows, grad_scale, any(sends_nan))
 
 
 def _select_pass(trace: Trace, bwd: Any) -> int:
@@ -148,14 +164,16 @@ def _group(grads: tuple[Any, ...]) -> list[torch.Tensor]:
     return [g for g in grads if checkable(g)]
 
 
-def _states(groups: list[tuple[Any, ...] | None]) -> list[_State]:
-    """Finiteness of each group of gradients, in one batch."""
+def _states(groups: list[tuple[Any, ...] | None]) -> tuple[list[_State], list[bool]]:
+    """Finiteness of each group of gradients and whether it holds a NaN, in one batch."""
     checked = [i for i, g in enumerate(groups) if g is not None and _group(g)]
-    flags = finite_flags([_group(groups[i]) for i in checked])  # type: ignore[arg-type]
+    found: list[ValueClass] = value_classes([_group(groups[i]) for i in checked])  # type: ignore[arg-type]
     states: list[_State] = ["unknown" if g is None else "none" for g in groups]
-    for index, is_finite in zip(checked, flags):
-        states[index] = "finite" if is_finite else "nonfinite"
-    return states
+    has_nan = [False] * len(groups)
+    for index, value_class in zip(checked, found):
+        states[index] = "finite" if value_class == "finite" else "nonfinite"
+        has_nan[index] = value_class == "nan"
+    return states, has_nan
 
 
 def _kinds(fires: list[GradFnFire], outgoing: list[_State]) -> list[NonfiniteKind | None]:
@@ -180,12 +198,36 @@ def _classify(order: int, incoming: _State, outgoing: _State) -> Transition:
     return "birth" if bad_out else "clean"
 
 
+def _neutralised(rows: tuple[TransitionRow, ...], counts: dict[str, int], any_nan: bool) -> bool:
+    """Every Inf birth healed before any parameter gradient, with no NaN and nothing unchecked."""
+    sinks = [r for r in rows if r.outgoing == "none" and r.incoming != "none"]
+    return (
+        counts["birth"] > 0
+        and counts["root_seed"] == 0
+        and counts["unchecked"] == 0
+        and not any_nan
+        and bool(sinks)
+        and all(r.incoming == "finite" for r in sinks)
+    )
+
+
 def _report(
-    trace: Trace, bwd: int, rows: tuple[TransitionRow, ...], grad_scale: float | None
+    trace: Trace,
+    bwd: int,
+    rows: tuple[TransitionRow, ...],
+    grad_scale: float | None,
+    any_nan: bool,
 ) -> BackwardNanReport:
-    counts = {name: sum(1 for r in rows if r.transition == name) for name in _TRANSITIONS}
-    head = next((r for r in rows if r.transition in ("birth", "root_seed")), None)
-    coverage = (
+    counts: dict[str, int] = {
+        name: sum(1 for r in rows if r.transition == name) for name in _TRANSITIONS
+    }
+    neutralised = _neutralised(rows, counts, any_nan)
+    head = (
+        None
+        if neutralised
+        else next((r for r in rows if r.transition in ("birth", "root_seed")), None)
+    )
+    coverage: Coverage = (
         "none" if counts["unchecked"] == len(rows) else "partial" if counts["unchecked"] else "full"
     )
     fires = trace.backward_passes[bwd].fires
@@ -195,6 +237,14 @@ def _report(
         f"backward pass {bwd} of {len(trace.backward_passes)}: {len(rows)} grad_fn "
         f"fires in measured order; {counts['unchecked']} unchecked."
     ]
+    births = tuple(r.order for r in rows if r.transition == "birth") if neutralised else ()
+    if births:
+        named = ", ".join(f"{rows[o].node} (fire {o})" for o in births[:3])
+        disclosures.append(
+            f"{len(births)} fire{'s' if len(births) != 1 else ''} sent on Inf gradients that "
+            f"were healed before any parameter gradient ({named}{', ...' if len(births) > 3 else ''}"
+            "): no NaN appeared and every parameter gradient is finite, so they do not matter."
+        )
     exits: list[Exit] = []
     actions: dict[str, Any] = {}
     if thing is not None:
@@ -225,17 +275,17 @@ def _report(
         )
     amp_hint = ""
     if thing is not None and thing.kind != "nan":
-        if grad_scale is None:
+        if grad_scale is not None:
+            disclosures.append(
+                f"gradients carry the disclosed loss scale {grad_scale:g}; an Inf "
+                "in fp16 at this scale may be overflow that GradScaler skips."
+            )
+        elif head is not None and _is_half(fires[head.order], head):
             sinks = [r for r in rows if r.outgoing == "none" and r.incoming != "unknown"]
             amp_hint = amp_scaled_grads_hint(
                 all_nonfinite=bool(sinks) and all(r.incoming == "nonfinite" for r in sinks)
             )
             disclosures.append(amp_hint)
-        else:
-            disclosures.append(
-                f"gradients carry the disclosed loss scale {grad_scale:g}; an Inf "
-                "in fp16 at this scale may be overflow that GradScaler skips."
-            )
     table = Table.from_dicts(
         "transitions",
         [_row_dict(r) for r in rows],
@@ -244,12 +294,8 @@ def _report(
     )
     return BackwardNanReport(
         subject=f"{trace.model_type} backward {bwd} ({len(rows)} fires)",
-        status=(
-            "found"
-            if thing
-            else {"full": "clean", "partial": "partial", "none": "unchecked"}[coverage]
-        ),
-        lead=_lead(thing, counts, len(rows), coverage),
+        status="found" if thing else STATUS_OF_COVERAGE[coverage],
+        lead=_lead(thing, counts, len(rows), coverage, neutralised),
         findings=tuple(findings),
         tables=(table,),
         disclosures=tuple(disclosures),
@@ -264,7 +310,14 @@ def _report(
         coverage=coverage,
         grad_scale=grad_scale,
         amp_hint=amp_hint,
+        neutralised_births=births,
     )
+
+
+def _is_half(fire: GradFnFire, row: TransitionRow) -> bool:
+    """The first bad gradient is float16/bfloat16 (the only case a GradScaler overflow can be)."""
+    bad = fire.grad_outputs if row.transition == "root_seed" else fire.grad_inputs
+    return any(str(g.dtype).removeprefix("torch.") in HALF_DTYPES for g in _group(bad or ()))
 
 
 def _row_dict(row: TransitionRow) -> dict[str, Any]:
@@ -342,7 +395,18 @@ def _forward_note(trace: Trace, label: str) -> list[Finding]:
     ]
 
 
-def _lead(thing: FirstBadThing | None, counts: dict[str, int], total: int, coverage: str) -> str:
+def _lead(
+    thing: FirstBadThing | None,
+    counts: dict[str, int],
+    total: int,
+    coverage: str,
+    neutralised: bool,
+) -> str:
+    if thing is None and neutralised:
+        return (
+            f"no NaN, and no Inf that reaches a parameter gradient, in the {total} grad_fn "
+            "fires (all checked)."
+        )
     if thing is None:
         if coverage == "none":
             return (

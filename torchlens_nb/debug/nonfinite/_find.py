@@ -2,7 +2,9 @@
 
 The live form runs the forward once with ``save=False`` and a tripwire that checks each
 floating-point op output (its ``aminmax``: NaN and Inf show in the extremes) and stops right
-after the first non-finite one: no activation is kept, only the statistics of that one value. The saved forms read
+after the first NaN: an Inf does not stop it, since it may be an intentional infinity (a -inf
+causal mask that softmax neutralises) and is an origin only if it reaches the output or a NaN.
+No activation is kept, only the statistics of possible births. The saved forms read
 a trace's payloads in one batch (one host sync per device); on a selective-save trace the result
 names the unsaved ops that could hold the real origin (the uncertainty zone) instead of claiming
 certainty. ``debug/_audit.py`` imports ``find_nan_in_trace`` and ``bisect_nan`` from here.
@@ -17,15 +19,19 @@ from ...errors import DiagnosticArgumentError
 from ...report import Finding
 from ...report._nonfinite import BisectNanReport, FindNanReport
 from ._forward_scan import ForwardFacts, run_live, scan_saved
-from ._origin import lead_text, scan_report_fields, status_of, subject_of
+from ._origin import scan_report_fields
+from ._texts import lead_text, status_of, subject_of
 
 
 def find_nan(model: Any, inputs: Any = None, **trace_kwargs: Any) -> FindNanReport:
-    """Run ``model`` once and stop at the first op whose output holds a NaN or Inf.
+    """Run ``model`` once and name the first op whose NaN or Inf matters; stop at the first NaN.
 
-    Memory-light: the capture saves nothing (``save=False``) and keeps only the statistics of the
-    first bad output; the model output and gradients are dropped. Cost: one reduction
-    (``is_all_finite``) and one host sync per floating-point op output
+    A NaN always matters; an Inf matters when it reaches the model output or a NaN (then the
+    origin is the first op on that path): a -inf mask neutralised by softmax does not, so the run
+    keeps going past it, and it is disclosed (``intentional_infinities``), not reported.
+    Memory-light: the capture saves nothing (``save=False``) and keeps a few facts per op and the
+    statistics of possible births; the model output and gradients are dropped. Cost: one
+    reduction (``aminmax``) and one host sync per floating-point op output
     (``benchmarks/bench_nan.py`` measures it against a plain forward on GPT-2 small). Passing a
     ``Trace`` instead of a model scans its saved values, like ``trace.find_nan()``.
 
@@ -37,7 +43,8 @@ def find_nan(model: Any, inputs: Any = None, **trace_kwargs: Any) -> FindNanRepo
 
     Returns:
         A ``FindNanReport``: ``found``, ``kind`` (``nan``/``inf``/``-inf``/``mixed``) and the op
-        with its module, file:line and code; a clean result says how many outputs it checked.
+        with its module, file:line and code; a clean result says how many outputs it checked
+        (and which ops hold an infinity by design).
 
     Raises:
         DiagnosticArgumentError: ``save`` other than False or an unknown keyword.
@@ -70,7 +77,7 @@ def find_nan(model: Any, inputs: Any = None, **trace_kwargs: Any) -> FindNanRepo
 
 
 def find_nan_in_trace(trace: Trace) -> FindNanReport:
-    """``trace.find_nan()``: the first saved op output holding a NaN or Inf.
+    """``trace.find_nan()``: the first saved op output holding a NaN, or an Inf that matters.
 
     Accepts a ``Trace`` or a ``PartialTrace``. Unsaved ops are never assumed finite: when one
     could hold the origin, ``uncertainty_zone`` lists them and ``is_certain`` is False.
@@ -88,7 +95,10 @@ def find_nan_in_trace(trace: Trace) -> FindNanReport:
 
 
 def bisect_nan(trace: Trace) -> BisectNanReport:
-    """The first saved op, in execution order, whose output holds a NaN or Inf.
+    """The first saved op, in execution order, whose output holds a NaN, or an Inf that matters.
+
+    An Inf matters when it reaches the model output or a NaN (the same rule as every NaN tool);
+    an intentional infinity (a -inf mask neutralised by softmax) is disclosed, not found.
 
     Never raises on a finite trace: ``found`` is False and the lead says how many outputs were
     checked. One batched pass over the saved values (one host sync per device). Pair it with
@@ -115,7 +125,7 @@ def _scan(trace: Any, name: str) -> ForwardFacts:
 
 
 def _report(cls: type[Any], facts: ForwardFacts, **extra: Any) -> Any:
-    label = facts.nonfinite[0] if facts.nonfinite else None
+    label = facts.paths().origin
     fields = scan_report_fields(facts, label)
     thing = fields["first_bad_thing"]
     if thing is not None:
@@ -133,11 +143,13 @@ def _report(cls: type[Any], facts: ForwardFacts, **extra: Any) -> Any:
     lead = lead_text(thing, facts, "first appears")
     disclosures = list(fields.pop("disclosures"))
     if extra.get("is_stopped_early"):
-        lead = lead[:-1] + f"; the run stopped there, after {len(facts.trace)} ops."
+        last = facts.ops[-1].label
+        where = "there" if last == label else f"at the first NaN ({last})"
+        lead = lead[:-1] + f"; the run stopped {where}, after {len(facts.trace)} ops."
         disclosures.append(
-            "the live run stopped at the first non-finite output: later ops "
-            "never ran; tl.debug.nonfinite_origin(model, inputs) runs to the end "
-            "and counts what the value poisoned."
+            "the live run stopped at the first NaN: later ops never ran; "
+            "tl.debug.nonfinite_origin(model, inputs) runs to the end and counts what the value "
+            "poisoned."
         )
     return cls(
         subject=subject_of(facts),

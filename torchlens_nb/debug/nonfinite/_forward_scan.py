@@ -5,18 +5,18 @@ Two sources fill the same :class:`ForwardFacts`:
 * ``scan_saved(trace)`` reads the payloads a trace saved (batched: one host sync per device);
 * ``run_live(model, inputs)`` checks each floating-point op output while the forward runs, through
   the capture's tripwire, with ``save=False``: no activation is kept, only the statistics of the
-  bad outputs. One reduction (``is_all_finite``) and one host sync per floating-point op.
+  bad outputs. One reduction (``value_class``: aminmax) and one host sync per floating-point op.
 
-Then every non-finite op gets a cause: ``birth`` (all its inputs checked finite: the value was
-born here), ``propagated`` (a non-finite input reached it, directly or through unchecked ops), or
-``unattributed`` (its inputs were not checked, so it may be a birth or a carrier: the unchecked
-ancestors form its *uncertainty zone*). The origin is the first op, in execution order, that is
-not ``propagated``; no op downstream of a non-finite input can be named the origin.
+Which of the non-finite values matter, and where the one that matters was born, is read from
+these facts by ``_paths.read_paths`` (a NaN always matters; an Inf only when it reaches a model
+output, a NaN or a parameter). The live run keeps going past an Inf and stops at the first NaN
+(``stop_at_first``) or runs to the output, so an intentional -inf (a causal mask) never ends it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -28,18 +28,19 @@ from ...capture import Op, Trace, run_capture, validate_model
 from ...errors import DiagnosticArgumentError, ForwardError
 from ...options import CaptureOptions
 from ...report._lineage import CheckedBy, Finiteness
-from ...report._nonfinite import Coverage, ValueStats
+from ...report._nonfinite import Coverage, NonfiniteKind, ValueStats
 from .._isolation import preserved_model_state
 from .._values import (
+    ValueClass,
     checkable,
-    finite_flags,
-    is_all_finite,
     is_float_dtype,
+    nonfinite_kinds,
     saved_tensors,
+    value_class,
+    value_classes,
     value_stats,
 )
-
-Cause = Literal["birth", "propagated", "unattributed"]
+from ._paths import Paths, read_paths
 
 MAX_ZONE_LABELS = 64
 """An uncertainty zone lists at most this many ops (the nearest ones); its size is exact."""
@@ -56,32 +57,36 @@ class ForwardFacts:
     stats: dict[str, ValueStats] = field(default_factory=dict)
     partial: set[str] = field(default_factory=set)
     """Multi-output ops checked live on their first output only (the rest count as unknown)."""
+    nan: set[str] = field(default_factory=set)
+    """Non-finite op outputs holding a NaN (the others hold only +/-Inf)."""
     nonfinite_params: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Live form: op label -> its parameters/buffers holding a non-finite value."""
+    """Live form: op label -> the parameters/buffers it read that hold a non-finite value (every
+    non-finite op that reads parameters is checked, each parameter once)."""
     forward_error: BaseException | None = None
     """The exception the model's forward raised (live form), if it raised."""
     is_stopped_early: bool = False
-    _causes: dict[str, Cause] | None = None
+    """The live run stopped at the first NaN (later ops never ran)."""
+    _paths: Paths | None = None
 
-    # ----- counts -------------------------------------------------------------------------
+    # ----- counts (read once the facts are complete: each is computed on first use) --------
     @property
     def ops(self) -> list[Op]:
         return self.trace.ops
 
-    @property
+    @functools.cached_property
     def nonfinite(self) -> list[str]:
         """Labels of the non-finite op outputs, in execution order."""
         return [op.label for op in self.ops if self.state.get(op.label) == "nonfinite"]
 
-    @property
+    @functools.cached_property
     def num_checked(self) -> int:
         return sum(1 for how in self.checked_by.values() if how != "dtype")
 
-    @property
+    @functools.cached_property
     def num_exact(self) -> int:
         return sum(1 for how in self.checked_by.values() if how == "dtype")
 
-    @property
+    @functools.cached_property
     def num_unchecked(self) -> int:
         return sum(1 for op in self.ops if self.state.get(op.label, "unknown") == "unknown")
 
@@ -96,36 +101,16 @@ class ForwardFacts:
     def finiteness(self, label: str) -> Finiteness:
         return self.state.get(label, "unknown")
 
-    # ----- causes -------------------------------------------------------------------------
-    def _is_known_finite(self, label: str) -> bool:
+    # ----- what matters ---------------------------------------------------------------------
+    def is_known_finite(self, label: str) -> bool:
+        """Checked finite, on every output (a multi-output op checked on its first is not)."""
         return self.state.get(label) == "finite" and label not in self.partial
 
-    def causes(self) -> dict[str, Cause]:
-        """Cause of every non-finite op (one pass in execution order; parents come first)."""
-        if self._causes is not None:
-            return self._causes
-        tainted: dict[str, bool] = {}
-        causes: dict[str, Cause] = {}
-        for op in self.ops:
-            state = self.state.get(op.label, "unknown")
-            reached = any(tainted.get(p, False) for p in op.parents)
-            if state == "nonfinite":
-                tainted[op.label] = True
-                if reached:
-                    causes[op.label] = "propagated"
-                elif all(self._is_known_finite(p) for p in op.parents):
-                    causes[op.label] = "birth"
-                else:
-                    causes[op.label] = "unattributed"
-            else:
-                tainted[op.label] = reached and not self._is_known_finite(op.label)
-        self._causes = causes
-        return causes
-
-    def origin(self) -> str | None:
-        """The first non-finite op, in execution order, that is not merely propagating."""
-        causes = self.causes()
-        return next((label for label in self.nonfinite if causes[label] != "propagated"), None)
+    def paths(self) -> Paths:
+        """Causes, reach and origin of the non-finite values (computed once, ``_paths``)."""
+        if self._paths is None:
+            self._paths = read_paths(self)
+        return self._paths
 
     def zone(self, label: str) -> tuple[tuple[str, ...], int]:
         """Unchecked ancestors of ``label`` reachable through unchecked ops only.
@@ -140,7 +125,7 @@ class ForwardFacts:
                 for parent in self.trace[current].parents:
                     if (
                         parent not in seen
-                        and not self._is_known_finite(parent)
+                        and not self.is_known_finite(parent)
                         and self.state.get(parent) != "nonfinite"
                     ):
                         seen[parent] = None
@@ -148,6 +133,17 @@ class ForwardFacts:
             frontier = following
         ordered = list(seen)
         return tuple(ordered[:MAX_ZONE_LABELS]), len(ordered)
+
+    def kinds_of(self, labels: Sequence[str]) -> list[NonfiniteKind | None]:
+        """The non-finite kind of each op output: from its statistics when kept (live births),
+        else from its saved value (one batched read); None when neither is there."""
+        kinds: dict[str, NonfiniteKind | None] = {
+            label: self.stats[label].kind for label in labels if label in self.stats
+        }
+        saved = [lab for lab in labels if lab not in kinds and saved_tensors(self.trace[lab].out)]
+        found = nonfinite_kinds([saved_tensors(self.trace[label].out) for label in saved])
+        kinds.update(zip(saved, found))
+        return [kinds.get(label) for label in labels]
 
     def ensure_stats(self, labels: Sequence[str]) -> None:
         """Compute statistics of the saved values of ``labels`` that lack them (one batch)."""
@@ -174,28 +170,63 @@ def scan_saved(trace: Trace) -> ForwardFacts:
         elif not is_float_dtype(op.dtype):
             facts.state[op.label] = "finite"
             facts.checked_by[op.label] = "dtype"
-    for label, is_finite in zip(labels, finite_flags(values)):
-        facts.state[label] = "finite" if is_finite else "nonfinite"
-        facts.checked_by[label] = "saved"
+    for label, found in zip(labels, value_classes(values)):
+        record(facts, label, found, "saved")
     return facts
 
 
+def facts_from_stats(trace: Trace, stats: dict[str, ValueStats]) -> ForwardFacts:
+    """The :class:`ForwardFacts` of saved values whose statistics are already computed (the
+    ``dtype_range`` audit), so the rule of the NaN tools applies without a second read."""
+    facts = ForwardFacts(trace=trace, mode="saved", stats=dict(stats))
+    for op in trace.ops:
+        stat = stats.get(op.label)
+        if stat is not None:
+            found: ValueClass = "finite" if stat.is_finite else "nan" if stat.nan_count else "inf"
+            record(facts, op.label, found, "saved")
+        elif not is_float_dtype(op.dtype):
+            facts.state[op.label] = "finite"
+            facts.checked_by[op.label] = "dtype"
+    return facts
+
+
+def record(facts: Any, label: str, found: ValueClass, checked_by: CheckedBy) -> None:
+    """Write one value's class into ``facts`` (a :class:`ForwardFacts` or the live check)."""
+    facts.state[label] = "finite" if found == "finite" else "nonfinite"
+    facts.checked_by[label] = checked_by
+    if found == "nan":
+        facts.nan.add(label)
+
+
 class _LiveCheck:
-    """The tripwire of a live run: checks each output, keeps statistics of bad ones only."""
+    """The tripwire of a live run: classifies each output, keeps statistics of births only.
+
+    Per op it keeps a few words (state, how checked, NaN or not); the statistics of a value
+    (8 numbers) only where no input was non-finite (a possible birth, an Inf mask included).
+    Every non-finite op that reads parameters has them checked, each parameter once.
+    """
 
     def __init__(self, model: nn.Module, stop_at_first: bool) -> None:
         self.state: dict[str, Finiteness] = {}
         self.checked_by: dict[str, CheckedBy] = {}
         self.stats: dict[str, ValueStats] = {}
         self.partial: set[str] = set()
+        self.nan: set[str] = set()
         self.nonfinite_params: dict[str, tuple[str, ...]] = {}
         self.is_stopped_early = False
         self._stop_at_first = stop_at_first
-        self._params = dict(model.named_parameters())
+        self._params: dict[str, torch.Tensor] = dict(model.named_parameters())
         self._params.update(model.named_buffers())
+        self._param_finite: dict[str, bool] = {}
 
     def _known_finite(self, labels: Sequence[str]) -> bool:
         return all(self.state.get(p) == "finite" and p not in self.partial for p in labels)
+
+    def _bad_params(self, op: Op) -> tuple[str, ...]:
+        for name in op.param_names:
+            if name in self._params and name not in self._param_finite:
+                self._param_finite[name] = value_class(self._params[name].detach()) == "finite"
+        return tuple(n for n in op.param_names if not self._param_finite.get(n, True))
 
     def __call__(self, op: Op, value: Any) -> bool:
         if isinstance(value, torch.Tensor) and not (
@@ -206,10 +237,9 @@ class _LiveCheck:
             return False
         if not checkable(value):
             return False
-        is_finite = is_all_finite(value)  # one aminmax, one host sync per op
-        self.state[op.label] = "finite" if is_finite else "nonfinite"
-        self.checked_by[op.label] = "live"
-        if is_finite:
+        found = value_class(value)  # one aminmax, one host sync per op
+        record(self, op.label, found, "live")
+        if found == "finite":
             # the tripwire sees the first output only: the others of a multi-output op are
             # known finite only when they are views of finite inputs (split, chunk, unbind)
             if op.num_outputs > 1 and not (op.is_view and self._known_finite(op.parents)):
@@ -217,27 +247,33 @@ class _LiveCheck:
             return False
         if not any(self.state.get(p) == "nonfinite" for p in op.parents):
             self.stats[op.label] = value_stats([[value]])[0]
-            bad = [
-                name
-                for name in op.param_names
-                if name in self._params
-                and not bool(torch.isfinite(self._params[name].detach()).all())
-            ]
-            if bad:
-                self.nonfinite_params[op.label] = tuple(bad)
-        self.is_stopped_early = self._stop_at_first
-        return self._stop_at_first
+        bad = self._bad_params(op)
+        if bad:
+            self.nonfinite_params[op.label] = bad
+        # an Inf may be a mask that a later softmax neutralises: only a NaN ends the run
+        stop = self._stop_at_first and found == "nan"
+        self.is_stopped_early = stop
+        return stop
 
 
 def run_live(
-    model: Any, inputs: Any, *, stop_at_first: bool, trace_kwargs: dict[str, Any]
+    model: Any,
+    inputs: Any,
+    *,
+    stop_at_first: bool,
+    trace_kwargs: dict[str, Any],
+    backward: bool = False,
 ) -> ForwardFacts:
     """Run ``model`` once with every floating-point op output checked; keep no activation.
 
-    ``trace_kwargs`` may hold ``capture=CaptureOptions(...)`` (hook plans, source lines) and
-    ``save=False``. Gradients and the model output are never kept. A forward that raises is
-    reported through ``forward_error`` with the facts gathered before the raise. The model's
-    buffers and the global RNG streams are restored afterwards (``preserved_model_state``).
+    ``stop_at_first`` ends the run right after the first NaN (an Inf never ends it: it may be
+    neutralised later). ``trace_kwargs`` may hold ``capture=CaptureOptions(...)`` (hook plans,
+    source lines) and ``save=False``. Gradients and the model output are not kept, unless
+    ``backward`` is set: then the trace keeps its output and every op's grad_fn with gradient
+    logging (``save_grads``) so ``trace.backward(loss)`` can follow (``investigate``). A forward
+    that raises is reported through ``forward_error`` with the facts gathered before the raise.
+    The model's buffers and the global RNG streams are restored afterwards
+    (``preserved_model_state``).
 
     Raises:
         DiagnosticArgumentError: an unknown keyword, or ``save`` other than False.
@@ -260,7 +296,7 @@ def run_live(
             f"capture must be tl.options.CaptureOptions(...), got {type(options).__name__}."
         )
     options = dataclasses.replace(
-        options, keep_output=False, backward_ready=False, save_grads=False
+        options, keep_output=backward, backward_ready=backward, save_grads=backward
     )
     check = _LiveCheck(model, stop_at_first)
     error: BaseException | None = None
@@ -280,6 +316,7 @@ def run_live(
         checked_by=check.checked_by,
         stats=check.stats,
         partial=check.partial,
+        nan=check.nan,
         nonfinite_params=check.nonfinite_params,
         forward_error=error,
         is_stopped_early=check.is_stopped_early,

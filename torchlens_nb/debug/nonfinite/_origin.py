@@ -1,114 +1,51 @@
-"""``tl.debug.nonfinite_origin``: the op where a NaN/Inf was born, and the texts every NaN tool
-shares (the AMP/GradScaler hint, the anomaly-mode recipe, the scope sentence, the lead).
+"""``tl.debug.nonfinite_origin``: the op where a NaN/Inf that matters was born, and the fields
+every forward NaN report shares (``scan_report_fields``).
 
-The origin is the first op, in execution order, whose inputs are all finite and whose output is
-not (see ``_forward_scan``); every later non-finite output downstream of it is counted as merely
-propagating. The tool never runs anomaly mode itself: a second execution can mutate state and
-follow another stochastic path, so it prints the recipe for the user to run.
+The origin is the first op, in execution order, whose inputs are all finite, whose output is not,
+and whose value reaches something that matters: a model output, a NaN, a parameter written in
+place (``_paths``). Every later non-finite output carrying that value is counted as propagating,
+never named as origin; an Inf consumed and neutralised on every path (a causal mask before
+softmax) is disclosed as intentional. The tool never runs anomaly mode itself: a second
+execution can mutate state and follow another stochastic path, so it prints the recipe.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ...capture import Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding
-from ...report._nonfinite import NonfiniteReport
+from ...report._nonfinite import FirstBadThing, NonfiniteReport
 from .._values import first_bad_thing, where_of
 from ..lineage._walk import lineage_action, lineage_of_facts
 from ._forward_scan import ForwardFacts, run_live, scan_saved
-
-ANOMALY_RECIPE = """\
-# What a forward scan cannot see: a NaN born in backward (its forward is finite), or an error
-# inside a custom autograd Function. torch's anomaly mode covers both. It re-runs your step (so
-# state, RNG and data order move on) and costs about 1.2-1.3x a step: run it once, by hand.
-import torch
-with torch.autograd.set_detect_anomaly(True, check_nan=True):
-    loss = loss_fn(model(inputs), targets)
-    loss.backward()  # raises at the first backward node that returns NaN and prints the
-                     # forward traceback of the op that created that node"""
-
-BACKWARD_RECIPE = (
-    "trace = tl.trace(model, inputs, capture=tl.options.CaptureOptions("
-    "save_grads=True)); trace.backward(loss_fn(trace.output)); "
-    "tl.debug.bisect_nan_backward(trace)"
+from ._texts import (
+    ANOMALY_EXIT,
+    ANOMALY_RECIPE,
+    BACKWARD_RECIPE,
+    NOT_COVERED,
+    amp_forward_hint,
+    half_precision_note,
+    intentional_text,
+    lead_text,
+    scope_text,
+    status_of,
+    subject_of,
 )
-"""The post-hoc alternative to anomaly mode: log one backward and classify its fires."""
-
-ANOMALY_EXIT = Exit(
-    "Anomaly-mode recipe (run it by hand)",
-    "with torch.autograd.set_detect_anomaly(True, check_nan=True): "
-    "loss_fn(model(inputs), targets).backward()",
-)
-"""The recipe as an exit: shown on the card, never run by a panel (no action)."""
-
-_AMP_FORWARD = (
-    "AMP: values are checked as computed (an fp16 overflow under autocast is a real "
-    "Inf of that forward); gradients scaled by a GradScaler are outside a forward "
-    "scan (report.amp_hint)."
-)
-
-_NOT_COVERED = (
-    "not covered: NaNs born in backward (finite forward) and inside custom autograd "
-    "Functions; run tl.debug.bisect_nan_backward on a logged backward, or the "
-    "torch.autograd.set_detect_anomaly recipe (report.anomaly_recipe) by hand."
-)
-
-
-def amp_scaled_grads_hint(all_nonfinite: bool = False) -> str:
-    """The one AMP/GradScaler disclosure shared by the NaN and gradient diagnostics.
-
-    Args:
-        all_nonfinite: the variant for a result where every checked gradient is non-finite, the
-            signature of a loss-scale overflow rather than of one bad op.
-
-    Example:
-        >>> amp_scaled_grads_hint().startswith("Gradients captured under torch.amp.GradScaler")
-        True
-    """
-    text = (
-        "Gradients captured under torch.amp.GradScaler carry the loss scale (about 2**16 = "
-        "65536 at the default init_scale): pass grad_scale=scaler.get_scale() so magnitudes "
-        "read unscaled. In fp16 an Inf gradient can be loss-scale overflow, which the scaler "
-        "detects and skips (the step is not applied and the scale halves): that is the "
-        "mechanism working, not proof of a bad op."
-    )
-    if all_nonfinite:
-        text += (
-            " Every checked gradient here is non-finite, the typical signature of scale "
-            "overflow: compare with a step after the scale has halved before debugging "
-            "the model."
-        )
-    return text
-
-
-# ----- shared by find_nan, bisect_nan and nonfinite_origin ----------------------------------
-def scope_text(facts: ForwardFacts) -> str:
-    """``checked 12 of 14 floating-point op outputs (2 not saved); 3 integer outputs ...``."""
-    total = facts.num_checked + facts.num_unchecked
-    how = "live" if facts.mode == "live" else "saved"
-    text = f"checked {facts.num_checked} of {total} floating-point op outputs ({how} values)"
-    if facts.num_unchecked:
-        text += f"; {facts.num_unchecked} not checked (not saved)"
-    if facts.partial:
-        text += (
-            f"; {len(facts.partial)} multi-output ops checked on their first output only "
-            f"(e.g. {sorted(facts.partial)[0]})"
-        )
-    if facts.num_exact:
-        text += f"; {facts.num_exact} integer/bool outputs are finite by dtype"
-    if facts.trace.is_partial:
-        text += f"; the forward ended after {len(facts.trace)} ops, later ops never ran"
-    return text
 
 
 def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]:
     """Fields, findings, exits and actions common to the forward NaN reports."""
     trace = facts.trace
+    paths = facts.paths()
     findings: list[Finding] = []
     exits: list[Exit] = []
     disclosures = [scope_text(facts)]
+    intentional = intentional_text(facts, paths)
+    if intentional:
+        disclosures.append(intentional)
     fields: dict[str, Any] = dict(
         mode=facts.mode,
         num_ops=len(trace),
@@ -117,6 +54,8 @@ def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]
         num_exact=facts.num_exact,
         coverage=facts.coverage,
         found=label is not None,
+        intentional_infinities=paths.intentional,
+        num_intentional=len(paths.intentional_holders),
     )
     if facts.forward_error is not None:
         error = facts.forward_error
@@ -131,12 +70,12 @@ def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]
         )
     if label is None:
         fields.update(kind=None, first_bad_thing=None)
-        disclosures.append(_NOT_COVERED)
+        disclosures.append(NOT_COVERED)
         exits.append(Exit("Check the backward", BACKWARD_RECIPE))
         return dict(fields, findings=findings, disclosures=disclosures, exits=exits, actions={})
     facts.ensure_stats([label])
     op = trace[label]
-    cause = facts.causes()[label]
+    cause = paths.causes[label]
     thing = first_bad_thing(op, facts.stats[label], is_proven=cause == "birth")
     fields.update(kind=thing.kind, first_bad_thing=thing)
     if cause == "unattributed":
@@ -153,6 +92,11 @@ def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]
                 fields={"zone": zone, "zone_size": size},
             )
         )
+    if paths.reach[label] == "maybe":
+        disclosures.append(
+            f"whether the value of {label} reaches the output is not known: it flows only "
+            "into values that were not checked, or the forward ended before it was consumed."
+        )
     exits.append(
         Exit(
             "Show lineage",
@@ -161,99 +105,60 @@ def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]
             args={"label": label},
         )
     )
-    # the live record without the forward's exception, whose traceback would pin frames
-    live = (
-        None
-        if facts.mode == "saved"
-        else ForwardFacts(
-            trace=facts.trace,
-            mode="live",
-            state=facts.state,
-            checked_by=facts.checked_by,
-            stats=facts.stats,
-            partial=facts.partial,
-        )
-    )
     role = "origin" if thing.is_proven else "first non-finite seen"
     fields["lineage_role"] = role
-    fields["lineage_nodes"] = lineage_of_facts(
-        facts.trace,
-        label,
-        direction="both",
-        max_depth=1,
-        facts=live,
-        highlight=label,
-        highlight_role=role,
-    ).nodes
+    fields.update(lineage_fields(facts, label, role))
     actions = {
-        "lineage": lineage_action(facts.trace, live, label, role, label=label, direction="both"),
-        "expand": lineage_action(facts.trace, live, label, role),
+        "lineage": lineage_action(
+            trace, metadata_only(facts), label, role, label=label, direction="both"
+        ),
+        "expand": lineage_action(trace, metadata_only(facts), label, role),
     }
     return dict(fields, findings=findings, disclosures=disclosures, exits=exits, actions=actions)
 
 
-def lead_text(thing: Any, facts: ForwardFacts, verb: str) -> str:
-    """The one-sentence verdict of a forward scan (``verb``: "born" or "first seen")."""
-    if thing is None:
-        if facts.coverage == "none":
-            return (
-                "nothing checked: no floating-point op output was saved; run "
-                "tl.debug.find_nan(model, inputs) or recapture with save=True."
-            )
-        if facts.coverage == "full":
-            return (
-                f"no NaN or Inf in any of the {facts.num_checked} floating-point op outputs "
-                "(all checked)."
-            )
-        missing = (
-            f"{facts.num_unchecked} were not checked"
-            if facts.num_unchecked
-            else "the rest were not checked"
-        )
-        return (
-            f"no NaN or Inf in the {facts.num_checked} checked floating-point op outputs; "
-            f"{missing}."
-        )
-    code = f": `{thing.code}`" if thing.code else ""  # no source text for exec'd code
-    source = f" (line {thing.line}{code})" if thing.line else ""
-    if thing.func == "input":
-        return f"the model input {thing.op} already holds {thing.kind}{source}."
-    place = f" in {thing.module}" if thing.module else ""
-    proof = (
-        "; its inputs were checked finite"
-        if thing.is_proven
-        else "; its inputs were not all checked, see the uncertainty zone"
-    )
-    return f"{thing.kind} {verb} at {thing.op}{place}{source}{proof}."
+def metadata_only(facts: ForwardFacts) -> ForwardFacts | None:
+    """The live record without the forward's exception (its traceback would pin frames); None
+    for a saved trace (the lineage then reads the saved values, holding the trace weakly)."""
+    if facts.mode == "saved":
+        return None
+    return dataclasses.replace(facts, forward_error=None, nonfinite_params={}, _paths=None)
 
 
-def status_of(facts: ForwardFacts, found: bool) -> str:
-    """``found``, ``clean`` (full coverage), ``partial`` (clean where checked) or ``unchecked``."""
-    if found:
-        return "found"
-    return {"full": "clean", "partial": "partial", "none": "unchecked"}[facts.coverage]
-
-
-def subject_of(facts: ForwardFacts) -> str:
-    return f"{facts.trace.model_type} ({facts.mode}, {len(facts.trace)} ops)"
+def lineage_fields(facts: ForwardFacts, label: str, role: str) -> dict[str, Any]:
+    """``lineage_nodes``: the first ring both ways around ``label`` (the panel starts there)."""
+    nodes = lineage_of_facts(
+        facts.trace,
+        label,
+        direction="both",
+        max_depth=1,
+        facts=metadata_only(facts),
+        highlight=label,
+        highlight_role=role,
+    ).nodes
+    return {"lineage_nodes": nodes}
 
 
 def nonfinite_origin(
     trace_or_model: Any, inputs: Any = None, **trace_kwargs: Any
 ) -> NonfiniteReport:
-    """Name the op where a NaN/Inf was born: module, file:line and code, and what it poisoned.
+    """Name the op where a NaN/Inf that matters was born: module, file:line, code, what it poisoned.
 
     ``nonfinite_origin(trace)`` reads the trace's saved values (no rerun);
     ``nonfinite_origin(model, inputs, capture=...)`` runs one memory-light forward that checks
     every floating-point op output as it is produced and keeps none of them (one reduction and
-    one host sync per op; only the bad values' statistics are kept).
+    one host sync per op; only the statistics of possible births are kept).
 
-    The origin is the first op whose inputs are all finite and whose output is not; later
-    non-finite outputs downstream of it are counted as propagating, never named as origin. With
-    unsaved inputs the origin is marked unproven and the unchecked ops that could hold it are
-    listed (``uncertainty_zone``). A clean result is scoped to the values checked. NaNs born in
-    backward and errors inside custom autograd Functions are outside a forward scan: the report
-    carries the ``torch.autograd.set_detect_anomaly`` recipe, which it never runs itself.
+    The origin is the first op whose inputs are all finite, whose output is not, and whose value
+    reaches a model output, a NaN or a parameter written in place. A NaN always counts; an Inf
+    consumed and neutralised on every path (a -inf causal mask that softmax turns into 0, a -inf
+    sentinel removed by clamp, where, max, masked_fill or an integer cast) does not: it is
+    listed in ``intentional_infinities`` and disclosed, never the headline. Later non-finite
+    outputs carrying the origin's value are counted as propagating (per birth), never named as
+    origin. With unsaved inputs the origin is marked unproven and the unchecked ops that could
+    hold it are listed (``uncertainty_zone``). A clean result is scoped to the values checked.
+    NaNs born in backward and errors inside custom autograd Functions are outside a forward scan:
+    the report carries the ``torch.autograd.set_detect_anomaly`` recipe, which it never runs.
 
     Raises:
         DiagnosticArgumentError: a trace with inputs, a model without inputs, or bad keywords.
@@ -285,47 +190,33 @@ def nonfinite_origin(
 
 def origin_report(facts: ForwardFacts) -> NonfiniteReport:
     """Build the :class:`NonfiniteReport` of ``facts``."""
-    label = facts.origin()
+    paths = facts.paths()
+    label = paths.origin
     common = scan_report_fields(facts, label)
-    causes = facts.causes()
-    counts = {
-        cause: sum(1 for c in causes.values() if c == cause)
-        for cause in ("birth", "propagated", "unattributed")
-    }
-    births = tuple(lab for lab in facts.nonfinite if causes[lab] == "birth" and lab != label)
-    outputs = facts.trace.output_layers
-    reaches = any(facts.state.get(out) == "nonfinite" for out in outputs) if outputs else None
     findings = list(common.pop("findings"))
     disclosures = list(common.pop("disclosures"))
     thing = common["first_bad_thing"]
-    disclosures[1:1] = [_AMP_FORWARD]
+    half = half_precision_note(facts)
+    if half:
+        disclosures.insert(1, half)
     if thing is not None:  # a clean scan already carries it
-        disclosures.append(_NOT_COVERED)
-    params = facts.nonfinite_params.get(label or "", ())
+        disclosures.append(NOT_COVERED)
+    params = _nonfinite_params(facts, label)
+    mattering = paths.mattering
+    propagated = len(paths.carried)
     if thing is not None:
-        findings.append(_origin_finding(facts, thing, params))
-        spread = len(facts.nonfinite) - 1
-        findings.append(
-            Finding(
-                "propagation",
-                "info",
-                f"{counts['propagated']} downstream op output{'s' if counts['propagated'] != 1 else ''}"
-                f" merely propagate it" + ("; it reaches the model output." if reaches else "."),
-                fields={
-                    "num_nonfinite": len(facts.nonfinite),
-                    "num_propagated": counts["propagated"],
-                    "num_other": spread - counts["propagated"],
-                },
-            )
-        )
-        if births:
+        assert label is not None
+        findings.append(_origin_finding(facts, thing, facts.nonfinite_params.get(label, ())))
+        findings.append(_propagation_finding(facts, label, len(mattering)))
+        if paths.other_births:
+            births = paths.other_births
             findings.append(
                 Finding(
                     "other_births",
                     "warning",
-                    f"{len(births)} later op{'s' if len(births) != 1 else ''} also turned finite "
-                    f"inputs into non-finite output ({', '.join(births[:4])}); judged from the "
-                    "values their inputs had when produced.",
+                    f"{len(births)} other op{'s' if len(births) != 1 else ''} also turned finite "
+                    f"inputs into a non-finite output that matters ({', '.join(births[:4])}); "
+                    "judged from the values their inputs had when produced.",
                     fields={"labels": births},
                 )
             )
@@ -334,9 +225,23 @@ def origin_report(facts: ForwardFacts) -> NonfiniteReport:
                 f"parameters of {label} ({', '.join(facts.trace[label].param_names)}) are not "
                 "in a trace and were not checked; nonfinite_origin(model, inputs) checks them."
             )
+    elsewhere = tuple(p for p in params if p not in facts.nonfinite_params.get(label or "", ()))
+    if elsewhere:
+        findings.append(
+            Finding(
+                "nonfinite_parameters",
+                "critical",
+                f"{len(elsewhere)} parameter{'s' if len(elsewhere) != 1 else ''} read by this "
+                f"forward hold NaN/Inf: {', '.join(elsewhere[:4])}"
+                f"{', ...' if len(elsewhere) > 4 else ''}.",
+                remedy="tl.debug.param_health(model) lists every non-finite parameter.",
+                fields={"params": elsewhere},
+            )
+        )
     lead = lead_text(thing, facts, "born")
     if thing is not None:
-        lead = lead[:-1] + f"; {counts['propagated']} downstream ops propagate it."
+        ops = "op propagates" if propagated == 1 else "ops propagate"
+        lead = lead[:-1] + f"; {propagated} downstream {ops} it."
     common["exits"] = (*common["exits"], ANOMALY_EXIT)
     return NonfiniteReport(
         subject=subject_of(facts),
@@ -345,20 +250,51 @@ def origin_report(facts: ForwardFacts) -> NonfiniteReport:
         findings=tuple(findings),
         disclosures=tuple(disclosures),
         **common,
-        num_nonfinite=len(facts.nonfinite),
-        num_propagated=counts["propagated"],
-        num_unattributed=counts["unattributed"] - (1 if thing and not thing.is_proven else 0),
-        other_births=births,
+        num_nonfinite=len(mattering),
+        num_propagated=propagated,
+        num_unattributed=sum(
+            1 for lab in mattering if paths.causes[lab] == "unattributed" and lab != label
+        ),
+        other_births=paths.other_births,
         nonfinite_params=params,
-        reaches_output=reaches,
-        amp_hint=amp_scaled_grads_hint(),
+        reaches_output=paths.reaches_output,
+        amp_hint=amp_forward_hint(facts.trace[label], thing.kind) if label and thing else "",
         anomaly_recipe=ANOMALY_RECIPE,
     )
 
 
-def _origin_finding(facts: ForwardFacts, thing: Any, params: tuple[str, ...]) -> Finding:
-    op = facts.trace[thing.op]
+def _nonfinite_params(facts: ForwardFacts, origin: str | None) -> tuple[str, ...]:
+    """Every non-finite parameter an op read, the origin's first, then in execution order."""
+    order = [origin] if origin else []
+    order += [op.label for op in facts.ops if op.label in facts.nonfinite_params]
+    return tuple(dict.fromkeys(p for lab in order for p in facts.nonfinite_params.get(lab, ())))
+
+
+def _propagation_finding(facts: ForwardFacts, label: str, num_mattering: int) -> Finding:
+    paths = facts.paths()
+    count = len(paths.carried)
+    text = f"{count} downstream op output{'s merely propagate' if count != 1 else ' merely propagates'} it"
+    if label not in facts.nan:
+        first_nan = next((lab for lab in paths.carried if lab in facts.nan), None)
+        if first_nan is not None:
+            text += f"; it becomes NaN at {first_nan}"
+    text += "; it reaches the model output." if paths.reaches_output else "."
+    return Finding(
+        "propagation",
+        "info",
+        text,
+        fields={
+            "num_nonfinite": num_mattering,
+            "num_propagated": count,
+            "num_other": num_mattering - 1 - count,
+        },
+    )
+
+
+def _origin_finding(facts: ForwardFacts, thing: FirstBadThing, params: tuple[str, ...]) -> Finding:
+    op = facts.trace[thing.op or ""]
     stats = thing.stats
+    assert stats is not None
     if op.is_input:
         return Finding(
             "nonfinite_input",
