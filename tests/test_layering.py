@@ -33,8 +33,9 @@ LAZY_EDGES: dict[tuple[str, str], str] = {
     "methods; the analyses live in tl.debug",
     ("report/__init__.py", "debug"): "the spec spells tl.report.doctor, tl.report.capabilities "
     "and tl.report.flops_vs_dispatch; the analyses live in tl.debug",
-    ("errors.py", "debug"): "CheckViolationError.investigate() replays the kept batch with "
-    "tl.debug.investigate: an explicit follow-up on a raised error (the session never captures)",
+    ("checks/_replay.py", "debug"): "Replay.investigate() (err.investigate(), the dashboard's "
+    "'Find where it was born') replays the kept batch with tl.debug.investigate: an explicit "
+    "follow-up on a raised error (the session never captures)",
 }
 
 

@@ -106,9 +106,9 @@ class CheckViolationError(TorchlensNbError, RuntimeError):
     def investigate(self, loss_fn: Any = None) -> Any:
         """Replay the kept micro-batch and say where the non-finite value was born.
 
-        Calls ``tl.debug.investigate(model, replay.inputs, loss_fn=loss_fn,
-        rng_state=replay.rng_state.as_mapping())``, which replays under the saved RNG state and
-        restores everything it touched; this method restores nothing itself.
+        Calls ``err.replay.investigate(loss_fn)``: ``tl.debug.investigate(model, replay.inputs,
+        loss_fn=..., rng_state=...)`` under the kept RNG state (``loss_fn`` defaults to the one
+        given to ``session.step(loss_fn=...)``), which restores everything it touched.
 
         Raises:
             UnavailableError: no batch was kept (``code="no_kept_batch"``) or the model was
@@ -121,21 +121,7 @@ class CheckViolationError(TorchlensNbError, RuntimeError):
                 "a batch yourself with tl.debug.investigate(model, batch, loss_fn=...).",
                 "no_kept_batch",
             )
-        model = self.replay.model()
-        if model is None:
-            raise UnavailableError(
-                "the model of this raise was garbage-collected; replay the kept batch yourself "
-                "with tl.debug.investigate(model, err.replay.inputs, loss_fn=..., "
-                "rng_state=err.replay.rng_state.as_mapping()).",
-                "model_collected",
-            )
-        # errors -> debug: the one upward edge of this module, only in this explicit
-        # follow-up call (tests/test_layering.py lists it); the session itself never captures.
-        from .debug import investigate
-
-        return investigate(
-            model, self.replay.inputs, loss_fn=loss_fn, rng_state=self.replay.rng_state.as_mapping()
-        )
+        return self.replay.investigate(loss_fn)
 
 
 class GradFnWalkError(TorchlensNbError, ValueError):

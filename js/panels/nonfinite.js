@@ -12,9 +12,10 @@ import { mountPanel } from "../shared/panel.js";
 import { PAGE_ROWS, tableView } from "../shared/table.js";
 
 /**
- * The four NaN reports this panel draws; `report_type` tells them apart.
+ * The five NaN reports this panel draws; `report_type` tells them apart.
  * @typedef {import("../shared/payload_types.js").PayloadByType} ByType
- * @typedef {ByType["find_nan"] | ByType["bisect_nan"] | ByType["nonfinite"] | ByType["backward_nan"]} Payload
+ * @typedef {ByType["find_nan"] | ByType["bisect_nan"] | ByType["nonfinite"] | ByType["backward_nan"]
+ *   | ByType["investigation"]} Payload
  */
 
 /**
@@ -48,7 +49,7 @@ function leadCard(payload, ctx) {
     const f = payload.data;
     rows.push(["checked", `${formatNumber(f.num_checked)} of ${formatNumber(f.num_checked + f.num_unchecked)} ` +
       `floating-point outputs (${f.mode} values)`]);
-    if (payload.report_type === "nonfinite") {
+    if (payload.report_type === "nonfinite" || payload.report_type === "investigation") {
       const n = payload.data;
       rows.push(["non-finite", `${formatNumber(n.num_nonfinite)} outputs, ${formatNumber(n.num_propagated)} of them propagated`]);
     }

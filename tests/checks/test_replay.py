@@ -110,7 +110,7 @@ def test_nothing_is_kept_after_a_clean_attempt() -> None:
 
 
 def test_investigate_replays_the_kept_batch_under_its_rng_state(kept) -> None:
-    model, bad, error = kept
+    _, _, error = kept
     report = error.investigate(loss_fn=lambda output: output.sum())
     assert isinstance(report, tl.report.InvestigationReport)
     assert report.status == "nonfinite_input"  # the kept batch is the all-NaN one

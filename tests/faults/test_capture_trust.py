@@ -152,3 +152,51 @@ def test_a_tensor_of_unknown_origin_is_disclosed_at_the_op_that_consumes_it(
 def test_buffers_parameters_and_inputs_are_not_of_unknown_origin() -> None:
     model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)).eval()
     assert tl.trace(model, torch.ones(3, 2)).blind_spots == ()
+
+
+def finite_scripted_host() -> Host:
+    """A host whose scripted block (Linear -> Tanh) is finite: nothing is wrong where it looked."""
+    torch.manual_seed(0)
+    return Host(torch.jit.script(nn.Sequential(nn.Linear(2, 2), nn.Tanh())))
+
+
+def saved_trace() -> tl.capture.Trace:
+    return tl.trace(finite_scripted_host(), X, save=True)
+
+
+def backward_trace() -> tl.capture.Trace:
+    trace = tl.trace(finite_scripted_host(), X, capture=tl.options.CaptureOptions(save_grads=True))
+    trace.backward(trace.output.square().mean())
+    return trace
+
+
+ANALYSES = {
+    "find_nan(trace)": lambda: saved_trace().find_nan(),
+    "find_nan(model)": lambda: tl.debug.find_nan(finite_scripted_host(), X),
+    "nonfinite_origin": lambda: tl.debug.nonfinite_origin(finite_scripted_host(), X),
+    "bisect_nan_backward": lambda: tl.debug.bisect_nan_backward(backward_trace()),
+    "dtype_range": lambda: tl.debug.dtype_range(saved_trace()),
+    "dead_neurons": lambda: tl.debug.dead_neurons(saved_trace()),
+    "grad_health": lambda: tl.debug.grad_health(backward_trace()),
+    "audit": lambda: saved_trace().audit(),
+}
+
+
+@pytest.mark.parametrize("analysis", list(ANALYSES))
+def test_no_report_built_on_a_trace_with_a_blind_spot_says_clean(analysis: str) -> None:
+    """Finite everywhere the capture looked, but it could not look inside ``inner``."""
+    report = ANALYSES[analysis]()
+    assert report.status != "clean"
+    assert any("'inner'" in text for text in report.disclosures), report.disclosures
+    if analysis != "audit":  # the audit lists the unavailable entries of the checks it ran
+        assert [u.code for u in report.unavailable] == ["blind_spot_opaque_module"]
+    payload = report.to_dict()
+    assert payload["tone"] != "ok" and payload["unavailable"]
+
+
+def test_the_same_analyses_without_a_blind_spot_can_say_clean() -> None:
+    """The control: the same host with its block eager is clean in every analysis above."""
+    torch.manual_seed(0)
+    model = Host(nn.Sequential(nn.Linear(2, 2), nn.Tanh()))
+    assert tl.debug.nonfinite_origin(model, X).status == "clean"
+    assert tl.debug.dtype_range(tl.trace(model, X, save=True)).status == "clean"

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..report import Exit, Finding, Table, Unavailable
+from ..report._actions import live_action
 from ..report._checks import CheckReport, CheckRun, CheckStatus
 from ._engine import Engine
 from ._nonfinite import INVESTIGATE_CALL
+from ._replay import Replay
 from ._series import SERIES_COLUMNS
 from ._update_ratio import UpdateRatioCheck
 
@@ -100,10 +102,24 @@ def _verdict(engine: Engine) -> _Verdict:
 
 
 def build_report(
-    engine: Engine, subject: str, *, is_final: bool, exit_reason: str | None, paused_spans: int
+    engine: Engine,
+    subject: str,
+    *,
+    is_final: bool,
+    exit_reason: str | None,
+    paused_spans: int,
+    replay: Replay | None = None,
 ) -> CheckReport:
-    """The report of everything the engine has seen."""
+    """The report of everything the engine has seen; with the ``replay`` of a raised attempt,
+    its "Find where it was born" exit runs ``replay.investigate()`` from the panel (action
+    ``investigate``, disabled with its reason once the model is released)."""
     verdict = _verdict(engine)
+    model = replay.model() if replay is not None else None
+    actions = (
+        {"investigate": live_action(replay.investigate, needs=model, gone=MODEL_RELEASED)}
+        if replay is not None and model is not None
+        else {}
+    )
     count = verdict.counters
     return CheckReport(
         subject=subject,
@@ -116,7 +132,8 @@ def build_report(
         ),
         disclosures=tuple(_disclosures(engine, count, paused_spans)),
         unavailable=tuple(verdict.unavailable + _mandatory_unavailable(engine, count)),
-        exits=tuple(_exits(verdict.findings)),
+        exits=tuple(_exits(verdict.findings, has_replay=bool(actions))),
+        actions=actions,
         checks_run=tuple(verdict.runs),
         counters=count,
         ledgers=ledgers(engine),
@@ -239,7 +256,13 @@ def _mandatory_unavailable(engine: Engine, count: dict[str, Any]) -> list[Unavai
     return entries
 
 
-def _exits(findings: list[Finding]) -> list[Exit]:
+MODEL_RELEASED = (
+    "the model of this raise was released; replay the batch with "
+    "tl.debug.investigate(model, batch, loss_fn=...)."
+)
+
+
+def _exits(findings: list[Finding], *, has_replay: bool) -> list[Exit]:
     codes = {f.code for f in findings}
     exits = []
     if "param_received_no_gradient" in codes:
@@ -248,7 +271,13 @@ def _exits(findings: list[Finding]) -> list[Exit]:
     if nonfinite:
         raised = [f for f in nonfinite if f.fields.get("is_step_stopped")]
         call = (raised or nonfinite)[-1].fields.get("next_step", INVESTIGATE_CALL)
-        exits.append(Exit("Find where the value was born", call))
+        exits.append(
+            Exit(
+                "Find where the value was born",
+                call,
+                action="investigate" if has_replay and raised else None,
+            )
+        )
     return exits
 
 

@@ -163,13 +163,19 @@ class Engine:
         """Whether a ``session.step()`` block is open."""
         return self._block is not None
 
-    def begin_step(self, global_step: int | None, micro_batches: int | None, inputs: Any) -> None:
+    def begin_step(
+        self,
+        global_step: int | None,
+        micro_batches: int | None,
+        inputs: Any,
+        loss_fn: Callable[..., Any] | None = None,
+    ) -> None:
         """Open a boundary-mode block (the caller checked its arguments and that none is open).
 
         Backwards before the block that no step used stay in the open group: the block's step
         uses them too unless its first backward starts from reset gradients.
         """
-        kept = KeptBatch(inputs, micro_batches) if inputs is not None else None
+        kept = KeptBatch(inputs, micro_batches, loss_fn) if inputs is not None else None
         self._block = _Block(global_step, micro_batches, kept, self._sites.backwards)
         if micro_batches is not None:
             self._ledger.declared_micro_batches = micro_batches
@@ -409,6 +415,7 @@ class Engine:
             attempt.index,
             micro if micro is not None else 0,
             block.micro_batches,
+            block.kept.loss_fn,
         )
 
     # ----- resolution ---------------------------------------------------------------------------

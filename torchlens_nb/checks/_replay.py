@@ -22,11 +22,16 @@ per-step figure).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from ..errors import UnavailableError
+
+if TYPE_CHECKING:
+    from ..report import InvestigationReport
 
 
 @dataclass(frozen=True)
@@ -83,13 +88,47 @@ class Replay:
     without accumulation)."""
     micro_batches: int | None
     """The declared accumulation factor K (None when not declared)."""
+    loss_fn: Callable[..., Any] | None = None
+    """The ``loss_fn`` given to ``session.step(loss_fn=...)``: the replay's default loss."""
+
+    def investigate(self, loss_fn: Callable[..., Any] | None = None) -> InvestigationReport:
+        """Replay this micro-batch with ``tl.debug.investigate`` under the kept RNG state.
+
+        ``loss_fn`` defaults to the one kept from ``session.step(loss_fn=...)``, then to
+        ``tl.debug.investigate``'s own default (``output.loss``, or a one-element output).
+
+        Raises:
+            UnavailableError: the model was garbage-collected (``code="model_collected"``).
+        """
+        model = self.model()
+        if model is None:
+            raise UnavailableError(
+                "the model of this raise was garbage-collected; replay the kept batch yourself "
+                "with tl.debug.investigate(model, err.replay.inputs, loss_fn=..., "
+                "rng_state=err.replay.rng_state.as_mapping()).",
+                "model_collected",
+            )
+        # checks -> debug: the one upward edge of the checks kit, only in this explicit
+        # follow-up (tests/test_layering.py lists it); the session itself never captures.
+        from ..debug import investigate
+
+        return investigate(
+            model,
+            self.inputs,
+            loss_fn=loss_fn if loss_fn is not None else self.loss_fn,
+            rng_state=self.rng_state.as_mapping(),
+        )
 
 
 class KeptBatch:
     """The inputs and per-micro-batch RNG states of the open ``session.step()`` block."""
 
-    def __init__(self, inputs: Any, micro_batches: int | None) -> None:
+    def __init__(
+        self, inputs: Any, micro_batches: int | None, loss_fn: Callable[..., Any] | None = None
+    ) -> None:
         self._inputs = inputs
+        self.loss_fn = loss_fn
+        """What ``session.step(loss_fn=...)`` gave: the replay's loss."""
         self._expected = micro_batches if micro_batches is not None else 1
         self._is_split = self._expected > 1
         self._states = [RngState.capture()]

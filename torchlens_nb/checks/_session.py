@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
@@ -156,6 +156,8 @@ class ChecksSession:
         self._final: CheckReport | None = None
         self._feed: DashboardFeed | None = None
         self._paused_spans = 0
+        self._raised_replay: Replay | None = None
+        """The kept batch of the last raised attempt: the report's "Find where it was born"."""
         self._detach_on_raise = detach_on_raise
 
     # ----- registration -----------------------------------------------------------------------
@@ -355,6 +357,7 @@ class ChecksSession:
         global_step: int | None = None,
         micro_batches: int | None = None,
         inputs: Any = None,
+        loss_fn: Callable[..., Any] | None = None,
     ) -> Iterator[None]:
         """One optimizer attempt (boundary mode): exact accepted/skipped and the caller's ids.
 
@@ -368,6 +371,10 @@ class ChecksSession:
                 non-finite gradient is kept on the error. The session holds a reference (no
                 copy) and the RNG states at each micro-batch's start for this attempt only,
                 released when the block exits (``torchlens_nb/checks/_replay.py``).
+            loss_fn: how the replay makes the loss from the model's output:
+                ``loss_fn(output)`` or ``loss_fn(output, inputs)`` (see
+                ``tl.debug.investigate``); kept with ``inputs``, so ``err.investigate()`` and
+                the dashboard's "Find where it was born" button need no argument.
 
         Example:
             >>> with session:
@@ -408,7 +415,12 @@ class ChecksSession:
             )
         if self._engine.is_in_step:
             raise DiagnosticArgumentError("session.step() blocks do not nest.")
-        self._engine.begin_step(global_step, micro_batches, inputs)
+        if loss_fn is not None and (inputs is None or not callable(loss_fn)):
+            raise DiagnosticArgumentError(
+                "session.step(loss_fn=...) needs inputs= (the batch it replays) and a callable "
+                f"loss_fn(output) or loss_fn(output, inputs), got {type(loss_fn).__name__}."
+            )
+        self._engine.begin_step(global_step, micro_batches, inputs, loss_fn)
         try:
             yield
         finally:
@@ -536,6 +548,7 @@ class ChecksSession:
                 is_final=is_final,
                 exit_reason=exit_reason,
                 paused_spans=self._paused_spans,
+                replay=self._raised_replay,
             )
         )
 
@@ -554,6 +567,7 @@ class ChecksSession:
         session stays attached, so a loop that catches the error may go on, unless it was made
         with ``detach_on_raise=True``: then it detaches first."""
         reason = f"raised {CheckViolationError.__name__}"
+        self._raised_replay = replay
         if self._detach_on_raise:
             report = self.detach(reason)
         else:

@@ -30,6 +30,7 @@ from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
 from ...report._activations import DEAD_NEURONS_COLUMNS, DeadNeuronsReport, DeadNeuronsStatus
 from ...report._location import location_text
+from .._blind_spots import blind_spot_disclosures, blind_spot_unavailable, unless_blind
 from .._host_sync import fetch_floats
 from .._values import saved_tensors, where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
@@ -179,7 +180,11 @@ def dead_neurons(
         status, lead = "clean", f"no dead unit in the {attrs['num_counted']} counted layer outputs."
     else:
         status, lead = "unknown", "no layer output was saved, so no unit was counted."
-    disclosures = ["one trace is one sample: a unit zero on this batch may fire on another."]
+    status = unless_blind(status, trace, "unknown")
+    disclosures = [
+        "one trace is one sample: a unit zero on this batch may fire on another.",
+        *blind_spot_disclosures(trace),
+    ]
     uncounted = attrs["num_rows"] - attrs["num_counted"]
     if uncounted:
         disclosures.append(
@@ -200,6 +205,7 @@ def dead_neurons(
             ),
         ),
         disclosures=tuple(disclosures),
+        unavailable=blind_spot_unavailable(trace, "dead-unit count"),
         actions=row_actions(trace),
         dim=dim,
         max_activation=attrs["max_activation"],

@@ -33,6 +33,7 @@ from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
 from ...report._activations import DTYPE_RANGE_COLUMNS, DTypeRangeReport, DTypeRangeStatus
 from ...report._nonfinite import ValueStats
+from .._blind_spots import blind_spot_disclosures, blind_spot_unavailable, unless_blind
 from .._segment_stats import SegmentStats, segment_stats
 from .._values import saved_tensors, where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
@@ -198,7 +199,9 @@ def dtype_range(
         )
     else:
         status, lead = "unknown", f"none of the {total} ops had a saved floating-point output."
+    status = unless_blind(status, trace, "unknown")
     disclosures = [intentional] if intentional else []
+    disclosures.extend(blind_spot_disclosures(trace))
     if audited < total:
         missing = attrs["not_audited"]
         disclosures.append(
@@ -217,6 +220,7 @@ def dtype_range(
             ),
         ),
         disclosures=tuple(disclosures),
+        unavailable=blind_spot_unavailable(trace, "range audit"),
         actions=row_actions(trace),
         num_audited_ops=audited,
         num_ops=total,

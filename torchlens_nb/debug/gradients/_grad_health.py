@@ -39,6 +39,7 @@ from ...report._gradients import (
     Stage,
     Verdict,
 )
+from .._blind_spots import blind_spot_disclosures, blind_spot_unavailable, unless_blind
 from .._host_sync import fetch_floats
 from .._values import where_of
 from ..lineage._row_actions import ROW_ACTION_ATTRS, row_actions
@@ -261,12 +262,15 @@ def grad_health(
     )
     return GradHealthReport(
         subject=f"{trace.model_type} backward {attrs['bwd']} ({len(rows)} gradients)",
-        status=status,
+        status=unless_blind(status, trace, "unknown"),
         lead=lead,
         findings=tuple(findings),
         tables=(table,),
-        disclosures=_disclosures(attrs),
-        unavailable=(unrecorded_entry(trace, unrecorded),) if unrecorded else (),
+        disclosures=(*_disclosures(attrs), *blind_spot_disclosures(trace)),
+        unavailable=(
+            *((unrecorded_entry(trace, unrecorded),) if unrecorded else ()),
+            *blind_spot_unavailable(trace, "gradient health"),
+        ),
         exits=tuple(
             Exit(
                 f"Show lineage of {op}",

@@ -45,6 +45,7 @@ from ...report._nonfinite import (
     Transition,
     TransitionRow,
 )
+from .._blind_spots import blind_spot_disclosures, blind_spot_unavailable, unless_blind
 from .._values import (
     ValueClass,
     checkable,
@@ -294,11 +295,12 @@ def _report(
     )
     return BackwardNanReport(
         subject=f"{trace.model_type} backward {bwd} ({len(rows)} fires)",
-        status="found" if thing else STATUS_OF_COVERAGE[coverage],
+        status="found" if thing else unless_blind(STATUS_OF_COVERAGE[coverage], trace, "partial"),
         lead=_lead(thing, counts, len(rows), coverage, neutralised),
         findings=tuple(findings),
         tables=(table,),
-        disclosures=tuple(disclosures),
+        disclosures=(*disclosures, *blind_spot_disclosures(trace)),
+        unavailable=blind_spot_unavailable(trace, "backward NaN/Inf ledger"),
         exits=tuple(exits),
         actions=actions,
         bwd=bwd,

@@ -92,10 +92,13 @@ class ForwardFacts:
 
     @property
     def coverage(self) -> Coverage:
-        """``partial`` also when the forward did not run to its end (a raise or a stop)."""
+        """``partial`` also when the forward did not run to its end (a raise or a stop) or the
+        capture could not see into part of it (``Trace.blind_spots``)."""
         if self.num_checked == 0 and self.num_unchecked:
             return "none"
-        incomplete = self.num_unchecked or self.partial or self.trace.is_partial
+        incomplete = (
+            self.num_unchecked or self.partial or self.trace.is_partial or self.trace.blind_spots
+        )
         return "partial" if incomplete else "full"
 
     def finiteness(self, label: str) -> Finiteness:

@@ -18,6 +18,7 @@ from ...capture import Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding
 from ...report._nonfinite import FirstBadThing, NonfiniteReport
+from .._blind_spots import blind_spot_disclosures, blind_spot_unavailable
 from .._values import first_bad_thing, where_of
 from ..lineage._walk import lineage_action, lineage_of_facts
 from ._forward_scan import ForwardFacts, run_live, scan_saved
@@ -42,7 +43,7 @@ def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]
     paths = facts.paths()
     findings: list[Finding] = []
     exits: list[Exit] = []
-    disclosures = [scope_text(facts)]
+    disclosures = [scope_text(facts), *blind_spot_disclosures(trace)]
     intentional = intentional_text(facts, paths)
     if intentional:
         disclosures.append(intentional)
@@ -56,6 +57,7 @@ def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]
         found=label is not None,
         intentional_infinities=paths.intentional,
         num_intentional=len(paths.intentional_holders),
+        unavailable=blind_spot_unavailable(trace, "NaN/Inf check"),
     )
     if facts.forward_error is not None:
         error = facts.forward_error
