@@ -44,6 +44,13 @@ def test_expect_hint_and_error_type_are_the_callers() -> None:
         check_int("runs", 1, low=2, expect="an int >= 2 (run 0 is the reference)")
 
 
+def test_an_int_bound_is_printed_whole() -> None:
+    with pytest.raises(
+        DiagnosticArgumentError, match=r"^size must be an int in \[1, 6291456\], got 0\.$"
+    ):
+        check_int("size", 0, low=1, high=6 * 2**20)
+
+
 def test_numbers_are_finite_unless_told_and_never_nan() -> None:
     assert check_number("rtol", 1e-5, low=0) == 1e-5
     assert check_number("high", math.inf, finite=False) == math.inf
@@ -68,3 +75,10 @@ def test_a_flag_must_be_a_bool() -> None:
         DiagnosticArgumentError, match="include_buffers must be True or False, got 1"
     ):
         check_bool("include_buffers", 1)
+
+
+def test_a_tri_state_flag_names_none_in_its_expectation() -> None:
+    with pytest.raises(
+        DiagnosticArgumentError, match=r"^live must be True, False or None, got 'yes'\.$"
+    ):
+        check_bool("live", "yes", expect="True, False or None")

@@ -33,14 +33,19 @@ def _refuse(
     return error(f"{name} must be {expect}, got {value!r}{tail}.")
 
 
+def _bound(value: float) -> str:
+    """An int bound in full (``6291456``, not ``6.29146e+06``), a float one short (``1e-05``)."""
+    return str(value) if is_int(value) else f"{value:g}"
+
+
 def _bounds_text(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
     if low is not None and high is not None:
         left, right = "(" if low_open else "[", ")" if high_open else "]"
-        return f" in {left}{low:g}, {high:g}{right}"
+        return f" in {left}{_bound(low)}, {_bound(high)}{right}"
     if low is not None:
-        return f" {'>' if low_open else '>='} {low:g}"
+        return f" {'>' if low_open else '>='} {_bound(low)}"
     if high is not None:
-        return f" {'<' if high_open else '<='} {high:g}"
+        return f" {'<' if high_open else '<='} {_bound(high)}"
     return ""
 
 
@@ -109,10 +114,19 @@ def check_bool(
     name: str,
     value: Any,
     *,
+    expect: str | None = None,
     hint: str | None = None,
     error: type[TorchlensNbError] = DiagnosticArgumentError,
 ) -> bool:
-    """``value`` when it is ``True`` or ``False`` (not 0/1, not None)."""
+    """``value`` when it is ``True`` or ``False`` (not 0/1, not None).
+
+    A tri-state flag checks only what is not None and says so in ``expect``:
+
+    Example:
+        >>> live = None
+        >>> live is None or check_bool("live", live, expect="True, False or None")
+        True
+    """
     if not isinstance(value, bool):
-        raise _refuse(name, value, "True or False", hint, error)
+        raise _refuse(name, value, expect or "True or False", hint, error)
     return value

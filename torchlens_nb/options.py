@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ._validate import check_bool
 from .errors import CaptureOptionsError
 
 
@@ -99,10 +100,7 @@ class CaptureOptions:
 
     def __post_init__(self) -> None:
         for name in ("save_grads", "backward_ready", "source_lines", "keep_output"):
-            if not isinstance(getattr(self, name), bool):
-                raise CaptureOptionsError(
-                    f"CaptureOptions.{name} must be True or False, got {getattr(self, name)!r}."
-                )
+            check_bool(f"CaptureOptions.{name}", getattr(self, name), error=CaptureOptionsError)
         if self.hooks is not None and not isinstance(self.hooks, HookPlan):
             raise CaptureOptionsError(
                 f"CaptureOptions.hooks must be a HookPlan (e.g. probe.hook_plan()), "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from .._validate import is_number
 from ..errors import DiagnosticArgumentError
 from ..report import Finding, Unavailable, Where
 from ..report._checks import Action
@@ -52,7 +53,7 @@ class MagnitudeCheck(Check):
         action: Action,
     ) -> None:
         validate_window(window, min_hits)
-        if not 0 < low < high:
+        if not (is_number(low) and is_number(high) and 0 < low < high):
             raise DiagnosticArgumentError(
                 f"need 0 < low < high, got low={low}, high={high}; defaults are 1e-7 and 1e4."
             )

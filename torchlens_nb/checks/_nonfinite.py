@@ -41,7 +41,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import DiagnosticArgumentError
+from .._validate import check_int
 from ..report import Finding, Where
 from ..report._checks import Action
 from ._check import Check
@@ -79,11 +79,12 @@ class NonfiniteGradCheck(Check):
     needs_norms = True
 
     def __init__(self, roster: Roster, *, action: Action, smear_min_params: int) -> None:
-        if smear_min_params < 2:
-            raise DiagnosticArgumentError(
-                f"smear_min_params must be >= 2 (one non-finite parameter is isolated by "
-                f"definition), got {smear_min_params}."
-            )
+        check_int(
+            "smear_min_params",
+            smear_min_params,
+            low=2,
+            expect=">= 2 (one non-finite parameter is isolated by definition)",
+        )
         super().__init__(roster, action, {"smear_min_params": smear_min_params})
         self.events: list[dict[str, Any]] = []
         self.events_dropped = 0

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import torch
 
+from .._validate import check_bool, check_number
 from ..errors import DiagnosticArgumentError
 from ..report import Unavailable
 from ..report._checks import ParamHealthKind, ParamHealthReport, ParamHealthRow
@@ -146,19 +147,22 @@ def check_fractions(max_fraction: Any, subnormal_fraction_threshold: Any) -> Non
         DiagnosticArgumentError: ``max_fraction`` not in (0, 1] or
             ``subnormal_fraction_threshold`` not in [0, 1] (NaN and non-numbers included).
     """
-    if not _is_number(max_fraction) or not 0 < max_fraction <= 1:
-        raise DiagnosticArgumentError(
-            f"max_fraction must be in (0, 1], got {max_fraction!r}; 0.9 flags absmax above 90% "
-            "of the dtype's largest value."
-        )
-    if not _is_number(subnormal_fraction_threshold) or not 0 <= subnormal_fraction_threshold <= 1:
-        raise DiagnosticArgumentError(
-            f"subnormal_fraction_threshold must be in [0, 1], got {subnormal_fraction_threshold!r}."
-        )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    check_number(
+        "max_fraction",
+        max_fraction,
+        low=0,
+        high=1,
+        low_open=True,
+        expect="in (0, 1]",
+        hint="0.9 flags absmax above 90% of the dtype's largest value",
+    )
+    check_number(
+        "subnormal_fraction_threshold",
+        subnormal_fraction_threshold,
+        low=0,
+        high=1,
+        expect="in [0, 1]",
+    )
 
 
 def param_health_rows(
@@ -171,10 +175,7 @@ def param_health_rows(
     subnormal_fraction_threshold: float = 0.1,
 ) -> tuple[list[ParamHealthRow], dict[str, Any]]:
     """The pandas-free core of :func:`param_health`: ``(rows, attrs)``."""
-    if not isinstance(include_buffers, bool):
-        raise DiagnosticArgumentError(
-            f"include_buffers must be True or False, got {include_buffers!r}."
-        )
+    check_bool("include_buffers", include_buffers)
     check_fractions(max_fraction, subnormal_fraction_threshold)
     patterns = _patterns(within)
     _validate_bounds(bounds)

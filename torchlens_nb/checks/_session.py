@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import torch
 
+from .._validate import check_bool, check_int, is_number
 from ..errors import CheckViolationError, DiagnosticArgumentError, ModelTypeError
 from ..report import Finding
 from ..report._checks import Action, CheckReport, SessionOverhead
@@ -108,10 +109,7 @@ class ChecksSession:
         distributed: bool | None = None,
         detach_on_raise: bool = False,
     ) -> None:
-        if not isinstance(detach_on_raise, bool):
-            raise DiagnosticArgumentError(
-                f"detach_on_raise must be True or False, got {detach_on_raise!r}."
-            )
+        check_bool("detach_on_raise", detach_on_raise)
         if not isinstance(model, torch.nn.Module):
             raise ModelTypeError(
                 f"ChecksSession needs an nn.Module as model, got {type(model).__name__}; "
@@ -124,10 +122,7 @@ class ChecksSession:
         roster = Roster(model, real)
         kind = _scaler_kind(scaler)
         if loss_scale is not None and (
-            kind == "gradscaler"
-            or isinstance(loss_scale, bool)
-            or not isinstance(loss_scale, (int, float))
-            or not 0 < loss_scale < float("inf")
+            kind == "gradscaler" or not is_number(loss_scale) or not 0 < loss_scale < float("inf")
         ):
             raise DiagnosticArgumentError(
                 f"loss_scale must be a positive finite number and cannot be combined with a "
@@ -276,8 +271,7 @@ class ChecksSession:
     ) -> None:
         """Run ``param_health``'s scan and rules on the parameters at S-C every ``every``
         accepted steps (first on the first)."""
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise DiagnosticArgumentError(f"every must be >= 1 accepted steps, got {every!r}.")
+        check_int("every", every, low=1, expect=">= 1 accepted steps")
         self._register(
             ParamScanCheck(
                 self._engine.roster,
@@ -388,14 +382,13 @@ class ChecksSession:
             raise DiagnosticArgumentError(
                 "session.step() needs an attached session: use it inside `with session:`."
             )
-        if micro_batches is not None and (
-            isinstance(micro_batches, bool)
-            or not isinstance(micro_batches, int)
-            or micro_batches < 1
-        ):
-            raise DiagnosticArgumentError(
-                f"micro_batches must be >= 1, got {micro_batches!r}; pass the int number of "
-                "backwards in this step."
+        if micro_batches is not None:
+            check_int(
+                "micro_batches",
+                micro_batches,
+                low=1,
+                expect=">= 1",
+                hint="pass the int number of backwards in this step",
             )
         if (
             micro_batches is not None

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .._validate import check_int, is_number
 from ..errors import DiagnosticArgumentError
 from ..report import Finding, Where
 from ..report._checks import Action
@@ -66,10 +67,9 @@ class UpdateSampler:
     """Snapshot at S-B, measure at S-C, on a schedule of accepted steps."""
 
     def __init__(self, roster: Roster, every: int) -> None:
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise DiagnosticArgumentError(
-                f"every must be >= 1 accepted steps, got {every!r}; every=1 samples each step."
-            )
+        check_int(
+            "every", every, low=1, expect=">= 1 accepted steps", hint="every=1 samples each step"
+        )
         self._roster = roster
         self.every = every
         self._snapshot: list[torch.Tensor] | None = None
@@ -146,7 +146,7 @@ class UpdateRatioCheck(Check):
         if band is not None and not (
             isinstance(band, (tuple, list))
             and len(band) == 2
-            and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in band)
+            and all(is_number(b) for b in band)
             and 0 <= band[0] < band[1]
         ):
             raise DiagnosticArgumentError(

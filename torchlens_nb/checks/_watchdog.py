@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import DiagnosticArgumentError
+from .._validate import check_int
 from ..report import Finding
 from ..report._checks import Action
 from ._check import Check
@@ -36,15 +36,13 @@ class NoAcceptedStepsCheck(Check):
     site = "S-D"
 
     def __init__(self, roster: Roster, *, threshold_attempts: int, action: Action) -> None:
-        if (
-            isinstance(threshold_attempts, bool)
-            or not isinstance(threshold_attempts, int)
-            or threshold_attempts < 1
-        ):
-            raise DiagnosticArgumentError(
-                f"threshold_attempts must be >= 1, got {threshold_attempts!r}; pass an int "
-                "(the default is 20)."
-            )
+        check_int(
+            "threshold_attempts",
+            threshold_attempts,
+            low=1,
+            expect=">= 1",
+            hint="pass an int (the default is 20)",
+        )
         super().__init__(roster, action, {"threshold_attempts": threshold_attempts})
         self._is_armed = True
         self._episodes = Tally(

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections import deque
 
+from .._validate import is_int
 from ..errors import DiagnosticArgumentError
 
 
 def validate_window(window: int, min_hits: int) -> None:
     """Refuse windows that cannot be satisfied, before anything is registered."""
-    counts = all(isinstance(v, int) and not isinstance(v, bool) for v in (window, min_hits))
+    counts = is_int(window) and is_int(min_hits)
     if not counts or window < 1 or not 1 <= min_hits <= window:
         raise DiagnosticArgumentError(
             f"need window >= 1 and 1 <= min_hits <= window, got window={window!r}, "

@@ -22,6 +22,7 @@ from typing import Any, Literal, cast, get_args
 
 import torch
 
+from .._validate import check_bool
 from ..checks import ChecksSession
 from ..errors import DiagnosticArgumentError, MissingExtraError
 from ..report import CheckReport
@@ -145,10 +146,9 @@ class TrainerAttachment:
     """
 
     def __init__(self, checks: Mapping[str, Mapping[str, Any]] | None, dashboard: bool | None):
-        if dashboard is not None and not isinstance(dashboard, bool):
-            raise DiagnosticArgumentError(
-                f"dashboard must be True, False or None (inside a Jupyter kernel only), got "
-                f"{dashboard!r}."
+        if dashboard is not None:
+            check_bool(
+                "dashboard", dashboard, expect="True, False or None (inside a Jupyter kernel only)"
             )
         self._plan = plan_checks(checks)
         self._dashboard = dashboard

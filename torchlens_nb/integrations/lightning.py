@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .._validate import check_bool
 from ..errors import DiagnosticArgumentError
 from ..report import CheckReport
 from ._attachment import TrainerAttachment, import_framework, micro_batches_of_step
@@ -76,8 +77,7 @@ class ChecksCallback(pl.Callback):
         dashboard: bool | None = None,
         keep_batch: bool = True,
     ) -> None:
-        if not isinstance(keep_batch, bool):
-            raise DiagnosticArgumentError(f"keep_batch must be True or False, got {keep_batch!r}.")
+        check_bool("keep_batch", keep_batch)
         self._attachment = TrainerAttachment(checks, dashboard)
         self._keep_batch = keep_batch
         self._inputs: list[Any] | None = None

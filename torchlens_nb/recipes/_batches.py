@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._validate import is_number
 from ..capture import call_arguments, iter_tensors, validate_model
 from ..debug import preserved_rng_state
 from ..errors import (
@@ -69,16 +70,16 @@ def iter_batches(source: Any, *, what: str = "batch_or_loader") -> Iterator[Any]
             f"{what} must be a batch or an iterable of batches, got {type(source).__name__}; "
             "pass next(iter(loader)) or the DataLoader itself."
         )
-    if isinstance(source, (list, tuple)) and source and all(_is_number(v) for v in source):
+    if (
+        isinstance(source, (list, tuple))
+        and source
+        and all(is_number(v) or isinstance(v, complex) for v in source)
+    ):
         raise InputFormError(
             f"{what} is a {type(source).__name__} of {len(source)} Python numbers, not a batch; "
             "pass a tensor (torch.tensor(values)) or (inputs, targets)."
         )
     yield from source
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, complex)) and not isinstance(value, bool)
 
 
 def read_batches(source: Any, limit: int, *, what: str = "batch_or_loader") -> list[Any]:
@@ -259,31 +260,6 @@ def check_loss_fn(loss_fn: Any) -> Any:
     return loss_fn
 
 
-def check_positive_int(value: Any, name: str) -> int:
-    """``value`` when it is an int >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise DiagnosticArgumentError(f"{name} must be an int >= 1, got {value!r}.")
-    return value
-
-
-def check_positive_float(value: Any, name: str) -> float:
-    """``value`` as a float when it is a finite number > 0."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (0 < float(value) < float("inf"))
-    ):
-        raise DiagnosticArgumentError(f"{name} must be a finite number > 0, got {value!r}.")
-    return float(value)
-
-
-def check_seed(value: Any) -> int:
-    """``value`` when it is an int (a seed for a private ``torch.Generator``)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise DiagnosticArgumentError(f"seed must be an int, got {value!r}.")
-    return value
-
-
 def loss_value(loss: Any) -> float:
     """The Python float of a scalar loss (typed error for a non-scalar one)."""
     if isinstance(loss, torch.Tensor):
@@ -293,7 +269,7 @@ def loss_value(loss: Any) -> float:
                 "(use reduction='mean')."
             )
         return float(loss.detach().float().item())
-    if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+    if is_number(loss):
         return float(loss)
     raise DiagnosticArgumentError(
         f"loss_fn returned {type(loss).__name__}; it must return a scalar tensor."

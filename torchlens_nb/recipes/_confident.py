@@ -13,13 +13,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._validate import check_int
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
 from ..report._recipes_data import ConfidentError, ConfidentErrorsReport, recipe_status
 from ._batches import (
     call_model,
     check_model,
-    check_positive_int,
     iter_batches,
     model_device,
     primary_output,
@@ -79,7 +79,7 @@ def confident_errors(model: nn.Module, loader: Any, *, k: int = 10) -> Confident
         back to dataset indices (the report says so).
     """
     check_model(model)
-    check_positive_int(k, "k")
+    check_int("k", k, low=1)
     device = model_device(model)
     heap: list[tuple[float, int, int, int, float]] = []
     pairs: Counter[tuple[int, int]] = Counter()

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._validate import check_int
 from ..debug import preserved_rng_state
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table, Unavailable
@@ -25,7 +26,6 @@ from ..report._recipes_data import (
 )
 from ._batches import (
     TARGET_KEYS,
-    check_positive_int,
     is_single_batch,
     iter_batches,
     read_batches,
@@ -93,9 +93,9 @@ def data_sanity(
         >>> [f.code for f in r.findings]
         ['constant_field']
     """
-    check_positive_int(num_batches, "num_batches")
+    check_int("num_batches", num_batches, low=1)
     if num_classes is not None:
-        check_positive_int(num_classes, "num_classes")
+        check_int("num_classes", num_classes, low=1)
     batches = read_batches(batch_or_loader, num_batches)
     if not batches:
         raise DiagnosticArgumentError("batch_or_loader yielded no batch; pass a non-empty loader.")
@@ -407,7 +407,7 @@ def class_balance(loader_or_labels: Any, *, num_classes: int | None = None) -> C
         (100.0, ['class_imbalance'])
     """
     if num_classes is not None:
-        check_positive_int(num_classes, "num_classes")
+        check_int("num_classes", num_classes, low=1)
     counts, multilabel, ignored = _class_counts(_labels(loader_or_labels), num_classes)
     present = counts if num_classes is not None or multilabel else counts[counts > 0]
     labels = (

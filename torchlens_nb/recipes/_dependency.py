@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._validate import check_int, check_number
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
 from ..report._recipes_data import recipe_status, worst_finding
@@ -33,7 +34,6 @@ from ..report._recipes_flow import DependencyCheck, DependencyReport, Leak
 from ._batches import (
     call_model,
     check_model,
-    check_seed,
     model_device,
     primary_output,
     to_device,
@@ -147,11 +147,9 @@ def _check(
     check: DependencyCheck, model: nn.Module, x: Any, dim: int, rtol: float, seed: int
 ) -> DependencyReport:
     check_model(model)
-    check_seed(seed)
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
-        raise DiagnosticArgumentError(f"dim must be an int >= 0, got {dim!r}.")
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 <= rtol < 1:
-        raise DiagnosticArgumentError(f"rtol must be a number in [0, 1), got {rtol!r}.")
+    check_int("seed", seed)
+    check_int("dim", dim, low=0)
+    check_number("rtol", rtol, low=0, high=1, high_open=True, expect="a number in [0, 1)")
     matrix, probed = _dependency_matrix(model, x, dim, seed)
     n = matrix.shape[0]
     threshold = float(rtol) * float(matrix.max())

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import check_int, is_number
 from ..errors import DiagnosticArgumentError, InputFormError
 from ..report import Finding, Table
 from ..report._recipes_data import RecipeStatus
@@ -187,16 +188,14 @@ def leakage_poison(
     n_rows = _rows(X)
     if y is not None and _rows(y) != n_rows:
         raise InputFormError(f"X has {n_rows} rows but y has {_rows(y)}; pass aligned X and y.")
-    if isinstance(cutoff, bool) or not isinstance(cutoff, int) or not 0 < cutoff < n_rows:
-        raise DiagnosticArgumentError(
-            f"cutoff must be an int in [1, {n_rows - 1}] (rows [cutoff:] are poisoned), got "
-            f"{cutoff!r}."
-        )
-    if (
-        isinstance(sentinel, bool)
-        or not isinstance(sentinel, (int, float))
-        or not (1.0 <= abs(sentinel) < float("inf"))
-    ):
+    check_int(
+        "cutoff",
+        cutoff,
+        low=1,
+        high=n_rows - 1,
+        expect=f"an int in [1, {n_rows - 1}] (rows [cutoff:] are poisoned)",
+    )
+    if not is_number(sentinel) or not 1.0 <= abs(sentinel) < float("inf"):
         raise DiagnosticArgumentError(f"sentinel must be a finite number >= 1, got {sentinel!r}.")
     sentinel = abs(float(sentinel))
     values = {"clean": None, "nan": float("nan"), "plus": sentinel, "minus": -sentinel}

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import DiagnosticArgumentError
+from .._validate import check_bool
 from ..report import Report, live_panel
 
 
@@ -50,6 +50,4 @@ def live_sink(live: bool | None) -> Callable[[Report], None] | None:
     """Where live reports go: a :class:`PanelSink` when ``live`` (None: inside a kernel)."""
     if live is None:
         live = in_kernel()
-    if not isinstance(live, bool):
-        raise DiagnosticArgumentError(f"live must be True, False or None, got {live!r}.")
-    return PanelSink() if live else None
+    return PanelSink() if check_bool("live", live, expect="True, False or None") else None

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .._validate import check_int
 from ..capture import iter_tensors
 from ..errors import DiagnosticArgumentError
 from ..report import Finding, Unavailable
@@ -28,8 +29,6 @@ from ._batches import (
     call_model,
     check_loss_fn,
     check_model,
-    check_positive_int,
-    check_seed,
     first_batch,
     loss_value,
     model_device,
@@ -166,7 +165,7 @@ def init_loss(
     check_model(model)
     check_loss_fn(loss_fn)
     if num_classes is not None:
-        check_positive_int(num_classes, "num_classes")
+        check_int("num_classes", num_classes, low=1)
     kind = loss_kind or loss_kind_of(loss_fn)
     if kind not in (*_KINDS.values(), "unknown"):
         raise DiagnosticArgumentError(
@@ -368,8 +367,8 @@ def random_input_test(
     """
     check_model(model)
     check_loss_fn(loss_fn)
-    check_positive_int(trials, "trials")
-    check_seed(seed)
+    check_int("trials", trials, low=1)
+    check_int("seed", seed)
     kind = loss_kind or loss_kind_of(loss_fn)
     inputs, targets = split_batch(first_batch(batch))
     device = model_device(model)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._validate import check_int, check_number
 from ..debug import preserved_rng_state
 from ..errors import DiagnosticArgumentError
 from ..report import Finding
@@ -25,8 +26,6 @@ from ._batches import (
     call_model,
     check_loss_fn,
     check_model,
-    check_positive_float,
-    check_positive_int,
     first_batch,
     loss_value,
     model_device,
@@ -121,8 +120,8 @@ def memorise_batch(
     random_input_test on it: an untrained model scores chance on real data and noise alike)."""
     check_model(model)
     check_loss_fn(loss_fn)
-    check_positive_int(steps, "steps")
-    check_positive_float(lr, "lr")
+    check_int("steps", steps, low=1)
+    check_number("lr", lr, low=0, low_open=True)
     inputs, targets = split_batch(first_batch(batch))
     if not any(p.requires_grad for p in model.parameters()):
         raise DiagnosticArgumentError(

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._validate import is_int
 from ..capture import Trace, trace, validate_model
 from ..debug import preserved_rng_state
 from ..errors import DiagnosticArgumentError, ForwardError
@@ -206,9 +207,7 @@ def prime_dims(
     base = {n: baseline for n in names} if isinstance(baseline, int) else dict(baseline)
     sizes = dict(primes) if primes is not None else _prime_sizes(model, names, base)
     for label, mapping in (("baseline", base), ("primes", sizes)):
-        if set(mapping) != set(names) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in mapping.values()
-        ):
+        if set(mapping) != set(names) or not all(is_int(v) and v >= 1 for v in mapping.values()):
             raise DiagnosticArgumentError(
                 f"{label} must give a positive int for each of {list(names)}, got {mapping!r}."
             )

@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import nn
 
+from .._validate import check_int
 from ..debug import clone_input_tree, preserved_rng_state
 from ..errors import DiagnosticArgumentError
 from ..report import Exit, Finding, Report, Table, Unavailable
@@ -25,7 +26,6 @@ from ..report._triage import RootCause, RowStatus, TriageReport, TriageRow, Tria
 from ._batches import (
     check_loss_fn,
     check_model,
-    check_positive_int,
     first_batch,
     split_batch,
     trainable_copy,
@@ -63,14 +63,10 @@ def _selected(checks: Sequence[str] | None, seq_dim: int | None) -> tuple[str, .
 
 
 def _check_options(seq_dim: Any, num_classes: Any) -> None:
-    if seq_dim is not None and (
-        isinstance(seq_dim, bool) or not isinstance(seq_dim, int) or seq_dim < 1
-    ):
-        raise DiagnosticArgumentError(
-            f"seq_dim must be None or an int >= 1 (dim 0 is the batch), got {seq_dim!r}."
-        )
+    if seq_dim is not None:
+        check_int("seq_dim", seq_dim, low=1, expect="None or an int >= 1 (dim 0 is the batch)")
     if num_classes is not None:
-        check_positive_int(num_classes, "num_classes")
+        check_int("num_classes", num_classes, low=1)
 
 
 def triage(
@@ -139,7 +135,7 @@ def triage(
     """
     check_model(model)
     check_loss_fn(loss_fn)
-    check_positive_int(steps, "steps")
+    check_int("steps", steps, low=1)
     _check_options(seq_dim, num_classes)
     names = _selected(checks, seq_dim)
     choice = resolve_optimizer(optimizer, lr)

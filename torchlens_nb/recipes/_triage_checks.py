@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._validate import check_number
 from ..capture import iter_tensors
 from ..errors import DiagnosticArgumentError, ForwardError, TorchlensNbError
 from ..report import Report
@@ -35,7 +36,7 @@ from ..report._recipes_training import (
     WeightDistributionReport,
 )
 from ..report._triage import OutputLossReport
-from ._batches import check_positive_float, split_batch
+from ._batches import split_batch
 from ._data import data_sanity
 from ._dependency import batch_independence, causal_dependency
 from ._gradients import gradient_flow
@@ -104,7 +105,7 @@ def resolve_optimizer(optimizer: Any, lr: Any) -> OptimizerChoice | None:
             class with no default lr and no ``lr``, or an ``lr`` that is not > 0.
     """
     if lr is not None:
-        lr = check_positive_float(lr, "lr")
+        lr = check_number("lr", lr, low=0, low_open=True)
     if optimizer is None:
         return None if lr is None else OptimizerChoice(None, lr, f"Adam lr={lr:g}")
     if isinstance(optimizer, torch.optim.Optimizer):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from ..errors import DiagnosticArgumentError
+from .._validate import check_bool
 from ..report._triage import TriageReport
 from ._live import PanelSink, in_kernel
 
@@ -25,8 +25,8 @@ class TriageProgress:
     """Shows each interim report and the final one (see the module docstring)."""
 
     def __init__(self, live: bool | None, stream: TextIO | None = None) -> None:
-        if live is not None and not isinstance(live, bool):
-            raise DiagnosticArgumentError(f"live must be True, False or None, got {live!r}.")
+        if live is not None:
+            check_bool("live", live, expect="True, False or None")
         auto = live is None
         self._panel = PanelSink() if live or (auto and in_kernel()) else None
         self._stream = stream or sys.stderr

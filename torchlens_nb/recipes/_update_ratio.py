@@ -21,6 +21,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from .._validate import check_int, check_number
 from ..debug import ChecksSession, preserved_rng_state
 from ..errors import DiagnosticArgumentError, ModelTypeError
 from ..report import Exit, Finding, Report, Table, Unavailable
@@ -30,8 +31,6 @@ from ._batches import (
     call_model,
     check_loss_fn,
     check_model,
-    check_positive_float,
-    check_positive_int,
     first_batch,
     loss_value,
     model_device,
@@ -143,8 +142,8 @@ def update_ratio(
     if isinstance(model_or_report, nn.Module):
         check_model(model_or_report)
         check_loss_fn(loss_fn)
-        check_positive_int(steps, "steps")
-        check_positive_float(lr, "lr")
+        check_int("steps", steps, low=1)
+        check_number("lr", lr, low=0, low_open=True)
         if batch is None:
             raise DiagnosticArgumentError(
                 "update_ratio(model, batch, loss_fn): pass the batch the copy trains on."

@@ -13,12 +13,13 @@ from typing import Any
 
 from torch import nn
 
+from .._validate import check_int
 from ..debug import param_health
 from ..report import Exit, Finding, Table
 from ..report._base import Severity
 from ..report._recipes_data import recipe_status, worst_finding
 from ..report._recipes_training import ParamWeights, WeightDistributionReport, WeightVerdict
-from ._batches import check_model, check_positive_int
+from ._batches import check_model
 from ._stats import histogram, tensor_stats
 
 HUGE_ABS = 100.0
@@ -70,7 +71,7 @@ def weight_distribution(model: nn.Module, *, bins: int = 30) -> WeightDistributi
         ['suspicious_fill']
     """
     check_model(model)
-    check_positive_int(bins, "bins")
+    check_int("bins", bins, low=1)
     audit = param_health(model, include_buffers=False)
     fills = {row.name: row.fill for row in audit.rows}
     params = []

@@ -28,6 +28,7 @@ from dataclasses import fields as dataclass_fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._jsonsafe import to_jsonable
+from .._validate import check_int
 from ..errors import ReportOptionError
 from . import _display
 from ._actions import unavailable_actions
@@ -281,11 +282,14 @@ class Report:
     # ----- views -----------------------------------------------------------------------------
     def card(self, max_findings: int = MAX_CARD_FINDINGS) -> str:
         """Bounded text: lead line, at most ``max_findings`` findings, the remainder, the exits."""
-        if isinstance(max_findings, bool) or not isinstance(max_findings, int) or max_findings < 1:
-            raise ReportOptionError(
-                f"max_findings must be >= 1, got {max_findings!r}; pass an int (the card always "
-                "shows one)."
-            )
+        check_int(
+            "max_findings",
+            max_findings,
+            low=1,
+            expect=">= 1",
+            hint="pass an int (the card always shows one)",
+            error=ReportOptionError,
+        )
         lines = [f"{self.report_type} [{self.status}] {self.subject}: {self.lead}"]
         for finding in self.findings[:max_findings]:
             where = f" ({finding.where.text()})" if finding.where and finding.where.text() else ""

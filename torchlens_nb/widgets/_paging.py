@@ -13,6 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .._jsonsafe import to_jsonable
+from .._validate import check_int
 from ..errors import PanelError
 
 if TYPE_CHECKING:
@@ -59,10 +60,15 @@ class TablePager:
             raise PanelError(
                 f"table {table.name!r} has no column {sort!r}; columns: {list(table.columns)}."
             )
-        if not (isinstance(offset, int) and offset >= 0):
-            raise PanelError(f"page offset must be an int >= 0, got {offset!r}.")
-        if not (isinstance(limit, int) and 1 <= limit <= MAX_PAGE_ROWS):
-            raise PanelError(f"page limit must be an int in 1..{MAX_PAGE_ROWS}, got {limit!r}.")
+        check_int("page offset", offset, low=0, error=PanelError)
+        check_int(
+            "page limit",
+            limit,
+            low=1,
+            high=MAX_PAGE_ROWS,
+            expect=f"an int in 1..{MAX_PAGE_ROWS}",
+            error=PanelError,
+        )
         positions = np.arange(len(table.rows))
         if filter:
             positions = positions[self._matches(filter)]

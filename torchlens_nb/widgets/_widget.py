@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
+from .._validate import is_int
 from ..errors import PanelError
 from ..report._actions import on_release
 from ._paging import TablePager
@@ -123,7 +124,7 @@ class ReportWidget(anywidget.AnyWidget):
         request_id = content.get("request_id") if isinstance(content, dict) else None
         report_id = content.get("report", 0) if isinstance(content, dict) else 0
         try:
-            if not isinstance(content, dict) or not isinstance(request_id, int):
+            if not isinstance(content, dict) or not is_int(request_id):
                 raise PanelError(
                     f"a panel request is a dict with an int request_id, got {content!r:.200}."
                 )

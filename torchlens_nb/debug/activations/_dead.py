@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ..._validate import check_int, check_number
 from ...capture import Op, Selector, Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table, Unavailable, Where
@@ -118,13 +119,10 @@ def dead(
     """
     runs = _check_traces(traces)
     if selector is not None:
-        check_selector(selector, "tl.dead")
-    if unit_dim is not None and (not isinstance(unit_dim, int) or unit_dim < 0):
-        raise DiagnosticArgumentError(
-            f"unit_dim must be a non-negative int or None, got {unit_dim!r}."
-        )
-    if not isinstance(atol, (int, float)) or not atol >= 0:
-        raise DiagnosticArgumentError(f"atol must be a number >= 0, got {atol!r}.")
+        check_selector("tl.dead", selector)
+    if unit_dim is not None:
+        check_int("unit_dim", unit_dim, low=0, expect="a non-negative int or None")
+    check_number("atol", atol, low=0, finite=False)
     scanned: list[DeadUnits] = []
     not_common = 0
     with torch.no_grad():
@@ -286,9 +284,9 @@ def threshold(
         raise DiagnosticArgumentError(
             f"tl.threshold takes a trace from tl.trace(...), got {type(trace).__name__}."
         )
-    low, high = check_bounds(within, "tl.threshold within")
+    low, high = check_bounds("tl.threshold within", within)
     if selector is not None:
-        check_selector(selector, "tl.threshold")
+        check_selector("tl.threshold", selector)
     violations: list[RangeViolation] = []
     outside: set[str] = set()
     scanned = unsaved = 0

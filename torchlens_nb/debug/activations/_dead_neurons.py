@@ -19,12 +19,12 @@ axis of a 2-D or 3-D output, axis 1 of a 4-D or wider one, and axis 0 of a 1-D o
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from typing import Any
 
 import torch
 
+from ..._validate import check_int, check_number
 from ...capture import Op, Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
@@ -57,24 +57,20 @@ def dead_neurons_rows(
         raise DiagnosticArgumentError(
             f"dead_neurons reads a tl.trace(...) result, got {type(trace).__name__}."
         )
-    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
-        raise DiagnosticArgumentError(f"dim must be an int axis or None, got {dim!r}.")
-    if (
-        isinstance(max_activation, bool)
-        or not isinstance(max_activation, numbers.Real)
-        or not math.isfinite(max_activation)
-        or max_activation < 0
-    ):
-        raise DiagnosticArgumentError(
-            f"max_activation must be a finite number >= 0 (0.0 means exactly zero), "
-            f"got {max_activation!r}."
-        )
+    if dim is not None:
+        check_int("dim", dim, expect="an int axis or None")
+    check_number(
+        "max_activation",
+        max_activation,
+        low=0,
+        expect="a finite number >= 0 (0.0 means exactly zero)",
+    )
     channel_axes = _channel_axes(trace)
     rows: list[dict[str, Any]] = []
     probes: list[tuple[torch.Tensor, int]] = []
     counted: list[tuple[dict[str, Any], int]] = []
     for op in _returned_ops(trace):
-        row = {
+        row: dict[str, Any] = {
             "op": op.label,
             "module": op.module,
             "total_units": None,
@@ -87,7 +83,7 @@ def dead_neurons_rows(
         rows.append(row)
         axis, row["reason"] = _unit_axis(op, dim, channel_axes)
         tensors = saved_tensors(op.out) if op.has_saved else []
-        if axis is None:
+        if axis is None or op.shape is None:  # a shapeless op has no unit axis either
             continue
         row["total_units"] = op.shape[axis]
         if not tensors:

@@ -23,11 +23,11 @@ the figure the benchmark prints.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import torch
 
+from ..._validate import check_number
 from ...capture import Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
@@ -71,8 +71,7 @@ def _audit(
         ("max_fraction", max_fraction),
         ("subnormal_fraction_threshold", subnormal_fraction_threshold),
     ):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:
-            raise DiagnosticArgumentError(f"{name} must be in (0, 1], got {value!r}.")
+        check_number(name, value, low=0, high=1, low_open=True, expect="in (0, 1]")
     rows: list[dict[str, Any]] = []
     audited: list[tuple[dict[str, Any], list[torch.Tensor]]] = []
     not_audited = {"not_saved": 0, "not_floating": 0}

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ..._validate import check_int, is_number
 from ...capture import Selector
 from ...errors import DiagnosticArgumentError
 from ...options import HookPlan, Site
@@ -47,7 +48,7 @@ def default_unit_dim(ndim: int) -> int:
     return {0: -1, 1: 0, 2: 1, 3: 2}.get(ndim, 1)
 
 
-def check_selector(selector: Any, where: str) -> Selector:
+def check_selector(where: str, selector: Any) -> Selector:
     """Return ``selector`` if it is a ``tl.func``/``tl.module`` selector, else raise."""
     if not isinstance(selector, Selector):
         raise DiagnosticArgumentError(
@@ -57,7 +58,7 @@ def check_selector(selector: Any, where: str) -> Selector:
     return selector
 
 
-def check_selectors(items: Any, where: str) -> tuple[Selector, ...]:
+def check_selectors(where: str, items: Any) -> tuple[Selector, ...]:
     """``items`` (one selector or an iterable of them) as a tuple of checked selectors.
 
     A string is refused whole (iterating it would report its first letter): name the fix.
@@ -69,7 +70,7 @@ def check_selectors(items: Any, where: str) -> tuple[Selector, ...]:
             f"{where} takes selectors such as tl.func('relu') or tl.module('encoder.*'), got the "
             f"string {items!r}; write [tl.func({items!r})] or [tl.module({items!r})]."
         )
-    return tuple(check_selector(s, where) for s in items)
+    return tuple(check_selector(where, s) for s in items)
 
 
 def _as_numeric(value: Any) -> torch.Tensor | None:
@@ -156,8 +157,8 @@ class RangeProbe:
             )
         self._bounds: list[tuple[Selector, float, float]] = []
         for selector, pair in bounds.items():
-            check_selector(selector, "RangeProbe")
-            low, high = check_bounds(pair, f"RangeProbe bounds for {selector!r}")
+            check_selector("RangeProbe", selector)
+            low, high = check_bounds(f"RangeProbe bounds for {selector!r}", pair)
             self._bounds.append((selector, low, high))
         self._sites: dict[tuple[str, int], _RangeSite] = {}
 
@@ -246,12 +247,8 @@ class _RangeHook:
         self.probe._observe(self.index, site, value)
 
 
-def check_bounds(pair: Any, what: str) -> tuple[float, float]:
-    if not (
-        isinstance(pair, (tuple, list))
-        and len(pair) == 2
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair)
-    ):
+def check_bounds(what: str, pair: Any) -> tuple[float, float]:
+    if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(is_number(x) for x in pair)):
         raise DiagnosticArgumentError(
             f"{what} must be a (low, high) pair of numbers, got {pair!r}."
         )
@@ -373,15 +370,13 @@ class LivenessProbe:
     """
 
     def __init__(self, selectors: Iterable[Any], *, unit_dim: int | None = None) -> None:
-        self._selectors = check_selectors(selectors, "LivenessProbe")
+        self._selectors = check_selectors("LivenessProbe", selectors)
         if not self._selectors:
             raise DiagnosticArgumentError(
                 "LivenessProbe needs at least one selector, e.g. [tl.func('relu')]."
             )
-        if unit_dim is not None and (not isinstance(unit_dim, int) or unit_dim < 0):
-            raise DiagnosticArgumentError(
-                f"unit_dim must be a non-negative axis index or None, got {unit_dim!r}."
-            )
+        if unit_dim is not None:
+            check_int("unit_dim", unit_dim, low=0, expect="a non-negative axis index or None")
         self._unit_dim = unit_dim
         self._sites: dict[str, _LivenessSite] = {}
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._validate import check_int
 from ...capture import (
     Selector,
     call_arguments,
@@ -152,19 +153,12 @@ def attention_sinks(
         attention = (func("softmax"),)
     if residual is None:
         residual = (module(*blocks),) if blocks else ()
-    attention_sel = tuple(check_selector(s, "attention_sinks(attention=...)") for s in attention)
-    residual_sel = tuple(check_selector(s, "attention_sinks(residual=...)") for s in residual)
+    attention_sel = tuple(check_selector("attention_sinks(attention=...)", s) for s in attention)
+    residual_sel = tuple(check_selector("attention_sinks(residual=...)", s) for s in residual)
     _check_tokens_kind(tokens)
     batch = _batch_size(inputs, mask)
-    if not isinstance(sample, int) or not 0 <= sample < batch:
-        raise DiagnosticArgumentError(
-            f"sample must be a batch index in [0, {batch}), got {sample!r}."
-        )
-    if not isinstance(max_pattern_bytes, int) or not 0 < max_pattern_bytes <= PATTERN_BYTES_LIMIT:
-        raise DiagnosticArgumentError(
-            f"max_pattern_bytes must be an int in [1, {PATTERN_BYTES_LIMIT}], got "
-            f"{max_pattern_bytes!r}."
-        )
+    check_int("sample", sample, low=0, high=batch - 1, expect=f"a batch index in [0, {batch})")
+    check_int("max_pattern_bytes", max_pattern_bytes, low=1, high=PATTERN_BYTES_LIMIT)
     patterns: dict[str, torch.Tensor] = {}
 
     def keep(site: Site, probabilities: torch.Tensor) -> None:

@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 import torch
 
+from ..._validate import check_number
 from ...capture import Selector, func
 from ...errors import DiagnosticArgumentError
 from ...options import HookPlan, Site
@@ -133,8 +134,8 @@ class SinkProbe:
         fused_attention: FusedAttention = "disclose",
         on_attention: Callable[[Site, torch.Tensor], None] | None = None,
     ) -> None:
-        self._attention = _selectors(attention, "attention")
-        self._residual = _selectors(residual, "residual")
+        self._attention = _selectors("attention", attention)
+        self._residual = _selectors("residual", residual)
         if not self._attention and not self._residual:
             raise DiagnosticArgumentError(
                 "SinkProbe needs attention=[...] and/or residual=[...] selectors, e.g. "
@@ -145,8 +146,7 @@ class SinkProbe:
             ("sink_uniform_ratio", sink_uniform_ratio, 1.0),
             ("outlier_factor", outlier_factor, 1.0),
         ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low:
-                raise DiagnosticArgumentError(f"{name} must be a number > {low:g}, got {value!r}.")
+            check_number(name, value, low=low, low_open=True, finite=False)
         if attention_mask is not None and (
             not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2
         ):
@@ -482,8 +482,8 @@ def _site_means(states: list[SiteStats]) -> list[tuple[list[int], torch.Tensor]]
     return out
 
 
-def _selectors(items: Iterable[Any], what: str) -> tuple[Selector, ...]:
-    return check_selectors(items, f"SinkProbe({what}=...)")
+def _selectors(what: str, items: Iterable[Any]) -> tuple[Selector, ...]:
+    return check_selectors(f"SinkProbe({what}=...)", items)
 
 
 def _describe(value: Any) -> str:

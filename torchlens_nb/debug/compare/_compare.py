@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._validate import check_bool, check_number
 from ...capture import Op, Trace, validate_model
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding, LineageReport, Table, Unavailable, Where
@@ -62,15 +63,7 @@ class ValueDiff:
 def check_tolerance(rtol: float, atol: float) -> None:
     """Refuse negative, NaN or infinite tolerances before any work."""
     for name, value in (("rtol", rtol), ("atol", atol)):
-        if (
-            not isinstance(value, (int, float))
-            or isinstance(value, bool)
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise DiagnosticArgumentError(
-                f"{name} must be a finite number >= 0, got {value!r}; e.g. rtol=1e-5, atol=1e-8."
-            )
+        check_number(name, value, low=0, hint="e.g. rtol=1e-5, atol=1e-8")
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -528,10 +521,7 @@ def compare_params(
     validate_model(model_a, "model_a")
     validate_model(model_b, "model_b")
     check_tolerance(rtol, atol)
-    if not isinstance(include_buffers, bool):
-        raise DiagnosticArgumentError(
-            f"include_buffers must be True or False, got {include_buffers!r}."
-        )
+    check_bool("include_buffers", include_buffers)
     named_a = _named_tensors(model_a, include_buffers)
     named_b = _named_tensors(model_b, include_buffers)
     names = list(named_a) + [name for name in named_b if name not in named_a]

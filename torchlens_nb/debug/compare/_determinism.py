@@ -10,15 +10,15 @@ machines.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..._validate import check_bool, check_int, check_number
 from ...capture import Trace
-from ...errors import DiagnosticArgumentError, ForwardError, ModelCopyError
+from ...errors import ForwardError, ModelCopyError
 from ...report import Finding, Table, Where
 from ...report._compare import (
     COMPARE_COLUMNS,
@@ -50,26 +50,12 @@ def environment_witnesses() -> dict[str, Any]:
 
 
 def _check_args(runs: Any, seed: Any, rtol: Any, atol: Any, seed_sensitivity: Any) -> None:
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
-        raise DiagnosticArgumentError(
-            f"runs must be an int >= 2 (run 0 is the reference), got {runs!r}."
-        )
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise DiagnosticArgumentError(f"seed must be an int, got {seed!r}.")
+    check_int("runs", runs, low=2, expect="an int >= 2 (run 0 is the reference)")
+    check_int("seed", seed)
     for name, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise DiagnosticArgumentError(
-                f"{name} must be None (bitwise) or a finite number >= 0, got {value!r}."
-            )
-    if not isinstance(seed_sensitivity, bool):
-        raise DiagnosticArgumentError(
-            f"seed_sensitivity must be True or False, got {seed_sensitivity!r}."
-        )
+        if value is not None:
+            check_number(name, value, low=0, expect="None (bitwise) or a finite number >= 0")
+    check_bool("seed_sensitivity", seed_sensitivity)
 
 
 def _compare_runs(

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._validate import check_number
 from ...capture import Op, Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table, Unavailable, Where
@@ -142,15 +143,8 @@ def bisect_precision(
     reference = _reference_dtype(reference_dtype)
     check_isolation_args(model, inputs, None)
     for name, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise DiagnosticArgumentError(
-                f"{name} must be None or a finite number >= 0, got {value!r}."
-            )
+        if value is not None:
+            check_number(name, value, low=0, expect="None or a finite number >= 0")
     native = isolated_capture(model, inputs, seed=seed)
     cast_inputs = map_tensors(inputs, lambda t: t.to(reference) if t.is_floating_point() else t)
     high = isolated_capture(model, cast_inputs, seed=seed, prepare=lambda m: m.to(reference))

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..._validate import check_number
 from ...capture import Op, Trace
 from ...errors import DiagnosticArgumentError, UnavailableError
 from ...report import Finding, Table, Unavailable
@@ -232,16 +233,10 @@ def hot_path(trace: Trace, by: Metric = "flops") -> HotPathReport:
 def _check_budget(budget_gb: Any) -> int | None:
     if budget_gb is None:
         return None
-    if (
-        isinstance(budget_gb, bool)
-        or not isinstance(budget_gb, (int, float))
-        or not math.isfinite(budget_gb)
-        or budget_gb < 0
-    ):
-        raise DiagnosticArgumentError(
-            f"budget_gb must be None or a finite number of gigabytes >= 0, got {budget_gb!r}."
-        )
-    return int(budget_gb * BYTES_PER_GB)
+    gigabytes = check_number(
+        "budget_gb", budget_gb, low=0, expect="None or a finite number of gigabytes >= 0"
+    )
+    return int(gigabytes * BYTES_PER_GB)
 
 
 def recompute_rows(

@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ..._validate import check_number
 from ...errors import DiagnosticArgumentError, GraphvizRunError, TorchlensNbWarning
 
 DOT_TIMEOUT_S = 60.0
@@ -99,11 +100,15 @@ def check_render_args(file_format: str, timeout_s: float) -> None:
             f"file_format must be a graphviz output format such as 'png', 'svg' or 'pdf', got "
             f"{file_format!r}."
         )
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
-        raise DiagnosticArgumentError(
-            f"timeout_s must be > 0 seconds, got {timeout_s!r}; pass a number such as the "
-            f"default {DOT_TIMEOUT_S:g}."
-        )
+    check_number(
+        "timeout_s",
+        timeout_s,
+        low=0,
+        low_open=True,
+        finite=False,
+        expect="> 0 seconds",
+        hint=f"pass a number such as the default {DOT_TIMEOUT_S:g}",
+    )
 
 
 def render_dot(

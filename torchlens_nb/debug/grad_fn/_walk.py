@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..._validate import check_int
 from ...capture import validate_model
 from ...errors import DiagnosticArgumentError, GradFnWalkError
 from ...report import Exit
@@ -89,10 +90,7 @@ def walk_grad_fn(
         ['0', '2']
     """
     roots = _roots(outputs)
-    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
-        raise DiagnosticArgumentError(
-            f"max_nodes must be an int >= 1, got {max_nodes!r}; the default is {MAX_NODES_DEFAULT}."
-        )
+    check_int("max_nodes", max_nodes, low=1, hint=f"the default is {MAX_NODES_DEFAULT}")
     num_roots = len({id(t.grad_fn) for _, t in roots})
     if max_nodes < num_roots:
         raise DiagnosticArgumentError(

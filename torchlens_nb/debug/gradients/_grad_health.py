@@ -19,12 +19,12 @@ Cost: one ``torch._foreach_norm`` per (device, dtype) group and one host sync pe
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..._validate import check_int, check_number
 from ...capture import Trace
 from ...errors import DiagnosticArgumentError, UnavailableError
 from ...report import Exit, Finding, Table
@@ -296,16 +296,14 @@ def grad_health(
 # ----- arguments -------------------------------------------------------------------------------
 def _check_thresholds(vanishing: Any, exploding: Any) -> None:
     for name, value in (("vanishing_threshold", vanishing), ("exploding_threshold", exploding)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, numbers.Real)
-            or math.isnan(value)
-            or value < 0
-        ):
-            raise DiagnosticArgumentError(
-                f"{name} must be a number >= 0, got {value!r}; the defaults are "
-                f"{DEFAULT_VANISHING_THRESHOLD:g} and {DEFAULT_EXPLODING_THRESHOLD:g}."
-            )
+        check_number(
+            name,
+            value,
+            low=0,
+            finite=False,
+            hint=f"the defaults are {DEFAULT_VANISHING_THRESHOLD:g} and "
+            f"{DEFAULT_EXPLODING_THRESHOLD:g}",
+        )
     if math.isinf(vanishing) or vanishing >= exploding:
         raise DiagnosticArgumentError(
             f"vanishing_threshold ({vanishing!r}) must be finite and below exploding_threshold "
@@ -337,12 +335,14 @@ def _select_pass(trace: Trace, bwd: Any) -> BackwardPass:
                 f"0..{len(passes) - 1} to pick one."
             )
         return passes[0]
-    if isinstance(bwd, bool) or not isinstance(bwd, int) or not -len(passes) <= bwd < len(passes):
-        raise DiagnosticArgumentError(
-            f"bwd must be an int in 0..{len(passes) - 1} (this trace's backward passes), "
-            f"got {bwd!r}."
-        )
-    return passes[bwd]
+    index = check_int(
+        "bwd",
+        bwd,
+        low=-len(passes),
+        high=len(passes) - 1,
+        expect=f"an int in 0..{len(passes) - 1} (this trace's backward passes)",
+    )
+    return passes[index]
 
 
 # ----- measurement ------------------------------------------------------------------------------

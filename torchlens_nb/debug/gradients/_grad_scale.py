@@ -13,13 +13,12 @@ applied INSIDE the captured forward is an op of the model, not loss scaling, and
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..._validate import check_number, is_int, is_number
 from ...errors import DiagnosticArgumentError
 from ...report._gradients import ScaleProvenance
 
@@ -30,21 +29,20 @@ _SCALING_NODES = frozenset({"MulBackward0", "MulBackward1", "DivBackward0", "Div
 """Root nodes that multiply the loss by a constant (GradScaler.scale builds MulBackward0)."""
 
 
-def _scale_value(value: Any, name: str) -> tuple[float, ScaleProvenance]:
+def _scale_value(name: str, value: Any) -> tuple[float, ScaleProvenance]:
     provenance: ScaleProvenance
     if callable(getattr(value, "get_scale", None)):
         scale, provenance = value.get_scale(), "gradscaler"
-    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+    elif is_number(value):
         scale, provenance = value, "explicit"
     else:
         raise DiagnosticArgumentError(
             f"{name} must be a number or a GradScaler, got {type(value).__name__}; pass "
             "scaler.get_scale() (read before scaler.update())."
         )
-    scale = float(scale)
-    if not (math.isfinite(scale) and scale > 0):
-        raise DiagnosticArgumentError(f"{name} must be finite and > 0, got {scale!r}.")
-    return scale, provenance
+    return check_number(
+        name, float(scale), low=0, low_open=True, expect="finite and > 0"
+    ), provenance
 
 
 def declared_scale(
@@ -61,7 +59,7 @@ def declared_scale(
             "pass grad_scale= (one factor for every pass) or grad_scales={bwd: scale}, not both."
         )
     if grad_scale is not None:
-        return _scale_value(grad_scale, "grad_scale")
+        return _scale_value("grad_scale", grad_scale)
     if grad_scales is None:
         return None
     if not isinstance(grad_scales, Mapping):
@@ -69,13 +67,13 @@ def declared_scale(
             f"grad_scales must be a mapping {{bwd: scale}}, got {type(grad_scales).__name__}."
         )
     for key in grad_scales:
-        if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < num_passes:
+        if not is_int(key) or not 0 <= key < num_passes:
             raise DiagnosticArgumentError(
                 f"grad_scales keys are backward indices 0..{num_passes - 1}, got {key!r}."
             )
     if bwd not in grad_scales:
         return None
-    return _scale_value(grad_scales[bwd], f"grad_scales[{bwd}]")
+    return _scale_value(f"grad_scales[{bwd}]", grad_scales[bwd])
 
 
 def seed_probe(root: GradFnFire | None) -> list[torch.Tensor]:

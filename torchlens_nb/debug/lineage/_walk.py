@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast, get_args
 
+from ..._validate import check_int
 from ...capture import Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Exit
@@ -108,11 +109,9 @@ def lineage_of_graph(
         raise DiagnosticArgumentError(
             f"direction must be one of {list(get_args(Direction))}, got {direction!r}."
         )
-    if max_depth is not None and (
-        isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0
-    ):
-        raise DiagnosticArgumentError(
-            f"max_depth must be a non-negative int or None (walk to the ends), got {max_depth!r}."
+    if max_depth is not None:
+        check_int(
+            "max_depth", max_depth, low=0, expect="a non-negative int or None (walk to the ends)"
         )
     root = graph[label]
     walked = _walk(graph, root, direction, max_depth)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from ..._validate import check_int, is_int
 from ...capture import iter_tensors, validate_model
 from ...errors import DiagnosticArgumentError, ModelCopyError, UnavailableError
 from ...report import Finding, Table
@@ -159,12 +160,6 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise DiagnosticArgumentError(f"{name} must be an int >= 1, got {value!r}.")
-    return value
-
-
 def _specs(input_specs: Any) -> list[Candidate]:
     if input_specs is None:
         return []
@@ -173,7 +168,7 @@ def _specs(input_specs: Any) -> list[Candidate]:
         shape, dtype = (
             spec if len(spec) == 2 and isinstance(spec[1], torch.dtype) else (spec, torch.float32)
         )
-        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        if not all(is_int(s) and s >= 0 for s in shape):
             raise DiagnosticArgumentError(
                 f"each input_specs entry must be a shape tuple or (shape, dtype), got {spec!r}."
             )
@@ -228,9 +223,9 @@ def guess_input_shape(
         (True, (1, 3))
     """
     validate_model(model)
-    batch = _positive_int("batch_size", batch_size)
-    probes_allowed = _positive_int("max_probes", max_probes)
-    low, high = _positive_int("min_size", min_size), _positive_int("max_size", max_size)
+    batch = check_int("batch_size", batch_size, low=1)
+    probes_allowed = check_int("max_probes", max_probes, low=1)
+    low, high = check_int("min_size", min_size, low=1), check_int("max_size", max_size, low=1)
     if low > high:
         raise DiagnosticArgumentError(f"min_size ({low}) must be <= max_size ({high}).")
     if spatial_rank != "auto" and spatial_rank not in (0, 1, 2, 3):
@@ -245,7 +240,7 @@ def guess_input_shape(
         raise DiagnosticArgumentError(f"input_dtype must be a torch.dtype, got {input_dtype!r}.")
     for name, value in (("channels", channels), ("seq_len", seq_len)):
         if value is not None:
-            _positive_int(name, value)
+            check_int(name, value, low=1)
     specs = _specs(input_specs)
     params = [p for p in model.parameters() if p.is_floating_point()]
     dtype = input_dtype or (params[0].dtype if params else torch.float32)
