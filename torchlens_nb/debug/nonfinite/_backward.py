@@ -28,11 +28,11 @@ when something does matter, the earliest birth is headlined.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import torch
 
+from ..._validate import check_int, check_number
 from ...capture import GradFnFire, Trace
 from ...errors import DiagnosticArgumentError, UnavailableError
 from ...report import Exit, Finding, Table
@@ -110,14 +110,13 @@ def bisect_nan_backward(
             f"bisect_nan_backward needs a Trace with a logged backward, got {type(trace).__name__}."
         )
     bwd = _select_pass(trace, bwd)
-    if grad_scale is not None and (
-        isinstance(grad_scale, bool)
-        or not isinstance(grad_scale, (int, float))
-        or not math.isfinite(grad_scale)
-        or grad_scale <= 0
-    ):
-        raise DiagnosticArgumentError(
-            f"grad_scale must be a positive finite number (scaler.get_scale()), got {grad_scale!r}."
+    if grad_scale is not None:
+        check_number(
+            "grad_scale",
+            grad_scale,
+            low=0,
+            low_open=True,
+            expect="a positive finite number (scaler.get_scale())",
         )
     fires = trace.backward_passes[bwd].fires
     incoming, _ = _states([f.grad_outputs for f in fires])
@@ -153,12 +152,14 @@ def _select_pass(trace: Trace, bwd: Any) -> int:
                 "passes are never merged into one verdict."
             )
         return 0
-    if isinstance(bwd, bool) or not isinstance(bwd, int) or not 0 <= bwd < count:
-        raise DiagnosticArgumentError(
-            f"bwd must be an int in 0..{count - 1} (this trace logged {count} backward "
-            f"pass{'es' if count != 1 else ''}), got {bwd!r}."
-        )
-    return bwd
+    return check_int(
+        "bwd",
+        bwd,
+        low=0,
+        high=count - 1,
+        expect=f"an int in 0..{count - 1} (this trace logged {count} backward "
+        f"pass{'es' if count != 1 else ''})",
+    )
 
 
 def _group(grads: tuple[Any, ...]) -> list[torch.Tensor]:
