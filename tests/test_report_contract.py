@@ -51,6 +51,27 @@ def test_statuses_are_a_literal_and_each_has_a_tone(cls: type[Report]) -> None:
     assert set(cls.status_tones.values()) <= {*TONES, "findings"}
 
 
+ROW_VOCABULARIES = {
+    "GradHealthReport": "torchlens_nb.report._gradients.Verdict",
+    "CompareReport": "torchlens_nb.report._compare.RowStatus",
+    "BisectPrecisionReport": "torchlens_nb.report._compare.RowStatus",
+    "DeterminismReport": "torchlens_nb.report._compare.RowStatus",
+    "CheckReport": "torchlens_nb.report._checks.CheckState",
+}
+"""The report types whose panel colours rows by a word, and the ``Literal`` of that word."""
+
+
+@pytest.mark.parametrize("cls", REPORT_TYPES, ids=lambda c: c.__name__)
+def test_row_words_have_their_tones_decided_in_python(cls: type[Report]) -> None:
+    vocabulary = ROW_VOCABULARIES.get(cls.__name__)
+    if vocabulary is None:
+        assert cls.row_tones == {}, f"{cls.__name__}: add its row vocabulary to this test"
+        return
+    module, name = vocabulary.rsplit(".", 1)
+    words = typing.get_args(getattr(sys.modules[module], name))
+    assert set(cls.row_tones) == set(words) and set(cls.row_tones.values()) <= set(TONES)
+
+
 @pytest.mark.parametrize("cls", REPORT_TYPES, ids=lambda c: c.__name__)
 def test_the_payload_is_derived_not_hand_written(cls: type[Report]) -> None:
     assert "_data" not in cls.__dict__

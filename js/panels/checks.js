@@ -7,7 +7,7 @@ import { h } from "../shared/dom.js";
 import { formatNumber } from "../shared/format.js";
 import { mountPanel } from "../shared/panel.js";
 import { decodeFloats } from "../shared/payload.js";
-import { severityIcon } from "../shared/status.js";
+import { rowTone, severityIcon } from "../shared/status.js";
 import { tableView } from "../shared/table.js";
 
 /** Chart rows kept per model (Python keeps at most 4096 too: checks/_series.py). */
@@ -15,9 +15,6 @@ const MAX_POINTS = 4096;
 /** Attempts shown on the charts: the most recent ones. */
 const CHART_ATTEMPTS = 120;
 const COUNTERS = ["attempts", "accepted", "skipped", "raised", "backwards", "pending_backwards"];
-/** Presentation only: the tone that accompanies each state word Python sent. */
-const STATE_TONE = /** @type {Record<string, string>} */ (
-  { clean: "ok", collecting: "info", warned: "warning", raised: "critical", unavailable: "warning" });
 
 /**
  * @typedef {import("../shared/payload_types.js").CheckReportPayload} Payload
@@ -88,8 +85,8 @@ function ranksView(ranks) {
         : h("td", { "data-col": c }, formatNumber(row[c])))))));
 }
 
-/** @param {Record<string, any>[]} checks */
-function checksView(checks) {
+/** @param {Record<string, any>[]} checks @param {Payload} payload (its row_tones colour each state) */
+function checksView(checks, payload) {
   if (!checks.length) return h("p", { class: "tln-ck-empty" }, "No check registered.");
   return h("table", { class: "tln-ck-checks" },
     h("caption", null, "Checks"),
@@ -97,7 +94,7 @@ function checksView(checks) {
       .map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", null, checks.map((c) => h("tr", { "data-check": c.name },
       h("th", { scope: "row" }, c.name), h("td", null, c.site), h("td", null, c.action),
-      h("td", { "data-tone": STATE_TONE[c.state] ?? "info" },
+      h("td", { "data-tone": rowTone(payload, c.state) },
         h("span", { class: "tln-ck-state", "data-state": c.state }, c.state)),
       h("td", null, formatNumber(c.evaluations)), h("td", null, formatNumber(c.findings))))));
 }
@@ -185,7 +182,7 @@ function liveBody(store, payload) {
   const ranks = ranksView(latest.ranks);
   return [cardHeader({ ...payload, status: latest.status, status_label: latest.status_label, tone: latest.tone, lead: latest.lead }),
     h("p", { class: "tln-ck-running", role: "status" }, "Session running: updates while the loop runs."),
-    countersView(latest.counters), ...(ranks ? [ranks] : []), checksView(latest.checks), liveFindings(latest.findings ?? []),
+    countersView(latest.counters), ...(ranks ? [ranks] : []), checksView(latest.checks, payload), liveFindings(latest.findings ?? []),
     ...(ledger ? [ledger] : []), chartsView(store.points, true)];
 }
 
@@ -204,7 +201,7 @@ function reportBody(payload, ctx) {
     : h("p", { class: "tln-ck-snapshot", role: "status" },
       "Snapshot of a session still attached: counts up to the moment it was taken; display the session for live updates.");
   return reportCard(payload, ctx, [state,
-    countersView(d.counters), checksView(d.checks_run), ...(ledger ? [ledger] : []),
+    countersView(d.counters), checksView(d.checks_run, payload), ...(ledger ? [ledger] : []),
     chartsView(pointsFromArrays(ctx), !d.is_final), ...payload.tables.map((t) => tableView(t, ctx))]);
 }
 

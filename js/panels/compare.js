@@ -7,12 +7,10 @@ import { h, listen } from "../shared/dom.js";
 import { definitionList } from "../shared/findings.js";
 import { MISSING, formatNumber, formatSourceLine } from "../shared/format.js";
 import { mountPanel } from "../shared/panel.js";
+import { rowTone } from "../shared/status.js";
 import { tableView } from "../shared/table.js";
 
-/** Presentation only: tone and marker of each status word Python chose. */
-const TONE = { match: "ok", value_diverged: "critical", shape_diverged: "critical", structure_diverged: "critical",
-  only_in_a: "warning", only_in_b: "warning", input_differs: "info", not_saved: "info", not_comparable: "info",
-  diverged: "critical" };
+/** Presentation only: the marker of each tone (the tone of a row's status is the payload's row_tones). */
 const MARK = { ok: "✓", critical: "≠", warning: "◐", info: "○" };
 const STAT_KEYS = ["min", "max", "mean", "std", "nan_count", "inf_count"];
 
@@ -76,7 +74,8 @@ function summary(payload) {
 }
 
 /** Both sides' statistics of the selected row. */
-function detail(/** @type {Row | undefined} */ row, /** @type {View} */ v, /** @type {Record<string, string>} */ locations) {
+function detail(/** @type {Row | undefined} */ row, /** @type {View} */ v, /** @type {Record<string, string>} */ locations,
+  /** @type {string} */ tone) {
   if (!row) return h("p", { class: "tln-muted" }, "Select a row to see both values' statistics.");
   const side = (/** @type {string} */ title, /** @type {string} */ text, /** @type {Record<string, number> | null} */ stats) =>
     h("div", { class: "tln-cmp-side" }, h("h4", null, `${title}: ${text}`),
@@ -84,7 +83,7 @@ function detail(/** @type {Row | undefined} */ row, /** @type {View} */ v, /** @
         : h("p", { class: "tln-muted" }, "no values compared"));
   return h("div", null,
     h("h3", null, h("code", null, row.op), ` ${row.func}`, row.module ? ` in ${row.module}` : ""),
-    h("p", null, h("span", { class: "tln-cmp-status", "data-tone": TONE[/** @type {keyof TONE} */ (row.status)] ?? "info" }, row.status.replaceAll("_", " ")),
+    h("p", null, h("span", { class: "tln-cmp-status", "data-tone": tone }, row.status.replaceAll("_", " ")),
       row.reason ? ` — ${row.reason}` : "",
       row.mismatched !== null ? ` · ${formatNumber(row.mismatched)} of ${formatNumber(row.numel)} elements outside tolerance` : ""),
     row.source_line ? h("p", { class: "tln-muted" }, h("code", { title: row.source_line }, formatSourceLine(row.source_line, locations))) : null,
@@ -106,10 +105,13 @@ function comparison(payload, ctx, refill) {
   const absRange = logRange(rows.map((r) => r.max_abs));
   const relRange = logRange(rows.map((r) => r.max_rel));
   const detailBox = h("section", { class: "tln-cmp-detail", "aria-label": "Row details", "aria-live": "polite" });
-  const showDetail = () => detailBox.replaceChildren(detail(rows.find((r) => r.op === st.open), v, ctx.locations));
+  const showDetail = () => {
+    const open = rows.find((r) => r.op === st.open);
+    detailBox.replaceChildren(detail(open, v, ctx.locations, open ? rowTone(payload, open.status) : "info"));
+  };
 
   const body = h("tbody", null, rows.map((r) => {
-    const tone = TONE[/** @type {keyof TONE} */ (r.status)] ?? "info";
+    const tone = rowTone(payload, r.status);
     return h("tr", { "data-op": r.op, "data-first": r.op === v.first ? "true" : null, "data-diverged": r.is_diverged ? "true" : null,
       "aria-selected": r.op === st.open ? "true" : "false" },
       h("td", { class: "tln-num" }, formatNumber(r.position)),

@@ -7,13 +7,12 @@ import { h, listen } from "../shared/dom.js";
 import { runAction } from "../shared/exits.js";
 import { MISSING, formatNumber } from "../shared/format.js";
 import { mountPanel } from "../shared/panel.js";
-import { offlineNote, statusLine } from "../shared/status.js";
+import { offlineNote, rowTone, statusLine } from "../shared/status.js";
 import { compareValues, tableView } from "../shared/table.js";
 
 /** Rows drawn per group (or per flat page) before a "Show more" button: keeps the DOM small. */
 const CHUNK = 100;
-/** Presentation only: the tone and marker of each verdict word Python chose. */
-const TONE = { ok: "ok", zero: "critical", vanishing: "warning", exploding: "critical", unknown: "info" };
+/** Presentation only: the marker of each verdict word Python chose (its tone is the payload's row_tones). */
 const MARK = { ok: "●", zero: "×", vanishing: "▼", exploding: "▲", unknown: "○" };
 const COLUMNS = [["op", "op"], ["module", "module"], ["index", "#"], ["grad_norm", "grad_norm"],
   ["grad_norm_raw", "raw"], ["rms", "rms"], ["numel", "numel"], ["verdict", "verdict"], ["is_frontier", "frontier"]];
@@ -82,7 +81,7 @@ function view(payload, ctx) {
     h("td", null, r.module || "(root)"), h("td", { class: "tln-num" }, formatNumber(r.index)),
     h("td", { class: "tln-num" }, show(r.grad_norm, r)), h("td", { class: "tln-num" }, formatNumber(r.grad_norm_raw)),
     h("td", { class: "tln-num" }, show(r.rms, r)), h("td", { class: "tln-num" }, formatNumber(r.numel)),
-    h("td", { "data-tone": TONE[/** @type {keyof TONE} */ (r.verdict)] ?? "info", class: "tln-gh-verdict" },
+    h("td", { "data-tone": rowTone(payload, r.verdict), class: "tln-gh-verdict" },
       h("span", { "aria-hidden": "true" }, `${MARK[/** @type {keyof MARK} */ (r.verdict)] ?? ""} `), r.verdict),
     h("td", { class: "tln-gh-frontier" }, r.is_frontier ? "◆ frontier" : ""), h("td", { class: "tln-gh-barcell" }, bar(r)));
 
@@ -182,7 +181,7 @@ function view(payload, ctx) {
     "aria-label": `Gradient norm profile of ${rows.length} ops on a log scale, thresholds drawn` });
   const hover = h("p", { class: "tln-muted tln-gh-hover", "aria-live": "polite" }, "Point at the chart to read the nearest op.");
   const legend = h("ul", { class: "tln-list tln-gh-legend" }, d.verdicts.map((/** @type {string} */ v) =>
-    h("li", { "data-tone": TONE[/** @type {keyof TONE} */ (v)] }, `${MARK[/** @type {keyof MARK} */ (v)]} ${v} (${d.verdict_counts[v] ?? 0})`)),
+    h("li", { "data-tone": rowTone(payload, v) }, `${MARK[/** @type {keyof MARK} */ (v)]} ${v} (${d.verdict_counts[v] ?? 0})`)),
   h("li", null, "◎ frontier"), h("li", null, "- - thresholds"));
   const chartPanel = h("div", { class: "tln-gh-pane", role: "tabpanel", "aria-label": "Norm profile", hidden: st.tab !== "profile" },
     canvas, legend, hover);
@@ -194,7 +193,7 @@ function view(payload, ctx) {
     st.tab = key;
     for (const [k, pane] of Object.entries(panes)) pane.hidden = k !== key;
     for (const t of tabList.children) t.setAttribute("aria-selected", String(t.getAttribute("data-tab") === key));
-    if (key === "profile") pick = drawProfile(canvas, rows, d);
+    if (key === "profile") pick = drawProfile(canvas, rows, payload);
   };
   for (const [key, label] of [["table", "Frontier table"], ["profile", "Norm profile"]]) {
     const tab = h("button", { type: "button", role: "tab", class: "tln-gh-tab", "aria-selected": String(st.tab === key), "data-tab": key }, label);
@@ -215,10 +214,11 @@ function view(payload, ctx) {
  * The profile on a canvas: x = execution order, y = Python's plotted value on a log axis; 0, inf
  * and nan in labelled lanes below / above the numeric range (`data-plot` says where, for tests
  * and tools). Returns the picker of the op nearest in x to a canvas point inside the plot area.
- * @param {HTMLCanvasElement} canvas @param {Row[]} rows @param {Payload["data"]} d
+ * @param {HTMLCanvasElement} canvas @param {Row[]} rows @param {Payload} payload
  * @returns {((mx: number) => Row | null) | null}
  */
-function drawProfile(canvas, rows, d) {
+function drawProfile(canvas, rows, payload) {
+  const d = payload.data;
   const g = canvas.getContext("2d");
   if (!g) return null;
   const css = getComputedStyle(canvas);
@@ -261,7 +261,7 @@ function drawProfile(canvas, rows, d) {
   }
   g.setLineDash([]);
   for (const r of rows) {
-    const colour = tone(TONE[/** @type {keyof TONE} */ (r.verdict)] ?? "info");
+    const colour = tone(rowTone(payload, r.verdict));
     g.fillStyle = colour; g.strokeStyle = colour;
     const x = px(r.index), y = py(r.y);
     g.beginPath();  // the marker's shape repeats the verdict, so colour is never alone

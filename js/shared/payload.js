@@ -70,7 +70,7 @@ export function readPayload(raw) {
   }
   const data = decodeFloats(obj);
   for (const key of ["findings", "tables", "disclosures", "unavailable", "exits", "actions"]) data[key] ??= [];
-  for (const key of ["data", "unavailable_actions", "locations"]) data[key] ??= {};
+  for (const key of ["data", "unavailable_actions", "row_tones", "locations"]) data[key] ??= {};
   return { ok: true, data };
 }
 

@@ -63,3 +63,12 @@ export function setStatus(el, tone, text) {
   el.dataset.tone = tone;
   el.replaceChildren(tone === "critical" ? h("span", { "aria-hidden": "true" }, "✖ ") : "", text);
 }
+
+/**
+ * The tone of a row-level word (a verdict, a row status, a check state) as Python decided it
+ * (the payload's `row_tones`); a word it did not send is shown as "info".
+ * @param {{ row_tones: Record<string, string> }} payload @param {string} word
+ */
+export function rowTone(payload, word) {
+  return payload.row_tones[word] ?? "info";
+}

@@ -116,5 +116,5 @@ def test_after_a_raise_the_dashboard_finds_where_the_value_was_born(lab_notebook
     expect(followup.locator(".tln-lead")).to_contain_text("replayed step: nan born at log_1")
     # the lineage of the origin, one ring at a time, as in nonfinite_origin's panel
     expect(followup.locator(".tln-lin-label").first).to_be_visible()
-    followup.evaluate("el => el.scrollIntoView()")
-    nb.screenshot("lab_checks_investigate", panel)
+    panel.get_by_role("button", name="Find where the value was born").scroll_into_view_if_needed()
+    nb.screenshot("lab_checks_investigate")

@@ -175,3 +175,19 @@ def test_the_warn_badge_reads_at_aa_contrast(panel_page, theme) -> None:
     assert badge.evaluate(CONTRAST) >= 4.5
     name = "light" if theme is LAB_LIGHT else "dark"
     panel_page.screenshot(f"verdicts_warn_badge_lab_{name}", root.locator(".tln-head"))
+
+
+def test_row_words_take_the_tone_python_sent(panel_page) -> None:
+    """The panels colour a verdict, row status or check state by the payload's ``row_tones``:
+    a payload that maps ``zero`` to ``info`` shows the zero rows as info, not critical."""
+    report = tl.debug.grad_health(traced_backward(five_block_mlp(), torch.randn(4, 8)))
+    payload = widgets.panel_payload(report)
+    assert payload["row_tones"]["zero"] == "critical"
+    root = panel_page.mount("grad_health", payload, arrays=widgets.panel_arrays(report))
+    zero = root.locator("td.tln-gh-verdict", has_text="zero").first
+    expect(zero).to_have_attribute("data-tone", "critical")
+    payload["row_tones"] = {**payload["row_tones"], "zero": "info"}
+    root = panel_page.mount("grad_health", payload, arrays=widgets.panel_arrays(report))
+    expect(root.locator("td.tln-gh-verdict", has_text="zero").first).to_have_attribute(
+        "data-tone", "info"
+    )

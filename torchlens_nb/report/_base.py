@@ -233,6 +233,11 @@ class Report:
     finding's). The generic vocabulary here serves plain ``Report`` objects."""
     payload_properties: ClassVar[tuple[str, ...]] = ()
     """Computed properties that travel in the payload's ``data`` beside the fields."""
+    row_tones: ClassVar[Mapping[str, Tone]] = {}
+    """The row-level words of this report type (a table's verdict or status column, a check's
+    state) -> the tone they are shown in: decided here and sent as the payload's ``row_tones``,
+    so a panel maps no word itself (``tests/test_report_contract.py`` checks each map covers
+    its ``Literal``)."""
 
     subject: str
     """What was examined, e.g. ``"Sequential (12 ops)"``."""
@@ -359,6 +364,7 @@ class Report:
             ],
             "actions": sorted(self.actions),
             "unavailable_actions": gone,
+            "row_tones": dict(self.row_tones),
             "data": self._data(),
         }
         return to_jsonable(_thaw(payload))

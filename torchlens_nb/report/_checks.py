@@ -15,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from .._jsonsafe import to_jsonable
 from ..errors import ReportOptionError
 from ._base import PAYLOAD_EXCLUDED, Report, Table, frozen_mapping
-from ._status import tones
+from ._status import Tone, tones
 
 CHECK_REPORT_SCHEMA_VERSION = 1
 """Version of the ``CheckReport`` record shape (``counters``, ``ledgers``, ``checks_run``)."""
@@ -85,6 +85,13 @@ class CheckReport(Report):
     """
 
     report_type = "checks"
+    row_tones: ClassVar[Mapping[str, Tone]] = {  # one per CheckState
+        "clean": "ok",
+        "collecting": "info",
+        "warned": "warning",
+        "raised": "critical",
+        "unavailable": "warning",
+    }
     status_tones = tones(
         {"clean": "ok", "found": "findings", "raised": "critical", "incomplete": "warning"}
     )

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal
 
 from ._base import PAYLOAD_EXCLUDED, Report, Table, frozen_mapping
-from ._status import tones
+from ._status import Tone, tones
 
 RowStatus = Literal[
     "match",
@@ -174,6 +174,17 @@ class _SideBySideReport(Report):
     """A report the compare panel shows side by side: its ``mode`` and divergence ``view``."""
 
     payload_properties: ClassVar[tuple[str, ...]] = ("mode", "view")
+    row_tones: ClassVar[Mapping[str, Tone]] = {  # one per RowStatus
+        "match": "ok",
+        "value_diverged": "critical",
+        "shape_diverged": "critical",
+        "structure_diverged": "critical",
+        "input_differs": "info",
+        "only_in_a": "warning",
+        "only_in_b": "warning",
+        "not_saved": "info",
+        "not_comparable": "info",
+    }
 
     @property
     def mode(self) -> str:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ._base import Report, frozen_mapping
-from ._status import tones
+from ._status import Tone, tones
 
 if TYPE_CHECKING:
     import plotly.graph_objects
@@ -73,6 +73,13 @@ class GradHealthReport(Report):
     """
 
     report_type = "grad_health"
+    row_tones: ClassVar[Mapping[str, Tone]] = {  # one per Verdict
+        "ok": "ok",
+        "zero": "critical",
+        "vanishing": "warning",
+        "exploding": "critical",
+        "unknown": "info",
+    }
     status_tones = tones({"found": "findings", "clean": "ok", "unknown": "warning"})
     payload_properties = ("verdicts", "flag_verdicts")
     status: GradHealthStatus

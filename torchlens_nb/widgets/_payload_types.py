@@ -207,6 +207,9 @@ export interface Envelope<T extends string = string, S extends string = string, 
   actions: string[];
   /** Follow-ups that cannot run now -> why (buttons and row clicks are disabled with it). */
   unavailable_actions: Record<string, string>;
+  /** The tone of each row-level word of this report type (a verdict, a row status, a check
+   * state), decided in Python (Report.row_tones). */
+  row_tones: Record<string, Tone>;
   /** Source files shown under another name (a notebook cell: "Cell In[3]") -> that name. */
   locations: Record<string, string>;
   data: D;
