@@ -83,6 +83,10 @@ def test_nan_born_on_rank_1_is_found_there_and_every_rank_stops_before_writing(r
     assert fields["raised_on_ranks"] == [1]
     assert rank0["error"]["code"] == "check_raised_on_other_rank"
     assert rank0["error"]["fields"]["raised_on_ranks"] == [1]
+    # rank 0's own report leads with the raise it stopped for, never "no findings"
+    assert (
+        rank0["report"]["lead"].endswith("1 finding(s).") and rank0["report"]["tone"] == "critical"
+    )
     for run in (rank0, rank1):
         assert run["unchanged"]  # weights and AdamW state bitwise as before the step
         assert run["replicas_identical"]  # sha256 of the parameters equal on both ranks

@@ -9,6 +9,7 @@ passes); ``clean`` otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,20 +86,25 @@ def _verdict(engine: Engine) -> _Verdict:
     elif not engine.registered or unavailable or any(run.evaluations == 0 for run in runs):
         status = "incomplete"
     count = counters(engine)
-    lead = (
+    lead = session_lead(count, len(findings), is_registered=bool(engine.registered))
+    return _Verdict(findings, runs, unavailable, count, status, lead)
+
+
+def session_lead(count: Mapping[str, Any], num_findings: int, *, is_registered: bool) -> str:
+    """The session report's lead: the attempt counters, then the number of findings."""
+    return (
         f"{count['attempts']} attempt(s): {count['accepted']} accepted, "
         f"{count['skipped']} skipped"
         + (f", {count['raised']} raised" if count["raised"] else "")
         + f" ({count['step_provenance']}); "
         + (
-            f"{len(findings)} finding(s)."
-            if findings
+            f"{num_findings} finding(s)."
+            if num_findings
             else "no findings."
-            if engine.registered
+            if is_registered
             else "no check registered."
         )
     )
-    return _Verdict(findings, runs, unavailable, count, status, lead)
 
 
 def build_report(

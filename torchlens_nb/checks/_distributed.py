@@ -34,6 +34,7 @@ import torch
 from ..errors import DiagnosticArgumentError
 from ..report import Exit, Finding, Table, Unavailable, Where
 from ..report._checks import CheckReport, CheckRun
+from ._assemble import session_lead
 from ._dtensor import is_fsdp2_module
 
 SUMMED_COUNTERS = (
@@ -229,9 +230,14 @@ class RankContext:
                 "gradient_as_bucket_view=False for exact per-rank evidence."
             )
         remote = tuple(self.remote_findings.values())
+        findings = report.findings + remote
         return dataclasses.replace(
             report,
-            findings=report.findings + remote,
+            findings=findings,
+            # the lead counts the raises this rank stopped for (no "no findings" above them)
+            lead=session_lead(report.counters, len(findings), is_registered=True)
+            if remote
+            else report.lead,
             status="raised" if remote else report.status,
             disclosures=report.disclosures + tuple(notes),
             counters={**report.counters, **self.counters()},
