@@ -31,6 +31,17 @@ CELLS = [
     "torch.manual_seed(1)\n"
     "trace = traced_backward(five_block_mlp(), torch.randn(4, 8))\n"
     "tl.debug.grad_health(trace)",
+    "from torch import nn\n"
+    "net = nn.Linear(4, 1)\n"
+    "optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+    "session = tl.debug.ChecksSession(net, optimizer, scaler=None)\n"
+    "session.register_nonfinite_grad_check()\n"
+    "display(session)\n"
+    "with session:\n"
+    "    for step in range(3):\n"
+    "        optimizer.zero_grad()\n"
+    "        net(torch.randn(2, 4)).square().mean().backward()\n"
+    "        optimizer.step()",
 ]
 
 
@@ -73,13 +84,16 @@ def test_each_reports_card_shows_in_the_converted_html_offline(
         page = context.new_page()
         page.goto(f"{base_url}/out/executed.html")
         cards = page.locator(".tln-static-card")
-        expect(cards).to_have_count(2)
+        expect(cards).to_have_count(3)
         expect(cards.nth(0)).to_be_visible()
         expect(cards.nth(0)).to_contain_text("report [warn] Sequential (4 ops)")
         expect(cards.nth(1)).to_be_visible()
         expect(cards.nth(1)).to_contain_text(
             "grad_health [found] Sequential backward 0 (11 gradients)"
         )
+        # the dashboard's card was kept current: it shows the final report of the loop
+        expect(cards.nth(2)).to_contain_text("checks [clean]")
+        expect(cards.nth(2)).to_contain_text("3 attempt(s): 3 accepted")
         assert any("widget" in url or "require" in url for url in blocked), (
             blocked
         )  # it was offline

@@ -507,9 +507,23 @@ class ChecksSession:
                 self._feed.finish(self._final)
         return self._feed.view
 
+    def _ipython_display_(self) -> None:
+        """``display(session)`` in IPython: the dashboard shows itself as every panel does, with
+        the card of the report beside it as an output of its own (kept current until the final
+        report), so an executed notebook converted to HTML shows the card with no network;
+        outside a kernel, the card."""
+        view = self.dashboard()
+        show = getattr(view, "_ipython_display_", None)
+        if show is not None:
+            show()
+            return
+        from IPython.display import display
+
+        display({"text/plain": self.report().card()}, raw=True)
+
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        """``display(session)``: opens the dashboard; the card of the report so far is the
-        ``text/plain`` fallback."""
+        """The dashboard's bundle (front ends that do not call ``_ipython_display_``); the card
+        of the report so far is the ``text/plain`` fallback."""
         view = self.dashboard()
         bundle = {"text/plain": self.report().card()}
         widget_bundle = getattr(view, "_repr_mimebundle_", None)
