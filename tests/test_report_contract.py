@@ -57,6 +57,17 @@ ROW_VOCABULARIES = {
     "BisectPrecisionReport": "torchlens_nb.report._compare.RowStatus",
     "DeterminismReport": "torchlens_nb.report._compare.RowStatus",
     "CheckReport": "torchlens_nb.report._checks.CheckState",
+    **{
+        name: "torchlens_nb.report._lineage.Finiteness"  # the lineage nodes they draw
+        for name in (
+            "LineageReport",
+            "NonfiniteScanReport",
+            "FindNanReport",
+            "BisectNanReport",
+            "NonfiniteReport",
+            "InvestigationReport",
+        )
+    },
 }
 """The report types whose panel colours rows by a word, and the ``Literal`` of that word."""
 

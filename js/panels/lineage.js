@@ -23,7 +23,7 @@ function view(payload, ctx) {
     if (lead) lead.textContent = shown;
   };
   const card = reportCard(payload, ctx, [lineageView(d.nodes, ctx,
-    { centre: d.root, highlight: d.highlight, role: d.highlight_role, note, onShown })]);
+    { centre: d.root, highlight: d.highlight, tones: payload.row_tones, role: d.highlight_role, note, onShown })]);
   lead = card.querySelector(".tln-lead");
   if (lead && shown) lead.textContent = shown;
   return card;

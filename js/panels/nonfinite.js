@@ -105,7 +105,7 @@ function view(payload, ctx) {
     const d = payload.data;
     if (d.lineage_nodes.length && d.first_bad_thing?.op) {
       middle = lineageView(d.lineage_nodes, ctx, { centre: d.first_bad_thing.op, highlight: d.first_bad_thing.op,
-        role: d.lineage_role });
+        tones: payload.row_tones, role: d.lineage_role });
     }
   }
   return h("article", { class: "tln-card", "aria-label": `${payload.report_type} report: ${payload.subject}` },

@@ -9,7 +9,6 @@ import { offlineNote, setStatus, statusLine } from "./status.js";
 
 /** Presentation only: the marker and tone of each finiteness word Python chose. */
 const MARK = { finite: "✔", nonfinite: "✖", unknown: "?" };
-const TONE = { finite: "ok", nonfinite: "critical", unknown: "info" };
 const WORD = { finite: "finite", nonfinite: "non-finite", unknown: "unknown" };
 
 /**
@@ -27,11 +26,12 @@ const offset = (/** @type {LineageNode} */ n) => (n.relation === "ancestor" ? -n
  * @param {import("./panel.js").PanelContext} ctx
  * `onShown(summary, expanded)` hears what the view shows after each draw (a panel whose lead
  * line describes the lineage keeps it true after rings are added).
- * @param {{ centre: string, highlight: string | null, role?: string | null, action?: string,
- *   note?: string | null, onShown?: (summary: string, expanded: number) => void }} options
- *   `role` names the highlighted node ("origin"), as Python said
+ * @param {{ centre: string, highlight: string | null, tones: Record<string, string>, role?: string | null,
+ *   action?: string, note?: string | null, onShown?: (summary: string, expanded: number) => void }} options
+ *   `role` names the highlighted node ("origin"), as Python said; `tones` is the payload's
+ *   `row_tones` (a tone per finiteness word, decided in Python)
  */
-export function lineageView(nodes, ctx, { centre, highlight, role = null, action = "expand", note = null, onShown }) {
+export function lineageView(nodes, ctx, { centre, highlight, tones, role = null, action = "expand", note = null, onShown }) {
   const key = `lineage:${centre}`;
   /** @type {LineageState} */
   const st = ctx.state.get(key) ?? { nodes: new Map(nodes.map((n) => [n.label, { node: n, pos: offset(n) }])),
@@ -86,7 +86,7 @@ export function lineageView(nodes, ctx, { centre, highlight, role = null, action
     const chosen = st.nodes.get(st.selected)?.node;
     const link = chosen && chosen.parents.includes(n.label) ? "input" : chosen && chosen.children.includes(n.label) ? "output" : null;
     const button = h("button", { type: "button", class: "tln-lin-node", "aria-pressed": String(n.label === st.selected),
-      "data-finiteness": n.finiteness, "data-tone": TONE[n.finiteness], "data-link": link },
+      "data-finiteness": n.finiteness, "data-tone": tones[n.finiteness] ?? "info", "data-link": link },
     h("span", { class: "tln-lin-label" }, n.label, n.label === highlight ? h("span", { class: "tln-lin-origin" }, ` ◆ ${role ?? "marked"}`) : null),
     h("span", { class: "tln-lin-meta" }, `${n.func} · ${n.module === "" ? "(root)" : n.module}`),
     h("span", { class: "tln-lin-meta" }, `${formatShape(n.shape)} ${n.dtype ?? MISSING}`),

@@ -26,7 +26,7 @@ from ._nonfinite import (
     ScanFields,
     ValueStats,
 )
-from ._status import tones
+from ._status import FINITENESS_TONES, tones
 
 InvestigationStatus = Literal["found", "nonfinite_input", "not_reproduced", "incomplete"]
 """``found``: the replay names where the value was born (forward, loss or backward);
@@ -66,6 +66,7 @@ class InvestigationReport(Report, ScanFields, OriginFields):
     """``tl.debug.investigate``: the replay of one step and where its NaN/Inf was born."""
 
     report_type = "investigation"
+    row_tones = FINITENESS_TONES
     status_tones = tones(
         {
             "found": "critical",

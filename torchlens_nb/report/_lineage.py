@@ -14,7 +14,7 @@ from typing import Literal
 from ..errors import OpNotFoundError
 from ._base import Report, Where, payload_head
 from ._nonfinite import ValueStats
-from ._status import tones
+from ._status import FINITENESS_TONES, tones
 
 Direction = Literal["ancestors", "descendants", "both"]
 Relation = Literal["root", "ancestor", "descendant"]
@@ -66,6 +66,7 @@ class LineageReport(Report):
     """``tl.debug.lineage``: nodes in walk order (root first, then ring by ring)."""
 
     report_type = "lineage"
+    row_tones = FINITENESS_TONES
     payload_properties = ("num_nodes", "num_shipped")
     status_tones = tones({"found": "critical", "partial": "warning", "clean": "ok"})
     status: LineageStatus

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ._base import PAYLOAD_EXCLUDED, Report, Where, frozen_mapping
-from ._status import tones
+from ._status import FINITENESS_TONES, tones
 
 if TYPE_CHECKING:
     from ._lineage import LineageNode
@@ -200,6 +200,7 @@ class NonfiniteScanReport(Report, ScanFields):
     """Fields every forward NaN scan reports: what it found and how much it checked."""
 
     report_type = "nonfinite_scan"
+    row_tones = FINITENESS_TONES
     status_tones = SCAN_TONES
     payload_properties = ("op", "is_certain")
     status: ScanStatus

@@ -25,6 +25,13 @@ _SEVERITY_TONE: Mapping[str, Tone] = MappingProxyType(
 )
 
 
+FINITENESS_TONES: Mapping[str, Tone] = MappingProxyType(
+    {"finite": "ok", "nonfinite": "critical", "unknown": "info"}
+)
+"""The ``row_tones`` of the reports that draw lineage nodes: one tone per finiteness word
+(``report._lineage.Finiteness``)."""
+
+
 def tones(mapping: Mapping[str, ToneRule]) -> Mapping[str, ToneRule]:
     """A read-only ``status -> tone rule`` table (the ``status_tones`` of a report class)."""
     return MappingProxyType(dict(mapping))
