@@ -58,12 +58,12 @@ class Trace:
         self.blind_spots = blind_spots
         """What the capture could not see into (see ``tl.capture.BlindSpot``)."""
         self.backward_passes: list[BackwardPass] = []
-        children: dict[str, list[str]] = {op.label: [] for op in ops}
+        children: dict[str, list[str]] = {}  # ops without consumers keep Op.children == ()
         for op in ops:
             for parent in op.parents:
-                children[parent].append(op.label)
-        for op in ops:
-            op.children = tuple(children[op.label])
+                children.setdefault(parent, []).append(op.label)
+        for label, consumers in children.items():
+            self._by_label[label].children = tuple(consumers)
 
     # ----- lookup ------------------------------------------------------------------------
     def __getitem__(self, key: str | int | Op) -> Op:
