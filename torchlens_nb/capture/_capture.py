@@ -18,6 +18,7 @@ from ..errors import (
 )
 from ..options import CaptureOptions
 from ._blind_spots import blind_spots
+from ._gc_pause import paused_gc
 from ._modules import ModelNames, ModuleTracker
 from ._recorder import Recorder, Tripwire, _StopCapture
 from ._scope import capture_scope
@@ -123,64 +124,67 @@ def run_capture(
     Returns a ``Trace``, or a ``PartialTrace`` when the tripwire stopped the run (the recorder's
     ``stopped_at`` op is its last op).
     """
-    model = _unwrap_compiled(validate_model(model))
-    save = _check_save(save)
-    options = capture if capture is not None else CaptureOptions()
-    if not isinstance(options, CaptureOptions):
-        raise CaptureOptionsError(
-            f"capture must be tl.options.CaptureOptions(...), got {type(options).__name__}."
+    with paused_gc():  # a with block, not a decorator: no frame between the caller and here
+        model = _unwrap_compiled(validate_model(model))
+        save = _check_save(save)
+        options = capture if capture is not None else CaptureOptions()
+        if not isinstance(options, CaptureOptions):
+            raise CaptureOptionsError(
+                f"capture must be tl.options.CaptureOptions(...), got {type(options).__name__}."
+            )
+        args, kwargs = call_arguments(inputs)
+        names = ModelNames(model)
+        recorder = Recorder(names.params, save, options, tripwire)
+        tracker = ModuleTracker(recorder, names)
+        _warn_if_compiled_regions(names)
+        error: BaseException | None = None
+        output: Any = None
+        try:
+            # Inside the try: a tripwire may stop the capture at an input (a NaN fed to the model),
+            # and then the forward never runs.
+            recorder.record_inputs(args, kwargs)
+            with capture_scope(recorder, tracker), tracker.own_hook_markers(model):
+                output = model(*args, **kwargs)
+        except _StopCapture as stop:
+            if stop.recorder is not recorder:  # an enclosing capture's stop: not ours to end
+                raise
+        except Exception as exc:  # the user's forward raised: keep what was recorded
+            error = exc
+        output_layers = tuple(
+            dict.fromkeys(
+                label
+                for label in map(recorder.producer_of, tensors_in(output))
+                if label is not None
+            )
         )
-    args, kwargs = call_arguments(inputs)
-    names = ModelNames(model)
-    recorder = Recorder(names.params, save, options, tripwire)
-    tracker = ModuleTracker(recorder, names)
-    _warn_if_compiled_regions(names)
-    error: BaseException | None = None
-    output: Any = None
-    try:
-        # Inside the try: a tripwire may stop the capture at an input (a NaN fed to the model),
-        # and then the forward never runs.
-        recorder.record_inputs(args, kwargs)
-        with capture_scope(recorder, tracker), tracker.own_hook_markers(model):
-            output = model(*args, **kwargs)
-    except _StopCapture as stop:
-        if stop.recorder is not recorder:  # an enclosing capture's stop: not ours to end
-            raise
-    except Exception as exc:  # the user's forward raised: keep what was recorded
-        error = exc
-    output_layers = tuple(
-        dict.fromkeys(
-            label for label in map(recorder.producer_of, tensors_in(output)) if label is not None
+        for label in output_layers:
+            recorder.by_label[label].is_output = True
+        common: dict[str, Any] = dict(
+            model_type=type(model).__name__,
+            output=output if options.keep_output else None,
+            output_layers=output_layers,
+            save_all=save is True,
+            options=options,
+            blind_spots=blind_spots(recorder.blind_spots, tracker.opaque_types),
+            by_label=recorder.by_label,
         )
-    )
-    for label in output_layers:
-        recorder.by_label[label].is_output = True
-    common: dict[str, Any] = dict(
-        model_type=type(model).__name__,
-        output=output if options.keep_output else None,
-        output_layers=output_layers,
-        save_all=save is True,
-        options=options,
-        blind_spots=blind_spots(recorder.blind_spots, tracker.opaque_types),
-        by_label=recorder.by_label,
-    )
-    if error is not None or recorder.stopped_at is not None:
-        partial = PartialTrace(
-            recorder.ops,
-            tracker.calls,
-            recorder.grad_fns,
-            exception=error or _StopCapture(None),
-            **common,
-        )
-        if error is not None:
-            raise ForwardError(
-                f"the model's forward raised {type(error).__name__}: {error} "
-                f"(after {len(recorder.ops)} recorded ops; the exception's partial_trace holds "
-                "them, and tl.debug helpers accept it).",
-                partial,
-            ) from error
-        return partial
-    return Trace(recorder.ops, tracker.calls, recorder.grad_fns, **common)
+        if error is not None or recorder.stopped_at is not None:
+            partial = PartialTrace(
+                recorder.ops,
+                tracker.calls,
+                recorder.grad_fns,
+                exception=error or _StopCapture(None),
+                **common,
+            )
+            if error is not None:
+                raise ForwardError(
+                    f"the model's forward raised {type(error).__name__}: {error} "
+                    f"(after {len(recorder.ops)} recorded ops; the exception's partial_trace holds "
+                    "them, and tl.debug helpers accept it).",
+                    partial,
+                ) from error
+            return partial
+        return Trace(recorder.ops, tracker.calls, recorder.grad_fns, **common)
 
 
 def trace(

@@ -26,6 +26,7 @@ import torch
 
 from ..._validate import check_int, check_number
 from ...capture import Op, Trace
+from ...capture._gc_pause import paused_gc
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
 from ...report._activations import DEAD_NEURONS_COLUMNS, DeadNeuronsReport, DeadNeuronsStatus
@@ -109,6 +110,7 @@ def dead_neurons_rows(
     return rows, attrs
 
 
+@paused_gc()
 def dead_neurons(
     trace: Trace, *, dim: int | None = None, max_activation: float = 0.0
 ) -> DeadNeuronsReport:

@@ -29,6 +29,7 @@ import torch
 
 from ..._validate import check_number
 from ...capture import Trace
+from ...capture._gc_pause import paused_gc
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table
 from ...report._activations import DTYPE_RANGE_COLUMNS, DTypeRangeReport, DTypeRangeStatus
@@ -152,6 +153,7 @@ def _audit(
     return rows, attrs, intentional_text(facts, paths)
 
 
+@paused_gc()
 def dtype_range(
     trace: Trace, *, max_fraction: float = 0.9, subnormal_fraction_threshold: float = 0.1
 ) -> DTypeRangeReport:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 
 from ...capture import PartialTrace, Trace
+from ...capture._gc_pause import paused_gc
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Report, Unavailable
 from ...report._audit import CheckOutcome, HealthReport, HealthStatus
 from ..activations._dtype_range import dtype_range
 from ..gradients._grad_health import grad_health
 from ..nonfinite._backward import bisect_nan_backward
-from ..nonfinite._find import bisect_nan, find_nan_in_trace
+from ..nonfinite._find import saved_scans
 
 _NEEDS_MORE = (
     ("compare", "needs a second trace: tl.debug.compare(trace, other)."),
@@ -41,6 +42,7 @@ _NEEDS_MORE = (
 """Diagnostics the audit never runs, and what each needs beyond the trace."""
 
 
+@paused_gc()
 def audit(trace: Trace) -> HealthReport:
     """Run every trace-local health diagnostic on ``trace`` (``trace.audit()``).
 
@@ -66,10 +68,11 @@ def audit(trace: Trace) -> HealthReport:
             f"audit needs a Trace or PartialTrace (tl.trace(model, inputs)), got "
             f"{type(trace).__name__}."
         )
-    ran: list[tuple[str, Report]] = [("find_nan", find_nan_in_trace(trace))]
+    first_nan, bisected = saved_scans(trace)
+    ran: list[tuple[str, Report]] = [("find_nan", first_nan)]
     skipped: list[Unavailable] = []
-    if trace.save_all:
-        ran.append(("bisect_nan", bisect_nan(trace)))
+    if bisected is not None:
+        ran.append(("bisect_nan", bisected))
     else:
         skipped.append(
             _skip(

@@ -26,6 +26,7 @@ import torch
 
 from ..._validate import check_int, check_number
 from ...capture import Trace
+from ...capture._gc_pause import paused_gc
 from ...errors import DiagnosticArgumentError, UnavailableError
 from ...report import Exit, Finding, Table
 from ...report._base import Severity
@@ -159,6 +160,7 @@ def grad_health_rows(
     return rows, attrs
 
 
+@paused_gc()
 def grad_health(
     trace: Trace,
     *,

@@ -34,6 +34,7 @@ import torch
 
 from ..._validate import check_int, check_number
 from ...capture import GradFnFire, Trace
+from ...capture._gc_pause import paused_gc
 from ...errors import DiagnosticArgumentError, UnavailableError
 from ...report import Exit, Finding, Table
 from ...report._nonfinite import (
@@ -69,6 +70,7 @@ _TRANSITIONS: tuple[Transition, ...] = (
 )
 
 
+@paused_gc()
 def bisect_nan_backward(
     trace: Trace, *, bwd: int | None = None, grad_scale: float | None = None
 ) -> BackwardNanReport:

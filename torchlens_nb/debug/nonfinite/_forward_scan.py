@@ -67,6 +67,8 @@ class ForwardFacts:
     is_stopped_early: bool = False
     """The live run stopped at the first NaN (later ops never ran)."""
     _paths: Paths | None = None
+    _kinds: dict[str, NonfiniteKind | None] = field(default_factory=dict)
+    """Kinds read from saved values by :meth:`kinds_of` (each value is read once)."""
 
     # ----- counts (read once the facts are complete: each is computed on first use) --------
     @property
@@ -143,10 +145,15 @@ class ForwardFacts:
         kinds: dict[str, NonfiniteKind | None] = {
             label: self.stats[label].kind for label in labels if label in self.stats
         }
-        saved = [lab for lab in labels if lab not in kinds and saved_tensors(self.trace[lab].out)]
+        read = self._kinds
+        saved = [
+            lab
+            for lab in labels
+            if lab not in kinds and lab not in read and saved_tensors(self.trace[lab].out)
+        ]
         found = nonfinite_kinds([saved_tensors(self.trace[label].out) for label in saved])
-        kinds.update(zip(saved, found))
-        return [kinds.get(label) for label in labels]
+        read.update(zip(saved, found))
+        return [kinds[label] if label in kinds else read.get(label) for label in labels]
 
     def ensure_stats(self, labels: Sequence[str]) -> None:
         """Compute statistics of the saved values of ``labels`` that lack them (one batch)."""
