@@ -375,6 +375,13 @@ def test_session_step_blocks_refuse_nesting_and_bad_micro_batches(user: Owned) -
             with pytest.raises(DiagnosticArgumentError, match=match):
                 with checks.step(micro_batches=micro_batches):
                     pass
+        for kept, match in [
+            ({"loss_fn": torch.sum}, r"loss_fn=\.\.\.\) needs inputs= .* got builtin"),
+            ({"loss_fn": "mse", "inputs": user.batch}, r"a callable loss_fn.* got str"),
+        ]:
+            with pytest.raises(DiagnosticArgumentError, match=match):
+                with checks.step(**kept):
+                    pass
         with checks.step(global_step=0):
             with pytest.raises(DiagnosticArgumentError, match="blocks do not nest"):
                 with checks.step(global_step=1):

@@ -190,6 +190,8 @@ def test_no_report_built_on_a_trace_with_a_blind_spot_says_clean(analysis: str) 
     assert any("'inner'" in text for text in report.disclosures), report.disclosures
     if analysis != "audit":  # the audit lists the unavailable entries of the checks it ran
         assert [u.code for u in report.unavailable] == ["blind_spot_opaque_module"]
+        # the lead agrees with the status: it says what was not seen
+        assert report.lead.endswith("the capture could not see inside 'inner' (TorchScript).")
     payload = report.to_dict()
     assert payload["tone"] != "ok" and payload["unavailable"]
 

@@ -31,6 +31,26 @@ def blind_spot_unavailable(trace: Trace, check: str) -> tuple[Unavailable, ...]:
     )
 
 
-def unless_blind(status: Status, trace: Trace, instead: Status) -> Status:
-    """``instead`` for a ``"clean"`` verdict on a trace with blind spots, else ``status``."""
-    return instead if status == "clean" and trace.blind_spots else status
+def unless_blind(status: Status, lead: str, trace: Trace, instead: Status) -> tuple[Status, str]:
+    """``(instead, lead + what was not seen)`` for a ``"clean"`` verdict on a trace with blind
+    spots, else ``(status, lead)``: the lead never sounds clean above a status that is not."""
+    if status != "clean" or not trace.blind_spots:
+        return status, lead
+    return instead, f"{lead.rstrip('.')}; {not_seen_text(trace)}."
+
+
+def not_seen_text(trace: Trace) -> str:
+    """``the capture could not see inside module 'inner' (TorchScript)`` and the like."""
+    words = {
+        "opaque_module": "TorchScript",
+        "vmap": "torch.vmap",
+        "functorch_transform": "a torch.func transform",
+        "untracked_input": "tensors of unknown origin",
+    }
+    places = [f"{spot.where!r} ({words[spot.kind]})" for spot in trace.blind_spots[:3]]
+    more = len(trace.blind_spots) - len(places)
+    return (
+        "the capture could not see inside "
+        + ", ".join(places)
+        + (f" and {more} more" if more > 0 else "")
+    )

@@ -178,7 +178,7 @@ def dead_neurons(
         status, lead = "clean", f"no dead unit in the {attrs['num_counted']} counted layer outputs."
     else:
         status, lead = "unknown", "no layer output was saved, so no unit was counted."
-    status = unless_blind(status, trace, "unknown")
+    status, lead = unless_blind(status, lead, trace, "unknown")
     disclosures = [
         "one trace is one sample: a unit zero on this batch may fire on another.",
         *blind_spot_disclosures(trace),

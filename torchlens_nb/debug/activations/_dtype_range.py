@@ -200,7 +200,7 @@ def dtype_range(
         )
     else:
         status, lead = "unknown", f"none of the {total} ops had a saved floating-point output."
-    status = unless_blind(status, trace, "unknown")
+    status, lead = unless_blind(status, lead, trace, "unknown")
     disclosures = [intentional] if intentional else []
     disclosures.extend(blind_spot_disclosures(trace))
     if audited < total:

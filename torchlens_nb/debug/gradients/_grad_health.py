@@ -259,12 +259,13 @@ def grad_health(
             f"all {len(rows)} gradients are within [{attrs['vanishing_threshold']:g}, "
             f"{attrs['exploding_threshold']:g}] ({attrs['basis']})."
         )
+    status, lead = unless_blind(status, lead, trace, "unknown")
     table = Table.from_dicts(
         "grad_health", rows, GRAD_HEALTH_COLUMNS, {**attrs, **ROW_ACTION_ATTRS}
     )
     return GradHealthReport(
         subject=f"{trace.model_type} backward {attrs['bwd']} ({len(rows)} gradients)",
-        status=unless_blind(status, trace, "unknown"),
+        status=status,
         lead=lead,
         findings=tuple(findings),
         tables=(table,),

@@ -296,10 +296,16 @@ def _report(
         TRANSITION_COLUMNS,
         attrs={"bwd": bwd, "highlight_order": head.order if head else None, "coverage": coverage},
     )
+    status, lead = unless_blind(
+        "found" if thing else STATUS_OF_COVERAGE[coverage],
+        _lead(thing, counts, len(rows), coverage, neutralised),
+        trace,
+        "partial",
+    )
     return BackwardNanReport(
         subject=f"{trace.model_type} backward {bwd} ({len(rows)} fires)",
-        status="found" if thing else unless_blind(STATUS_OF_COVERAGE[coverage], trace, "partial"),
-        lead=_lead(thing, counts, len(rows), coverage, neutralised),
+        status=status,
+        lead=lead,
         findings=tuple(findings),
         tables=(table,),
         disclosures=(*disclosures, *blind_spot_disclosures(trace)),

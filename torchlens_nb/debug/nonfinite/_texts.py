@@ -13,6 +13,7 @@ import torch
 
 from ...report import Exit
 from ...report._nonfinite import Coverage, ScanStatus
+from .._blind_spots import not_seen_text
 
 if TYPE_CHECKING:
     from ...capture import Op
@@ -195,6 +196,8 @@ def lead_text(thing: Any, facts: ForwardFacts, verb: str) -> str:
             else "the rest were not checked"
         )
         what = "no NaN, and no Inf that reaches the output," if by_design else "no NaN or Inf"
+        if facts.trace.blind_spots and not facts.num_unchecked and not facts.trace.is_partial:
+            missing = not_seen_text(facts.trace)
         return f"{what} in the {facts.num_checked} checked floating-point op outputs; {missing}."
     code = f": `{thing.code}`" if thing.code else ""  # no source text for exec'd code
     source = f" (line {thing.line}{code})" if thing.line else ""
