@@ -109,9 +109,11 @@ def test_overfit_chart_updates_while_the_cell_runs(lab_notebook) -> None:
     progress: set[str] = set()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the cell runs ~3 s: sample what the panel shows
-        status = panel.get_by_role("status")
-        if status.count():
-            progress.add(status.text_content() or "")
+        # all_text_contents does not wait: the status line may vanish between two reads (the
+        # final report replaces it), where count() then text_content() waited 30 s for it
+        shown = panel.get_by_role("status").all_text_contents()
+        if shown:
+            progress.update(shown)
         elif panel.locator(".tln-lead").text_content().startswith(("memorised", "decreasing")):
             break
         nb.page.wait_for_timeout(50)
