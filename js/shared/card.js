@@ -20,16 +20,19 @@ export function cardHeader(payload) {
 
 /**
  * The whole card; `middle` (a panel's own content, e.g. tables or a chart) goes after the
- * findings and before the scope notes and next steps.
+ * findings and before the scope notes and next steps. An exit Python marked `is_primary` (the
+ * step the report is there to offer) comes right under the lead.
  * @param {import("./payload.js").Payload} payload
  * @param {import("./panel.js").PanelContext} ctx
  * @param {Node[]} [middle]
  */
 export function reportCard(payload, ctx, middle = []) {
+  const primary = payload.exits.filter((e) => e.is_primary);
   return h("article", { class: "tln-card", "aria-label": `${payload.report_type} report: ${payload.subject}` },
     cardHeader(payload),
+    exitsSection(primary, ctx, "First step"),
     findingsSection(payload.findings, ctx, payload.findings_total ?? payload.findings.length),
     middle,
     disclosureSection(payload),
-    exitsSection(payload.exits, ctx));
+    exitsSection(payload.exits.filter((e) => !e.is_primary), ctx));
 }

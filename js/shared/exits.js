@@ -9,13 +9,14 @@ import { offlineNote, setStatus, statusLine, unavailableNote } from "./status.js
  * the code to type. Follow-up panels appear in a region below the list, one slot per exit.
  * @param {import("./payload.js").ExitPayload[]} exits
  * @param {PanelContext} ctx
+ * @param {string} [title] the section's heading and accessible name
  */
-export function exitsSection(exits, ctx) {
+export function exitsSection(exits, ctx, title = "Next steps") {
   if (exits.length === 0) return null;
   const followups = h("div", { class: "tln-followups" });
   const hasButtons = exits.some((e) => e.runnable);
-  return h("section", { class: "tln-exits", "aria-label": "Next steps" },
-    h("h3", null, "Next steps"),
+  return h("section", { class: "tln-exits", "aria-label": title },
+    h("h3", null, title),
     ctx.offline && hasButtons ? offlineNote("the buttons need a live kernel; run the code shown in a notebook.") : null,
     h("ul", { class: "tln-list tln-exit-list" }, exits.map((exit) => h("li", null, exitControl(exit, ctx, followups)))),
     followups);

@@ -121,6 +121,7 @@ export interface Exit {
   code: string;
   action: string | null;
   args: Record<string, unknown>;
+  is_primary: boolean;
 }
 
 export interface FieldSummary {

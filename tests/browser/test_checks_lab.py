@@ -3,7 +3,8 @@
 One scenario (~30 s): a cell displays a ChecksSession and then trains for ~4 s in the same cell.
 The test reads the panel's ``accepted`` counter while the kernel is still busy with that cell
 and counts the distinct values it saw; when the cell ends the panel shows the final report.
-Screenshot: tests/artifacts/lab_checks.png.
+Screenshots: tests/artifacts/lab_checks.png; after a raise, the replay from the dashboard's
+button: lab_checks_investigate.png and lab_checks_investigate_dark.png.
 """
 
 from __future__ import annotations
@@ -117,3 +118,9 @@ def test_after_a_raise_the_dashboard_finds_where_the_value_was_born(lab_notebook
     expect(followup.locator(".tln-lin-label").first).to_be_visible()
     panel.get_by_role("button", name="Find where the value was born").scroll_into_view_if_needed()
     nb.screenshot("lab_checks_investigate")
+    nb.set_theme("JupyterLab Dark")
+    try:
+        expect(panel).to_have_attribute("data-tln-theme", "dark")
+        nb.screenshot("lab_checks_investigate_dark")
+    finally:  # the theme is a user setting of the session's Lab: later tests start light
+        nb.set_theme("JupyterLab Light")

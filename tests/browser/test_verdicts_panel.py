@@ -191,3 +191,29 @@ def test_row_words_take_the_tone_python_sent(panel_page) -> None:
     expect(root.locator("td.tln-gh-verdict", has_text="zero").first).to_have_attribute(
         "data-tone", "info"
     )
+
+
+def test_a_raised_session_with_a_kept_batch_offers_the_replay_first(panel_page) -> None:
+    """The replay of the kept batch is the step the report is there to offer: it sits right
+    under the lead, above the counters and tables, as a button."""
+    torch.manual_seed(0)
+    model = models.mlp()
+    optimizer = torch.optim.AdamW(model.parameters())
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    session.register_nonfinite_grad_check()
+    bad = torch.full((4, 8), math.nan)
+    with session, pytest.raises(tl.errors.CheckViolationError):
+        with session.step(global_step=0, inputs=bad, loss_fn=torch.sum):
+            model(bad).sum().backward()
+            optimizer.step()
+    final = session.report()
+    root = panel_page.mount(
+        "checks", widgets.panel_payload(final), arrays=widgets.panel_arrays(final)
+    )
+    first = root.get_by_role("region", name="First step")
+    expect(first.get_by_role("button", name="Find where the value was born")).to_be_enabled()
+    sections = root.locator(".tln-card > *").evaluate_all(
+        "els => els.map((el) => el.getAttribute('aria-label') || el.className)"
+    )
+    assert sections.index("First step") == 1  # right after the header
+    assert root.get_by_role("region", name="Next steps").count() == 0  # nothing left below

@@ -282,6 +282,7 @@ def _exits(findings: list[Finding], *, has_replay: bool) -> list[Exit]:
                 "Find where the value was born",
                 call,
                 action="investigate" if has_replay and raised else None,
+                is_primary=has_replay and bool(raised),
             )
         )
     return exits

@@ -134,6 +134,9 @@ class Exit:
     """Name in ``Report.actions`` that runs it from a panel, or None when only typed by hand."""
     args: Mapping[str, Any] = field(default_factory=frozen_mapping)
     """Arguments the panel sends with ``action``."""
+    is_primary: bool = False
+    """The step the report is there to offer (a raised session's replay): panels show it right
+    under the lead instead of after the tables."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", frozen_mapping(self.args))
@@ -366,6 +369,7 @@ class Report:
                     "code": e.code,
                     "action": e.action,
                     "args": _thaw(e.args),
+                    "is_primary": e.is_primary,
                     "runnable": e.action is not None and e.action in self.actions,
                     "disabled_reason": None if e.action is None else gone.get(e.action),
                 }
