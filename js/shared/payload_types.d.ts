@@ -585,7 +585,7 @@ export interface DeadReportData {
   units_total: number;
 }
 
-export type DeadReportPayload = Envelope<"dead", "found" | "none_found" | "unavailable", DeadReportData>;
+export type DeadReportPayload = Envelope<"dead", "found" | "none_found" | "partial" | "unavailable", DeadReportData>;
 
 export interface DependencyReportData {
   check: "batch_independence" | "causal_dependency";
@@ -965,7 +965,7 @@ export interface ThresholdReportData {
   violations_total: number;
 }
 
-export type ThresholdReportPayload = Envelope<"threshold", "found" | "clean" | "unavailable", ThresholdReportData>;
+export type ThresholdReportPayload = Envelope<"threshold", "found" | "clean" | "partial" | "unavailable", ThresholdReportData>;
 
 export interface TriageReportData {
   rows: TriageRow[];

@@ -31,10 +31,13 @@ def blind_spot_unavailable(trace: Trace, check: str) -> tuple[Unavailable, ...]:
     )
 
 
-def unless_blind(status: Status, lead: str, trace: Trace, instead: Status) -> tuple[Status, str]:
-    """``(instead, lead + what was not seen)`` for a ``"clean"`` verdict on a trace with blind
-    spots, else ``(status, lead)``: the lead never sounds clean above a status that is not."""
-    if status != "clean" or not trace.blind_spots:
+def unless_blind(
+    status: Status, lead: str, trace: Trace, instead: Status, *, clean: str = "clean"
+) -> tuple[Status, str]:
+    """``(instead, lead + what was not seen)`` for a ``clean`` verdict (the report's word for
+    it, ``"clean"`` unless told) on a trace with blind spots, else ``(status, lead)``: the lead
+    never sounds clean above a status that is not."""
+    if status != clean or not trace.blind_spots:
         return status, lead
     return instead, f"{lead.rstrip('.')}; {not_seen_text(trace)}."
 

@@ -332,7 +332,7 @@ class LivenessReport(Report):
     stats: tuple[LivenessStat, ...] = ()
 
 
-DeadStatus = Literal["found", "none_found", "unavailable"]
+DeadStatus = Literal["found", "none_found", "partial", "unavailable"]
 """The statuses of :class:`DeadReport`."""
 
 
@@ -341,7 +341,9 @@ class DeadReport(Report):
     """``tl.dead``: units zero in every sample seen, an upper bound on dead units."""
 
     report_type = "dead"
-    status_tones = tones({"found": "findings", "none_found": "ok", "unavailable": "warning"})
+    status_tones = tones(
+        {"found": "findings", "none_found": "ok", "partial": "warning", "unavailable": "warning"}
+    )
     payload_properties = ("units_total",)
     status: DeadStatus
     samples: int = 0
@@ -359,7 +361,7 @@ class DeadReport(Report):
         return len(self.units)
 
 
-ThresholdStatus = Literal["found", "clean", "unavailable"]
+ThresholdStatus = Literal["found", "clean", "partial", "unavailable"]
 """The statuses of :class:`ThresholdReport`."""
 
 
@@ -368,7 +370,9 @@ class ThresholdReport(Report):
     """``tl.threshold``: saved ops holding values outside ``[low, high]``, in execution order."""
 
     report_type = "threshold"
-    status_tones = tones({"found": "findings", "clean": "ok", "unavailable": "warning"})
+    status_tones = tones(
+        {"found": "findings", "clean": "ok", "partial": "warning", "unavailable": "warning"}
+    )
     payload_properties = ("violations_total",)
     status: ThresholdStatus
     low: float = -math.inf

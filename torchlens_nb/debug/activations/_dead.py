@@ -36,6 +36,7 @@ from ...report._activations import (
     dead_rows,
     threshold_rows,
 )
+from .._blind_spots import blind_spot_disclosures, blind_spot_unavailable, unless_blind
 from ._probes import check_bounds, check_selector, default_unit_dim
 
 _SKIP_FUNCS = frozenset({"input"})
@@ -223,9 +224,14 @@ def _dead_report(runs: list[Trace], scanned: list[DeadUnits], not_common: int) -
             if found
             else f"no unit zero in every sample seen ({len(scanned)} ops, {seen})."
         )
+    # the runs share a model: the first one the capture could not see all of speaks for them
+    blind = next((run for run in runs if run.blind_spots), runs[0])
+    status, lead = unless_blind(status, lead, blind, "partial", clean="none_found")
+    unavailable += blind_spot_unavailable(blind, "dead-unit count")
     disclosures = [
         f"a unit is dead here when every element along its index was 0 in all "
-        f"{samples} samples; {bound}."
+        f"{samples} samples; {bound}.",
+        *blind_spot_disclosures(blind),
     ]
     if not_common:
         disclosures.append(
@@ -392,9 +398,12 @@ def _threshold_report(
         )
     else:
         status, lead = "clean", f"all {scanned} saved ops stay inside [{low:g}, {high:g}]."
+        status, lead = unless_blind(status, lead, trace, "partial")
+    unavailable += blind_spot_unavailable(trace, "range scan")
     disclosures: tuple[str, ...] = (
         "an origin is out of range while none of its saved parents is; an unsaved "
         "parent is not known to be out of range.",
+        *blind_spot_disclosures(trace),
     )
     if unsaved:
         disclosures += (f"{unsaved} ops were not saved and not scanned.",)
