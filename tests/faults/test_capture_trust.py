@@ -181,14 +181,19 @@ ANALYSES = {
     "audit": lambda: saved_trace().audit(),
     "threshold": lambda: tl.threshold(saved_trace(), within=(-10.0, 10.0)),
     "dead": lambda: tl.dead([saved_trace(), saved_trace()]),
+    "compare": lambda: tl.debug.compare(saved_trace(), saved_trace()),
+    "bisect_precision": lambda: tl.debug.bisect_precision(finite_scripted_host(), X),
+    "check_determinism": lambda: tl.debug.check_determinism(finite_scripted_host(), X),
 }
+CLEAN_WORDS = ("clean", "none_found", "match", "repeatable_under_test")
+"""Each report type's word for "nothing wrong where it looked"."""
 
 
 @pytest.mark.parametrize("analysis", list(ANALYSES))
 def test_no_report_built_on_a_trace_with_a_blind_spot_says_clean(analysis: str) -> None:
     """Finite everywhere the capture looked, but it could not look inside ``inner``."""
     report = ANALYSES[analysis]()
-    assert report.status not in ("clean", "none_found")
+    assert report.status not in CLEAN_WORDS
     assert any("'inner'" in text for text in report.disclosures), report.disclosures
     if analysis != "audit":  # the audit lists the unavailable entries of the checks it ran
         assert [u.code for u in report.unavailable] == ["blind_spot_opaque_module"]
@@ -206,3 +211,6 @@ def test_the_same_analyses_without_a_blind_spot_can_say_clean() -> None:
     assert tl.debug.dtype_range(tl.trace(model, X, save=True)).status == "clean"
     assert tl.threshold(tl.trace(model, X, save=True), within=(-10.0, 10.0)).status == "clean"
     assert tl.dead([tl.trace(model, X, save=True)] * 2).status == "none_found"
+    twin = tl.trace(model, X, save=True)
+    assert tl.debug.compare(twin, tl.trace(model, X, save=True)).status == "match"
+    assert tl.debug.check_determinism(model, X).status == "repeatable_under_test"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -34,6 +34,7 @@ from ...report._compare import (
     CompareParamsReport,
     CompareReport,
 )
+from .._blind_spots import blind_spot_disclosures, blind_spot_unavailable, unless_blind
 from ..lineage._row_actions import lineage_follow_up
 
 Tolerance = Callable[[Op], tuple[float, float]]
@@ -385,6 +386,7 @@ def compare(
         rtol=rtol,
         atol=atol,
         lineage_of=lineage_follow_up(trace_a, direction="ancestors", max_depth=None),
+        unseen=trace_a if trace_a.blind_spots else trace_b,
     )
 
 
@@ -421,8 +423,10 @@ def _compare_report(
     rtol: float,
     atol: float,
     lineage_of: Callable[..., LineageReport],
+    unseen: Trace,
 ) -> CompareReport:
-    """The report of :func:`compare` from its rows and value statistics."""
+    """The report of :func:`compare` from its rows and value statistics; a ``match`` on
+    traces the capture could not see all of (``unseen``'s blind spots) is ``incomplete``."""
     summary = summarize(rows)
     counts, first = summary["counts"], summary["first"]
     findings = []
@@ -454,16 +458,21 @@ def _compare_report(
         if first is not None
         else f"all {counts['compared']} compared ops agree within rtol={rtol:g}, atol={atol:g}"
     )
+    verdict: Literal["match", "diverged", "incomplete"] = (
+        "diverged" if first is not None else "match"
+    )
+    status, lead = unless_blind(verdict, lead, unseen, "incomplete", clean="match")
     return CompareReport(
         subject=subject,
-        status="diverged" if first is not None else "match",
+        status=status,
         lead=lead,
         findings=tuple(findings),
         tables=(
             Table.from_dicts("comparison", rows, COMPARE_COLUMNS, _attrs(summary, rtol, atol)),
             Table.from_dicts("value_stats", stats, VALUE_STATS_COLUMNS),
         ),
-        disclosures=(coverage_line(counts, summary["alignment"]),),
+        disclosures=(coverage_line(counts, summary["alignment"]), *blind_spot_disclosures(unseen)),
+        unavailable=blind_spot_unavailable(unseen, "comparison"),
         exits=()
         if first is None or first["index_a"] is None
         else (

@@ -29,6 +29,7 @@ from ...report._compare import (
     SeedVerdict,
     Verdict,
 )
+from .._blind_spots import blind_spot_disclosures, blind_spot_unavailable, unless_blind
 from .._isolation import ModelFactory, check_isolation_args, isolated_capture
 from ._compare import aligned_ops, compare_ops, source_line
 from ._precision import is_stochastic
@@ -201,10 +202,15 @@ def check_determinism(
     tolerance = (
         "bitwise" if rtol is None and atol is None else f"rtol={cmp_rtol:g}, atol={cmp_atol:g}"
     )
+    lead = _lead(verdict, runs, tolerance, first, [run for run, _ in divergent])
+    # agreement inside what the capture could not see is not observed agreement
+    verdict, lead = unless_blind(
+        verdict, lead, reference, "inconclusive", clean="repeatable_under_test"
+    )
     return DeterminismReport(
         subject=subject,
         status=verdict,
-        lead=_lead(verdict, runs, tolerance, first, [run for run, _ in divergent]),
+        lead=lead,
         findings=findings,
         tables=(
             Table.from_dicts(
@@ -230,7 +236,9 @@ def check_determinism(
             f"seed_sensitivity ran one extra run (total runs: {runs + 1})"
             if seed_sensitivity
             else f"total runs: {runs}",
+            *blind_spot_disclosures(reference),
         ),
+        unavailable=blind_spot_unavailable(reference, "determinism check"),
         verdict=verdict,
         seed_verdict=seed_verdict,
         runs=runs,

@@ -13,7 +13,7 @@ context.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -23,6 +23,7 @@ from ...capture import Op, Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table, Unavailable, Where
 from ...report._compare import VALUE_STATS_COLUMNS, BisectPrecisionReport, PrecisionRow, SkippedOp
+from .._blind_spots import blind_spot_disclosures, blind_spot_unavailable, unless_blind
 from .._isolation import check_isolation_args, isolated_capture, map_tensors
 from ._compare import aligned_ops, compare_ops, source_line, tensors_of
 
@@ -277,18 +278,23 @@ def _bisect(
         )
     else:
         lead = f"all {len(rows)} compared ops stay within their dtype's tolerance"
+    verdict: Literal["found", "clean", "inconclusive"] = (
+        "found" if first is not None else "inconclusive" if nonfinite else "clean"
+    )
+    status, lead = unless_blind(verdict, lead, native, "inconclusive")
     return BisectPrecisionReport(
         subject=f"{native.model_type} ({len(native)} ops) vs {_name(reference)} reference",
-        status="found" if first is not None else "inconclusive" if nonfinite else "clean",
+        status=status,
         lead=lead,
         unavailable=(
             (Unavailable(f"precision of {len(nonfinite)} op(s)", NONFINITE_REASON, "nonfinite"),)
             if nonfinite
             else ()
-        ),
+        )
+        + blind_spot_unavailable(native, "precision"),
         findings=tuple(findings),
         tables=(table, Table.from_dicts("value_stats", stats, VALUE_STATS_COLUMNS)),
-        disclosures=tuple(disclosures),
+        disclosures=(*disclosures, *blind_spot_disclosures(native)),
         found=first is not None,
         op=None if first is None else first.op,
         func_name=None if first is None else first.func,
