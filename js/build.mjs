@@ -41,12 +41,25 @@ for (const [file, meta] of Object.entries(result.metafile.outputs)) {
 }
 
 // Drop outputs of panels that no longer exist (never wipe the folder: tests may be reading it).
-const produced = new Set([...Object.keys(result.metafile.outputs).map((f) => path.basename(f)), "theme.css"]);
+const produced = new Set([
+  ...Object.keys(result.metafile.outputs).map((f) => path.basename(f)),
+  "theme.css",
+  "_manifest.json",
+]);
 for (const f of await readdir(outdir)) if (!produced.has(f)) await rm(path.join(outdir, f));
 
 const css = [await readFile(path.join(here, "shared", "theme.css"), "utf8")];
 for (const f of panelCss) css.push(`/* ${f} */\n${await readFile(path.join(panelsDir, f), "utf8")}`);
 await writeFile(path.join(outdir, "theme.css"), css.join("\n"));
+
+// The manifest says which package version these bundles were built for (the version has one
+// home, pyproject.toml) and which panels they hold: tl.report.doctor() compares both with the
+// installed Python package.
+const pyproject = await readFile(path.resolve(here, "../pyproject.toml"), "utf8");
+const version = /^version\s*=\s*"([^"]+)"/m.exec(pyproject)?.[1];
+if (!version) throw new Error("no version = \"...\" line in pyproject.toml [project]");
+const manifest = { version, panels: panels.map((f) => path.basename(f, ".js")) };
+await writeFile(path.join(outdir, "_manifest.json"), `${JSON.stringify(manifest, null, 1)}\n`);
 
 for (const [file, meta] of Object.entries(result.metafile.outputs)) {
   console.log(`${path.relative(path.resolve(here, ".."), file)}  ${(meta.bytes / 1024).toFixed(1)} KiB`);

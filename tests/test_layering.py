@@ -10,12 +10,13 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "torchlens_nb"
 
 # layer -> the layers of our own code it may import
-BASE = {"errors", "_jsonsafe", "_validate"}
+BASE = {"errors", "_jsonsafe", "_validate", "_version"}
 """Layer-free modules every layer may import."""
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_jsonsafe": set(),
     "_validate": {"errors"},
+    "_version": set(),
     "options": BASE | {"errors"},
     "capture": BASE | {"options"},
     "report": BASE,
@@ -33,6 +34,8 @@ LAZY_EDGES: dict[tuple[str, str], str] = {
     "methods; the analyses live in tl.debug",
     ("report/__init__.py", "debug"): "the spec spells tl.report.doctor, tl.report.capabilities "
     "and tl.report.flops_vs_dispatch; the analyses live in tl.debug",
+    ("debug/model/_doctor.py", "widgets"): "the doctor's panel_bundles row asks the panel "
+    "registry which bundles are installed (widgets/_registry.py imports no torch)",
     ("checks/_replay.py", "debug"): "Replay.investigate() (err.investigate(), the dashboard's "
     "'Find where it was born') replays the kept batch with tl.debug.investigate: an explicit "
     "follow-up on a raised error (the session never captures)",

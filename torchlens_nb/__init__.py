@@ -6,11 +6,9 @@ Importing installs no hook and changes no global state.
 """
 
 from . import debug, errors, options, recipes, report
+from ._version import __version__
 from .capture import PartialTrace, Trace, func, module, trace
 from .debug import dead, threshold
-
-# The spec spells the FLOP cross-check tl.report.flops_vs_dispatch, but it runs a capture, and
-__version__ = "0.1.0"
 
 __all__ = [
     "PartialTrace",

@@ -8,7 +8,9 @@ A panel is one ES module ``js/panels/<panel>.js``, bundled by ``js/build.mjs`` i
 
 from __future__ import annotations
 
+import json
 import pathlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import PanelError
@@ -21,6 +23,8 @@ STATIC_DIR = pathlib.Path(__file__).resolve().parent / "static"
 
 THEME_CSS = STATIC_DIR / "theme.css"
 OFFLINE_BOOT = STATIC_DIR / "_offline.js"
+MANIFEST = STATIC_DIR / "_manifest.json"
+"""Written by ``js/build.mjs``: ``{"version": <pyproject version>, "panels": [...]}``."""
 
 REPORT_PANEL = "report"
 """The findings card, for any report with no table and no panel of its own."""
@@ -97,3 +101,34 @@ def bundle_path(panel: str) -> pathlib.Path:
 def available_panels() -> tuple[str, ...]:
     """Names of the panels whose bundle exists, sorted."""
     return tuple(sorted(p.stem for p in STATIC_DIR.glob("*.js") if not p.stem.startswith("_")))
+
+
+def required_panels() -> tuple[str, ...]:
+    """Every panel some report renders with: the registered ones plus the two fallbacks."""
+    return tuple(sorted({*PANELS.values(), REPORT_PANEL, TABLE_PANEL}))
+
+
+@dataclass(frozen=True)
+class BundleStatus:
+    """What the bundle folder holds, against what the registry needs (``bundle_status()``)."""
+
+    missing: tuple[str, ...]
+    """Files the panels need that are not there (``<panel>.js``, ``theme.css``, ...)."""
+    built_version: str | None
+    """The package version the bundles were built for (their manifest); None without one."""
+
+    def matches(self, version: str) -> bool:
+        """True when nothing is missing and the bundles were built for ``version``."""
+        return not self.missing and self.built_version == version
+
+
+def bundle_status() -> BundleStatus:
+    """Check :data:`STATIC_DIR` against :func:`required_panels` and read the build manifest."""
+    needed = [f"{panel}.js" for panel in required_panels()]
+    needed += [THEME_CSS.name, OFFLINE_BOOT.name, MANIFEST.name]
+    missing = tuple(name for name in needed if not (STATIC_DIR / name).is_file())
+    try:
+        built = json.loads(MANIFEST.read_text()).get("version")
+    except (OSError, ValueError, AttributeError):
+        built = None
+    return BundleStatus(missing, built if isinstance(built, str) else None)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
+from ..._version import __version__
 from ...capture import opaque_modules
 from ...report import Finding, Table, frozen_mapping
 from ...report._model import FINDING_SEVERITY, DoctorCheck, DoctorReport
@@ -77,6 +78,7 @@ def _env_rows(caps: Mapping[str, bool]) -> list[DoctorCheck]:
         )
     )
     rows.append(_wrapper_bindings_row())
+    rows.append(_panel_bundles_row())
     rows.append(
         DoctorCheck(
             "capture_coverage",
@@ -256,6 +258,40 @@ class _SeenCalls(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.calls += 1
         return func(*args, **(kwargs or {}))
+
+
+def _panel_bundles_row() -> DoctorCheck:
+    """Whether the panels can render: every bundle the registry needs is installed, built for
+    this package version (a wheel always carries them; a source checkout needs ``make bundle``)."""
+    from ...widgets import bundle_status
+
+    status = bundle_status()
+    if status.matches(__version__):
+        return DoctorCheck(
+            "panel_bundles",
+            "panel bundles",
+            "pass",
+            "ok",
+            True,
+            f"all panel bundles present, built for torchlens_nb {status.built_version}",
+            "",
+        )
+    problem = (
+        f"missing: {', '.join(status.missing)}"
+        if status.missing
+        else f"built for torchlens_nb {status.built_version or '(unknown)'}, "
+        f"the package is {__version__}"
+    )
+    return DoctorCheck(
+        "panel_bundles",
+        "panel bundles",
+        "known_broken",
+        "warning",
+        False,
+        f"reports fall back to their text card; {problem}",
+        "reinstall torchlens_nb (pip install --force-reinstall torchlens_nb); in a source "
+        "checkout run `make bundle`",
+    )
 
 
 def _wrapper_bindings_row() -> DoctorCheck:
