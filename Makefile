@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.torchlens_nb-installed
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: setup sysdeps bundle demo test lint payload-types bench docs clean
+.PHONY: setup sysdeps bundle demo test lint payload-types bench docs clean wheel wheel-smoke
 
 setup: sysdeps $(STAMP) bundle
 
@@ -50,6 +50,28 @@ demo: setup
 test: setup lint
 	$(PYTEST) -q tests
 	$(PYTEST) -q -p nbval --nbval-lax --nbval-current-env notebooks
+	$(MAKE) wheel-smoke
+
+# The package as users install it. `wheel` builds the sdist and, from it, the wheel
+# (`python -m build`) in a copy of the checkout's files with no panel bundles and no
+# node_modules, so the build itself must make the bundles (hatch-jupyter-builder runs npm);
+# `wheel-smoke` installs that wheel alone into a fresh venv and runs tests/install against it
+# (import, bundles, one panel per kind in headless chromium, to_html, a JupyterLab round trip).
+DIST := dist
+WHEEL_SRC := build/wheel-src
+SMOKE_VENV := .venv-wheel
+wheel: setup
+	rm -rf $(DIST) $(WHEEL_SRC) && mkdir -p $(WHEEL_SRC)
+	git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf - | tar -xf - -C $(WHEEL_SRC)
+	cd $(WHEEL_SRC) && $(abspath $(BIN))/python -m build --outdir $(abspath $(DIST)) .
+	$(BIN)/twine check --strict $(DIST)/*
+
+wheel-smoke: wheel
+	rm -rf $(SMOKE_VENV)
+	$(PY) -m venv $(SMOKE_VENV)
+	$(SMOKE_VENV)/bin/python -m pip install -q -c constraints.txt $(DIST)/*.whl ipykernel
+	TORCHLENS_NB_DIST=$(abspath $(DIST)) TORCHLENS_NB_INSTALLED_PYTHON=$(abspath $(SMOKE_VENV))/bin/python \
+	  $(PYTEST) -q tests/install
 
 docs: setup
 	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
@@ -78,4 +100,4 @@ bench: setup $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) js/node_modules torchlens_nb/widgets/static constraints.txt
+	rm -rf $(VENV) $(SMOKE_VENV) $(DIST) build js/node_modules torchlens_nb/widgets/static constraints.txt

@@ -50,15 +50,36 @@ def _write_user_settings(settings: pathlib.Path) -> None:
     (notebook / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
 
 
+def _write_kernelspec(jupyter_path: pathlib.Path, python: pathlib.Path) -> None:
+    """A ``python3`` kernelspec running ``python -I`` (isolated: no PYTHONPATH, no checkout);
+    a spec of that name on JUPYTER_PATH takes the place of the server's own interpreter."""
+    spec = jupyter_path / "kernels" / "python3"
+    spec.mkdir(parents=True, exist_ok=True)
+    argv = [str(python), "-I", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec.joinpath("kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "Python 3 (installed wheel)", "language": "python"})
+    )
+
+
 @contextlib.contextmanager
-def running_lab(root: pathlib.Path, extra_pythonpath: Sequence[pathlib.Path] = ()) -> Iterator[Lab]:
-    """Start JupyterLab serving ``root``; ``extra_pythonpath`` reaches the kernels."""
+def running_lab(
+    root: pathlib.Path,
+    extra_pythonpath: Sequence[pathlib.Path] = (),
+    kernel_python: pathlib.Path | None = None,
+) -> Iterator[Lab]:
+    """Start JupyterLab serving ``root``; ``extra_pythonpath`` reaches the kernels, which run
+    ``kernel_python`` (isolated) when given, else the server's interpreter."""
     root.mkdir(parents=True, exist_ok=True)
     state = pathlib.Path(tempfile.mkdtemp(prefix="tln_lab_state_"))
     _write_user_settings(state / "user-settings")
+    kernels: dict[str, str] = {}
+    if kernel_python is not None:
+        _write_kernelspec(state / "jupyter-path", kernel_python)
+        kernels["JUPYTER_PATH"] = str(state / "jupyter-path")
     port = free_port()
     env = server_env(
         extra_pythonpath,
+        **kernels,
         JUPYTERLAB_SETTINGS_DIR=str(state / "user-settings"),
         JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"),
         JUPYTER_RUNTIME_DIR=str(state / "runtime"),
