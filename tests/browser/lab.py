@@ -57,7 +57,9 @@ def _write_kernelspec(jupyter_path: pathlib.Path, python: pathlib.Path) -> None:
     spec.mkdir(parents=True, exist_ok=True)
     argv = [str(python), "-I", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     spec.joinpath("kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "Python 3 (installed wheel)", "language": "python"})
+        json.dumps(
+            {"argv": argv, "display_name": "Python 3 (installed wheel)", "language": "python"}
+        )
     )
 
 

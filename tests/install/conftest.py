@@ -76,7 +76,9 @@ def installed_static(probe: dict[str, Any]) -> pathlib.Path:
 def installed_base_url(installed_static: pathlib.Path) -> Iterator[str]:
     """The fast tier's harness, serving the INSTALLED bundles at /static/."""
     handler = type(
-        "InstalledHandler", (_Handler,), {"mounts": {"/harness/": HARNESS, "/static/": installed_static}}
+        "InstalledHandler",
+        (_Handler,),
+        {"mounts": {"/harness/": HARNESS, "/static/": installed_static}},
     )
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

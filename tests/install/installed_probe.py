@@ -123,7 +123,10 @@ BUILDERS: tuple[Callable[[], tl.report.Report], ...] = (
 def _panel_state(report: tl.report.Report) -> dict:
     """The payload and the binary arrays (base64) the panel's widget would carry."""
     arrays = {
-        name: {**{k: v for k, v in spec.items() if k != "data"}, "data": base64.b64encode(spec["data"]).decode()}
+        name: {
+            **{k: v for k, v in spec.items() if k != "data"},
+            "data": base64.b64encode(spec["data"]).decode(),
+        }
         for name, spec in widgets.panel_arrays(report).items()
     }
     return {"payload": widgets.panel_payload(report), "arrays": arrays}

@@ -66,5 +66,12 @@ def test_the_sdist_carries_what_rebuilding_needs(dist_dir) -> None:
     sources = set(tracked.stdout.split())
     assert "js/build.mjs" in sources
     assert sources <= names, f"js sources missing from the sdist: {sorted(sources - names)[:5]}"
-    assert {"pyproject.toml", "README.md", "LICENSE", "torchlens_nb/widgets/static/report.js"} <= names
-    assert not any(n.startswith(("tests/", "benchmarks/", "notebooks/", "js/node_modules/")) for n in names)
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "LICENSE",
+        "torchlens_nb/widgets/static/report.js",
+    } <= names
+    assert not any(
+        n.startswith(("tests/", "benchmarks/", "notebooks/", "js/node_modules/")) for n in names
+    )

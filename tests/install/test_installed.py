@@ -24,7 +24,10 @@ def test_every_registered_panel_is_available(probe) -> None:
 def test_the_doctor_says_the_bundles_match_the_package(probe) -> None:
     row = probe["facts"]["panel_bundles"]
     assert row["status"] == "pass"
-    assert row["details"] == f"all panel bundles present, built for torchlens_nb {probe['facts']['version']}"
+    assert (
+        row["details"]
+        == f"all panel bundles present, built for torchlens_nb {probe['facts']['version']}"
+    )
 
 
 def test_a_report_displays_as_a_widget(probe) -> None:

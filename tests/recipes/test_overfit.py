@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from torch import nn
@@ -75,30 +73,36 @@ def test_a_huge_learning_rate_diverges() -> None:
     assert report.verdict == "diverged" and report.findings[0].code == "loss_diverged"
 
 
-class SlowMLP(nn.Sequential):
-    """An MLP whose forward takes at least 5 ms, so a run spans several push intervals."""
+class SteppedClock:
+    """A stand-in for the recipe's clock: every read advances it by ``tick_s`` (no real time
+    is read, so the throttle is checked exactly, however busy the machine)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(0.005)
-        return super().forward(x)
+    def __init__(self, tick_s: float) -> None:
+        self.now, self.tick_s, self.reads = 0.0, tick_s, 0
+
+    def monotonic(self) -> float:
+        self.now += self.tick_s
+        self.reads += 1
+        return self.now
 
 
-def test_live_updates_are_throttled_and_end_on_the_final_state(batch) -> None:
+def test_live_updates_are_throttled_and_end_on_the_final_state(batch, monkeypatch) -> None:
     torch.manual_seed(0)
-    model = SlowMLP(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    clock = SteppedClock(tick_s=0.03)  # about 3 reads per LIVE_INTERVAL_S (0.1 s)
+    monkeypatch.setattr(_overfit, "time", clock)
     pushed: list[tl.report.OverfitReport] = []
-    started = time.monotonic()
     report = tl.recipes.overfit_one_batch(
         model, batch, nn.CrossEntropyLoss(), steps=60, lr=5e-2, live=False, on_update=pushed.append
     )
-    elapsed = time.monotonic() - started
     interim, final = pushed[:-1], pushed[-1]
     assert final == report and final.status != "running"
     assert interim and all(r.status == "running" and r.verdict == "running" for r in interim)
     steps = [r.steps_run for r in interim]
     assert steps == sorted(set(steps))  # each push shows new steps: the chart moves
-    # at most one push per LIVE_INTERVAL_S (10 Hz), plus the first and the final flush
-    assert len(interim) <= elapsed / _overfit.LIVE_INTERVAL_S + 1
+    # at most one push per LIVE_INTERVAL_S of the clock (10 Hz), plus the first
+    assert len(interim) <= clock.now / _overfit.LIVE_INTERVAL_S + 1
+    assert len(interim) < 60  # throttled: not one push per step
     assert interim[-1].losses == report.losses[: interim[-1].steps_run]
 
 

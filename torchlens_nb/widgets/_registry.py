@@ -128,7 +128,7 @@ def bundle_status() -> BundleStatus:
     needed += [THEME_CSS.name, OFFLINE_BOOT.name, MANIFEST.name]
     missing = tuple(name for name in needed if not (STATIC_DIR / name).is_file())
     try:
-        built = json.loads(MANIFEST.read_text()).get("version")
+        built = json.loads((STATIC_DIR / MANIFEST.name).read_text()).get("version")
     except (OSError, ValueError, AttributeError):
         built = None
     return BundleStatus(missing, built if isinstance(built, str) else None)
