@@ -255,7 +255,7 @@ def record_attention(model: nn.Module, *, check_sdpa: bool = True) -> AttentionR
     Example:
         >>> import torch, transformers, torchlens_nb as tl
         >>> config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64,
-        ...                                  attn_implementation="sdpa")
+        ...     bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
         >>> model = transformers.GPT2LMHeadModel(config).eval()
         >>> with tl.bridge.transformers.record_attention(model) as recording:
         ...     _ = model(torch.arange(6)[None])

@@ -13,7 +13,8 @@ returns, unchanged, it recomputes the probabilities under ``no_grad`` from those
 which scores them at the fused op's site. No random number is drawn, the model's outputs are the
 ones it computed itself (tests/attention_sinks/test_fused_attention.py checks both against an
 eager reference), and the extra cost is one ``(batch, heads, queries, keys)`` float32 softmax per
-fused call.
+fused call. ``tl.bridge.transformers.record_attention`` enters the same mode around each Hugging
+Face attention-interface call and reads :meth:`FusedCall.output_error` as its SDPA cross-check.
 """
 
 from __future__ import annotations
