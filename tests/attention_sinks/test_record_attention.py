@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 import transformers
 from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.modeling_utils import AttentionInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
 
 import torchlens_nb as tl
 from tests.capture.golden_models import hf_bert, hf_gpt2, hf_llama
@@ -154,6 +155,47 @@ def test_an_implementation_that_gives_no_probabilities_is_named_with_the_fix(
     assert 'attn_implementation="eager" or "sdpa"' in first.reason
 
 
+def test_a_subscript_lookup_is_recorded_and_a_direct_sdpa_call_is_disclosed() -> None:
+    model, _ = hf_gpt2()
+    attn = model.transformer.h[0].attn
+    torch.manual_seed(0)
+    q = torch.randn(1, 4, 6, 16)
+    with torch.no_grad(), record_attention(model) as recording:
+        ALL_ATTENTION_FUNCTIONS["sdpa"](attn, q, q, q, None, scaling=0.25)  # as SAM models do
+        F.scaled_dot_product_attention(q, q, q)  # no attention module asked for it
+    assert recording.sites == ("transformer.h.0.attn",)
+    assert recording.sdpa_checks[0].status == "checked"
+    (outside,) = recording.unrecorded
+    assert outside.site == "" and outside.reason.startswith(
+        "1 scaled_dot_product_attention calls ran outside this model's attention-interface calls"
+    )
+
+
+class InlineAttention(transformers.PreTrainedModel):
+    """A transformers model whose attention is written inline (no attention interface)."""
+
+    config_class = transformers.PretrainedConfig
+
+    def __init__(self, config: transformers.PretrainedConfig) -> None:
+        super().__init__(config)
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.proj(x) @ x.transpose(-1, -2), dim=-1) @ x
+
+
+def test_a_model_that_never_asks_the_attention_interface_is_disclosed_not_empty() -> None:
+    model = InlineAttention(transformers.PretrainedConfig())
+    with torch.no_grad(), record_attention(model) as recording:
+        model(torch.ones(1, 3, 4))
+        model(torch.ones(1, 3, 4))
+    assert recording.attentions == ()
+    (missing,) = recording.unrecorded
+    assert missing.reason.startswith(
+        "the model ran 2 forward calls but none asked transformers' attention interface"
+    )
+
+
 def test_no_hook_remains_after_an_exception_inside_an_attention_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -168,7 +210,9 @@ def test_no_hook_remains_after_an_exception_inside_an_attention_call(
     with pytest.raises(KeyboardInterrupt), record_attention(model):
         model(**inputs)
     assert AttentionInterface.__dict__["get_interface"] is ORIGINAL_LOOKUP
+    assert "__getitem__" not in AttentionInterface.__dict__  # inherited again
     assert _get_current_function_mode_stack() == []
+    assert not model._forward_pre_hooks
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     with record_attention(model) as again:  # the next recording starts cleanly
         pass

@@ -18,6 +18,12 @@ call of this model's attention modules is seen with its module, its arguments an
 * flash and flex attention neither return probabilities nor call SDPA: each such call is an
   :class:`UnrecordedCall` with the reason and the fix.
 
+A few modeling files (the SAM family, Qwen2.5-Omni) look the function up as
+``ALL_ATTENTION_FUNCTIONS["sdpa"]``; that lookup is wrapped the same way. What the recording
+cannot attribute is disclosed, never dropped: a block-wide count of ``scaled_dot_product_attention``
+calls names those made outside any attention-interface call, and a model whose forwards never
+asked the interface (attention written inline) gets an :class:`UnrecordedCall` saying so.
+
 Calls that pass ``s_aux`` sink logits (GPT-OSS and the models built like it) are recorded, but
 their SDPA cross-check is skipped with the reason: those logits are a learned extra column of the
 softmax, dropped after it, so the recorded rows sum to less than 1 and no SDPA call computes them.
@@ -42,6 +48,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from ...debug.attention_sinks import SDPA, FusedAttentionMode, FusedCall
 from ...errors import DiagnosticArgumentError, MissingExtraError, ModelTypeError
@@ -64,6 +71,16 @@ _NOT_RECORDED = (
     "{impl} attention neither returns its probabilities nor calls "
     "scaled_dot_product_attention, so they cannot be recomputed: load the model with "
     'attn_implementation="eager" or "sdpa" (model.set_attn_implementation("sdpa")) to record them.'
+)
+_OUTSIDE = (
+    "{count} scaled_dot_product_attention calls ran outside this model's attention-interface "
+    "calls (code that calls it directly), so they were not recorded: "
+    "tl.debug.SinkProbe(attention=[tl.func('softmax')], fused_attention='recompute') sees them."
+)
+_NO_INTERFACE = (
+    "the model ran {count} forward calls but none asked transformers' attention interface for "
+    "its attention function, so nothing could be recorded: its attention is written inline; "
+    "use tl.debug.attention_sinks(model, inputs) on it (eager) instead."
 )
 _SEVERAL_SDPA = (
     "the {impl} attention call made {count} scaled_dot_product_attention calls, so no single "
@@ -109,6 +126,10 @@ class AttentionRecording:
         self._unrecorded: list[UnrecordedCall] = []
         self._addresses: dict[int, str] = {}
         self._original: Any = None
+        self._own_getitem: Any = None
+        self._counter = _SdpaCounter()
+        self._hook: Any = None
+        self._inner_sdpa = self._forwards = self._interface_calls = 0
 
     @property
     def attentions(self) -> tuple[torch.Tensor, ...]:
@@ -128,7 +149,9 @@ class AttentionRecording:
 
     @property
     def unrecorded(self) -> tuple[UnrecordedCall, ...]:
-        """Calls of this model's attention whose probabilities could not be recorded."""
+        """Calls of this model's attention whose probabilities could not be recorded; after the
+        block also (``site`` ``""``) SDPA calls made outside the attention interface, and a
+        model whose forwards never asked the interface at all."""
         return tuple(self._unrecorded)
 
     def __enter__(self) -> AttentionRecording:
@@ -142,23 +165,58 @@ class AttentionRecording:
         self._attentions.clear()
         self._checks.clear()
         self._unrecorded.clear()
+        self._inner_sdpa = self._forwards = self._interface_calls = 0
         self._addresses = {id(m): name for name, m in self._model.named_modules()}
-        self._original = self._interface.__dict__["get_interface"]
-        original, recording = self._original, self
+        cls = self._interface
+        self._original = cls.__dict__["get_interface"]
+        self._own_getitem = cls.__dict__.get("__getitem__")
+        lookup, getitem = self._original, cls.__getitem__
 
         def get_interface(interface: Any, attn_implementation: Any, default: Callable) -> Any:
-            chosen = original(interface, attn_implementation, default)
-            name = "eager" if chosen is default else str(attn_implementation)
-            return lambda *args, **kwargs: recording._call(chosen, name, args, kwargs)
+            chosen = lookup(interface, attn_implementation, default)
+            return self._wrap(chosen, "eager" if chosen is default else str(attn_implementation))
 
-        self._interface.get_interface = get_interface
+        def get_item(interface: Any, key: Any) -> Any:  # ALL_ATTENTION_FUNCTIONS["sdpa"]
+            return self._wrap(getitem(interface, key), str(key))
+
+        self._counter = _SdpaCounter()
+        self._counter.__enter__()
+        self._hook = self._model.register_forward_pre_hook(self._count_forward)
+        cls.get_interface, cls.__getitem__ = get_interface, get_item
         _active = self
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         global _active
-        self._interface.get_interface = self._original
+        cls = self._interface
+        cls.get_interface = self._original
+        if self._own_getitem is None:
+            del cls.__getitem__  # inherited again from GeneralInterface
+        else:
+            cls.__getitem__ = self._own_getitem
+        self._hook.remove()
         _active = None
+        self._counter.__exit__(*exc_info)
+        outside = self._counter.calls - self._inner_sdpa
+        if outside:
+            self._unrecorded.append(UnrecordedCall("", "", _OUTSIDE.format(count=outside)))
+        if self._forwards and not self._interface_calls:
+            self._unrecorded.append(
+                UnrecordedCall("", "", _NO_INTERFACE.format(count=self._forwards))
+            )
+
+    def _count_forward(self, module: nn.Module, args: Any) -> None:
+        self._forwards += 1
+
+    def _wrap(self, chosen: Any, implementation: str) -> Any:
+        if getattr(chosen, "_torchlens_nb_recording", None) is self:  # get() reads __getitem__
+            return chosen
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            return self._call(chosen, implementation, args, kwargs)
+
+        recorded._torchlens_nb_recording = self  # type: ignore[attr-defined]
+        return recorded
 
     def _call(
         self, chosen: Callable, implementation: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -168,8 +226,10 @@ class AttentionRecording:
         if site is None:  # another model's attention: not ours to record
             return chosen(*args, **kwargs)
         fused: list[FusedCall] = []
+        self._interface_calls += 1
         with FusedAttentionMode(fused.append):
             out = chosen(*args, **kwargs)
+        self._inner_sdpa += sum(call.name == SDPA for call in fused)
         query = args[1] if len(args) > 1 else kwargs.get("query")
         weights = out[1] if isinstance(out, tuple) and len(out) > 1 else None
         sdpa = [call for call in fused if call.name == SDPA]
@@ -202,6 +262,20 @@ class AttentionRecording:
         error = call.output_error()
         assert error is not None  # an SDPA call always has a value to multiply
         return SdpaCheck(site, "checked", error, "")
+
+
+class _SdpaCounter(TorchFunctionMode):
+    """Counts every ``scaled_dot_product_attention`` call of the block, so the calls made outside
+    the attention interface (which the recording cannot attribute) are disclosed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if getattr(func, "__name__", "") == SDPA:
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
 
 
 _active: AttentionRecording | None = None
@@ -241,8 +315,10 @@ def record_attention(model: nn.Module, *, check_sdpa: bool = True) -> AttentionR
 
     Returns:
         An :class:`AttentionRecording` to enter around the forward calls. Inside the block the
-        class attribute ``transformers.modeling_utils.AttentionInterface.get_interface`` is
-        wrapped; it is restored on exit, exceptions included. The model's outputs are its own:
+        class attributes ``get_interface`` and ``__getitem__`` of
+        ``transformers.modeling_utils.AttentionInterface`` are wrapped, one torch-function mode
+        counts SDPA calls and one forward pre-hook on ``model`` counts forwards; all are
+        removed on exit, exceptions included. The model's outputs are its own:
         nothing is changed in its arguments or results. Feed it to
         ``tl.debug.SinkProbe(recording=...)`` or ``tl.debug.attention_sinks(..., recording=...)``.
 
