@@ -136,7 +136,7 @@ def test_action_reply_carries_the_followup_and_its_panel(ops_report) -> None:
     page, _ = widget.handle_message(
         {"type": "page", "table": "checks", "sort": "key", "request_id": 8, "report": 1, "limit": 2}
     )
-    assert page["page"]["rows"][0][0] == "capture_coverage"  # sorted by key: the first row
+    assert page["page"]["rows"][0][0] == "capture_scope"  # sorted by key: the first row
 
 
 def test_action_to_another_panel_ships_that_panel_module() -> None:

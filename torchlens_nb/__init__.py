@@ -5,7 +5,7 @@
 Importing installs no hook and changes no global state.
 """
 
-from . import debug, errors, options, recipes, report
+from . import bridge, debug, errors, options, recipes, report
 from ._version import __version__
 from .capture import PartialTrace, Trace, func, module, trace
 from .debug import dead, threshold
@@ -14,6 +14,7 @@ __all__ = [
     "PartialTrace",
     "Trace",
     "__version__",
+    "bridge",
     "dead",
     "debug",
     "errors",

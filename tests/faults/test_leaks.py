@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 import torchlens_nb as tl
+from tests.capture.golden_models import hf_gpt2
 from tests.faults._guards import global_flags, hook_counts, untouched
 from tests.faults.fault_models import Owned, owned
 from torchlens_nb.errors import CheckViolationError, ForwardError
@@ -255,3 +256,24 @@ def test_graph_breaks_leaves_no_compile_frames_for_later_captures() -> None:
         report = D.graph_breaks(model, x)
     assert (report.status, report.graph_count) == ("single_graph", 1)
     assert dict(torch._dynamo.utils.counters["frames"]) == frames
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt], ids=["runtime", "interrupt"])
+def test_an_exception_inside_a_recorded_attention_call_restores_the_lookup(
+    error: type[BaseException], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import AttentionInterface
+
+    def raising(*args: object, **kwargs: object) -> object:
+        sdpa_attention_forward(*args, **kwargs)  # inside the recompute mode
+        raise error("attention broke")
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, "raising", raising)
+    lookup = AttentionInterface.__dict__["get_interface"]
+    model, inputs = hf_gpt2()
+    model.set_attn_implementation("raising")
+    with untouched([model], inputs=inputs), pytest.raises(error, match="attention broke"):
+        with tl.bridge.transformers.record_attention(model):
+            model(**inputs)
+    assert AttentionInterface.__dict__["get_interface"] is lookup

@@ -1,6 +1,11 @@
-"""Attention sinks and outlier residual dimensions: SinkProbe and attention_sinks."""
+"""Attention sinks and outlier residual dimensions: SinkProbe and attention_sinks.
+
+``FusedAttentionMode``, ``FusedCall`` and ``SDPA`` are the fused-attention recompute machinery,
+shared with ``tl.bridge.transformers.record_attention``.
+"""
 
 from ._attention_sinks import attention_sinks
+from ._fused import SDPA, FusedAttentionMode, FusedCall
 from ._probe import SinkProbe
 
-__all__ = ["SinkProbe", "attention_sinks"]
+__all__ = ["SDPA", "FusedAttentionMode", "FusedCall", "SinkProbe", "attention_sinks"]

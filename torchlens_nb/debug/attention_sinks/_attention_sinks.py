@@ -48,7 +48,14 @@ from ...report._attention_sinks import (
 )
 from .._isolation import preserved_model_state
 from ..activations._probes import check_selector
-from ._probe import OUTLIER_FACTOR, SINK_MASS, SINK_UNIFORM_RATIO, FusedAttention, SinkProbe
+from ._probe import (
+    OUTLIER_FACTOR,
+    SINK_MASS,
+    SINK_UNIFORM_RATIO,
+    AttentionRecord,
+    FusedAttention,
+    SinkProbe,
+)
 
 MAX_PATTERN_BYTES = 2_000_000
 """Budget of the compressed pattern block: 12 layers x 12 heads x 128 tokens ships under it."""
@@ -103,6 +110,7 @@ def attention_sinks(
     outlier_factor: float = OUTLIER_FACTOR,
     max_pattern_bytes: int = MAX_PATTERN_BYTES,
     fused_attention: FusedAttention = "disclose",
+    recording: AttentionRecord | None = None,
 ) -> AttentionSinksReport:
     """Attention-sink heads, outlier residual dimensions and attention patterns in one call.
 
@@ -123,6 +131,10 @@ def attention_sinks(
             arguments, so a model with Hugging Face's default ``sdpa`` gets the same report as
             with eager attention (:class:`~torchlens_nb.debug.SinkProbe` explains how);
             ``"disclose"`` (the default) reports them ``unavailable`` with the fix.
+        recording: attention probabilities already recorded from a forward of this model on
+            these inputs (``tl.bridge.transformers.record_attention``, any attention
+            implementation): the attention layers come from it, labelled by module address,
+            and the capture only reads the residual sites. ``attention`` defaults to none then.
 
     Returns:
         An :class:`~torchlens_nb.report.AttentionSinksReport`: status ``flagged`` (sink heads or
@@ -150,7 +162,7 @@ def attention_sinks(
     mask = _mask_from(inputs) if attention_mask is None else attention_mask
     blocks = find_blocks(model)
     if attention is None:
-        attention = (func("softmax"),)
+        attention = (func("softmax"),) if recording is None else ()
     if residual is None:
         residual = (module(*blocks),) if blocks else ()
     attention_sel = tuple(check_selector("attention_sinks(attention=...)", s) for s in attention)
@@ -174,6 +186,7 @@ def attention_sinks(
         outlier_factor=outlier_factor,
         fused_attention=fused_attention,
         on_attention=keep,
+        recording=recording,
     )
     # a train-mode forward would move BatchNorm and the RNG; the probe's mode (recompute only)
     # must be entered around the capture
@@ -210,6 +223,7 @@ def attention_sinks(
         fused,
         blocks,
         len(run),
+        is_recorded=recording is not None,
     )
 
 
@@ -335,13 +349,15 @@ def _build_report(
     fused: dict[str, int],
     blocks: tuple[str, ...],
     ops: int,
+    *,
+    is_recorded: bool,
 ) -> AttentionSinksReport:
     sinks, outliers = probe.sink_heads, probe.outlier_dims
     heads = len(layers[0].positions) if layers else 0
     unavailable: list[Unavailable] = []
     exits: list[Exit] = []
     if not layers:
-        code, lead, reason = _no_attention(model, fused, facts)
+        code, lead, reason = _no_attention(model, fused, facts, is_recorded)
         unavailable.append(Unavailable("attention_sinks", reason, code))
         if code == "fused_sdpa" and hasattr(model, "set_attn_implementation"):
             exits.append(
@@ -416,7 +432,7 @@ def _build_report(
 
 
 def _no_attention(
-    model: nn.Module, fused: dict[str, int], facts: dict[str, Any]
+    model: nn.Module, fused: dict[str, int], facts: dict[str, Any], is_recorded: bool
 ) -> tuple[str, str, str]:
     """(unavailable code, lead, reason) when no attention site was scored."""
     if "scaled_dot_product_attention" in fused:
@@ -447,6 +463,15 @@ def _no_attention(
             "explicit softmax over (batch, heads, queries, keys) to probe it.",
         )
     skipped = [s for s in facts["skipped"] if s["kind"] == "attention"]
+    if is_recorded:
+        reason = (
+            f"no recorded call was an attention pattern ({skipped[0]['label']}: "
+            f"{skipped[0]['reason']})"
+            if skipped
+            else "the recording holds no attention probabilities (its .unrecorded says why "
+            "a call was not recorded)"
+        )
+        return "no_attention_probs", "no recorded attention probabilities.", reason + "."
     if skipped:
         reason = (
             f"no softmax was an attention pattern ({skipped[0]['label']}: "

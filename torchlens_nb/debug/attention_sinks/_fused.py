@@ -13,7 +13,8 @@ returns, unchanged, it recomputes the probabilities under ``no_grad`` from those
 which scores them at the fused op's site. No random number is drawn, the model's outputs are the
 ones it computed itself (tests/attention_sinks/test_fused_attention.py checks both against an
 eager reference), and the extra cost is one ``(batch, heads, queries, keys)`` float32 softmax per
-fused call.
+fused call. ``tl.bridge.transformers.record_attention`` enters the same mode around each Hugging
+Face attention-interface call and reads :meth:`FusedCall.output_error` as its SDPA cross-check.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -122,17 +124,50 @@ _RECOMPUTE: dict[str, Callable[[tuple[Any, ...], dict[str, Any]], torch.Tensor]]
 }
 
 
-class FusedAttentionMode(TorchFunctionMode):
-    """Below the recording mode, recompute the probabilities of each fused attention call.
+@dataclass(frozen=True)
+class FusedCall:
+    """One fused attention call :class:`FusedAttentionMode` saw, with its recomputed
+    probabilities (internal: the tensors are the call's own, never copied)."""
 
-    ``on_probabilities(name, output, probabilities)`` receives the op name, the call's first
-    output tensor (what the capture's hook is shown, so the probe can pair them) and the float32
-    probabilities. Private: ``SinkProbe.__enter__`` installs it.
+    name: str
+    """:data:`SDPA` or :data:`MHA`."""
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    output: torch.Tensor
+    """The call's first output (what a capture's hook is shown, so a probe can pair them)."""
+    probabilities: torch.Tensor
+    """float32 ``(..., heads, queries, keys)``, from :func:`sdpa_probabilities` or
+    :func:`mha_probabilities`."""
+
+    def output_error(self) -> float | None:
+        """``max |probabilities @ value - output|`` of an SDPA call (one host sync): near float
+        rounding when the probabilities are the ones the kernel used, large under attention
+        dropout. None for ``nn.MultiheadAttention``, whose value is projected inside the call."""
+        if self.name != SDPA:
+            return None
+        call = _SDPA_PARAMS.bind(*self.args, **self.kwargs)
+        call.apply_defaults()
+        value = call.arguments["value"].float()
+        heads = self.probabilities.shape[-3]
+        if call.arguments["enable_gqa"] and value.shape[-3] != heads:
+            value = value.repeat_interleave(heads // value.shape[-3], dim=-3)
+        with torch.no_grad(), torch._C.DisableTorchFunction():
+            return float((self.probabilities @ value - self.output.float()).abs().max())
+
+
+class FusedAttentionMode(TorchFunctionMode):
+    """Recompute the probabilities of each fused attention call it sees.
+
+    ``on_call(call)`` receives a :class:`FusedCall` after the call returned, unchanged. The
+    recompute runs under ``no_grad`` with torch-function handling off, so a capture entered
+    outside this mode records none of it. Private: ``SinkProbe.__enter__`` installs it below a
+    capture's recording mode; ``tl.bridge.transformers.record_attention`` around each Hugging
+    Face attention-interface call.
     """
 
-    def __init__(self, on_probabilities: Callable[[str, torch.Tensor, torch.Tensor], None]) -> None:
+    def __init__(self, on_call: Callable[[FusedCall], None]) -> None:
         super().__init__()
-        self._on_probabilities = on_probabilities
+        self._on_call = on_call
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -141,8 +176,9 @@ class FusedAttentionMode(TorchFunctionMode):
         recompute = _RECOMPUTE.get(name)
         if recompute is not None:
             first = out if isinstance(out, torch.Tensor) else out[0]
-            with torch.no_grad():
-                self._on_probabilities(name, first, recompute(tuple(args), kwargs))
+            with torch.no_grad(), torch._C.DisableTorchFunction():
+                probabilities = recompute(tuple(args), kwargs)
+            self._on_call(FusedCall(name, tuple(args), kwargs, first, probabilities))
         return out
 
 
@@ -150,8 +186,10 @@ __all__ = [
     "FUSED_ATTENTION",
     "NOT_CLAIMED",
     "NOT_ENTERED",
+    "SDPA",
     "UNSEEN_REASONS",
     "FusedAttentionMode",
+    "FusedCall",
     "mha_probabilities",
     "sdpa_probabilities",
 ]

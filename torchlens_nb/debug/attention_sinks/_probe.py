@@ -35,8 +35,8 @@ benchmarks/bench_sinks.py). Statistics accumulate over every capture the plan ru
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -52,7 +52,14 @@ from ...report._attention_sinks import (
     UnseenAttention,
 )
 from ..activations._probes import check_selectors
-from ._fused import FUSED_ATTENTION, NOT_CLAIMED, NOT_ENTERED, UNSEEN_REASONS, FusedAttentionMode
+from ._fused import (
+    FUSED_ATTENTION,
+    NOT_CLAIMED,
+    NOT_ENTERED,
+    UNSEEN_REASONS,
+    FusedAttentionMode,
+    FusedCall,
+)
 from ._site_stats import SiteKind, SiteStats, empty_reason, score_attention, score_residual
 
 SINK_MASS = 0.5
@@ -65,6 +72,20 @@ _FUSED_SITES = func(*FUSED_ATTENTION)
 """The selector of every fused attention op (built once: a selector compiles its patterns)."""
 FusedAttention = Literal["disclose", "recompute"]
 """What the probe does with fused attention calls (see :class:`SinkProbe`)."""
+RECORDED = "record_attention"
+"""The ``func`` of a site scored from a recording (its label and module are the module address)."""
+
+
+class AttentionRecord(Protocol):
+    """Recorded attention probabilities, e.g. ``tl.bridge.transformers.record_attention``'s."""
+
+    @property
+    def sites(self) -> Sequence[str]:
+        """Module address of each call."""
+
+    @property
+    def attentions(self) -> Sequence[torch.Tensor]:
+        """``(batch, heads, queries, keys)`` probabilities of each call."""
 
 
 class SinkProbe:
@@ -92,10 +113,15 @@ class SinkProbe:
         on_attention: called as ``on_attention(site, probabilities)`` with every attention
             value the probe scored (the recomputed probabilities for a fused call), inside the
             capture with recording suspended; it must not modify the tensor.
+        recording: attention probabilities recorded outside a capture, e.g. by
+            ``tl.bridge.transformers.record_attention`` (any attention implementation): each
+            call is scored at construction as an attention site labelled by its module address
+            (``func`` ``"record_attention"``), with the same thresholds and mask.
 
     Raises:
         DiagnosticArgumentError: no selector at all, a non-selector, a bad mask, threshold,
-            ``fused_attention`` or ``on_attention``; entering ``with probe:`` twice at once.
+            ``fused_attention``, ``on_attention`` or ``recording``; entering ``with probe:``
+            twice at once.
 
     Example:
         >>> import torch, torchlens_nb as tl
@@ -133,13 +159,16 @@ class SinkProbe:
         outlier_factor: float = OUTLIER_FACTOR,
         fused_attention: FusedAttention = "disclose",
         on_attention: Callable[[Site, torch.Tensor], None] | None = None,
+        recording: AttentionRecord | None = None,
     ) -> None:
         self._attention = _selectors("attention", attention)
         self._residual = _selectors("residual", residual)
-        if not self._attention and not self._residual:
+        recorded = _recorded_calls(recording)
+        if not self._attention and not self._residual and recording is None:
             raise DiagnosticArgumentError(
-                "SinkProbe needs attention=[...] and/or residual=[...] selectors, e.g. "
-                "SinkProbe(attention=[tl.func('softmax')], residual=[tl.module('layer')])."
+                "SinkProbe needs attention=[...] and/or residual=[...] selectors or a "
+                "recording=, e.g. SinkProbe(attention=[tl.func('softmax')], "
+                "residual=[tl.module('layer')])."
             )
         for name, value, low in (
             ("sink_mass", sink_mass, 0.0),
@@ -183,6 +212,9 @@ class SinkProbe:
         # capture's hook for that op claims it (the output's identity pairs the two)
         self._pending: tuple[torch.Tensor, torch.Tensor, str] | None = None
         self._unclaimed: dict[str, int] = {}
+        for address, probabilities in recorded:
+            site = Site(address, RECORDED, address, "op", None)
+            self._score(self._site(site, "attention"), site, probabilities)
 
     # ----- the fused-attention mode (fused_attention="recompute") -------------------------
     def __enter__(self) -> SinkProbe:
@@ -194,7 +226,7 @@ class SinkProbe:
             )
         self._is_entered = True
         if self.fused_attention == "recompute":
-            self._mode = FusedAttentionMode(self._on_probabilities)
+            self._mode = FusedAttentionMode(self._on_fused_call)
             self._mode.__enter__()
         return self
 
@@ -204,9 +236,9 @@ class SinkProbe:
         if mode is not None:
             mode.__exit__(*exc_info)
 
-    def _on_probabilities(self, name: str, output: torch.Tensor, probs: torch.Tensor) -> None:
+    def _on_fused_call(self, call: FusedCall) -> None:
         self._claim_nothing()
-        self._pending = (output, probs, name)
+        self._pending = (call.output, call.probabilities, call.name)
 
     def _claim_nothing(self) -> None:
         """Count a recomputed call no capture hook claimed (it ran outside any capture)."""
@@ -482,6 +514,26 @@ def _site_means(states: list[SiteStats]) -> list[tuple[list[int], torch.Tensor]]
     return out
 
 
+def _recorded_calls(recording: Any) -> list[tuple[str, torch.Tensor]]:
+    """``(site, probabilities)`` of each recorded call, validated before anything is scored."""
+    if recording is None:
+        return []
+    sites, attentions = getattr(recording, "sites", None), getattr(recording, "attentions", None)
+    if (
+        not isinstance(sites, Sequence)
+        or not isinstance(attentions, Sequence)
+        or len(sites) != len(attentions)
+        or not all(isinstance(s, str) for s in sites)
+        or not all(isinstance(a, torch.Tensor) for a in attentions)
+    ):
+        raise DiagnosticArgumentError(
+            "recording must have .sites (module addresses) and .attentions (one probability "
+            "tensor per site), as tl.bridge.transformers.record_attention(model) gives; got "
+            f"{type(recording).__name__}."
+        )
+    return list(zip(sites, attentions))
+
+
 def _selectors(what: str, items: Iterable[Any]) -> tuple[Selector, ...]:
     return check_selectors(f"SinkProbe({what}=...)", items)
 
@@ -495,4 +547,4 @@ def _describe(value: Any) -> str:
     )
 
 
-__all__ = ["OUTLIER_FACTOR", "SINK_MASS", "SINK_UNIFORM_RATIO", "SinkProbe"]
+__all__ = ["OUTLIER_FACTOR", "SINK_MASS", "SINK_UNIFORM_RATIO", "AttentionRecord", "SinkProbe"]

@@ -13,7 +13,7 @@ import importlib.metadata
 import importlib.util
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -21,8 +21,9 @@ from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
 from ..._version import __version__
 from ...capture import opaque_modules
-from ...report import Finding, Table, frozen_mapping
+from ...report import Finding, Table, Unavailable, frozen_mapping
 from ...report._model import FINDING_SEVERITY, DoctorCheck, DoctorReport
+from ._belt import BELT, unreached
 
 
 def _version(name: str) -> str | None:
@@ -59,12 +60,14 @@ def capabilities() -> dict[str, bool]:
     }
 
 
-def _env_rows(caps: Mapping[str, bool]) -> list[DoctorCheck]:
+def _pytorch_rows(caps: Mapping[str, bool], model: Any) -> list[DoctorCheck]:
+    return [DoctorCheck("pytorch", "PyTorch", "pass", "ok", True, f"torch {torch.__version__}", "")]
 
-    rows = [DoctorCheck("pytorch", "PyTorch", "pass", "ok", True, f"torch {torch.__version__}", "")]
+
+def _capabilities_rows(caps: Mapping[str, bool], model: Any) -> list[DoctorCheck]:
     missing = sorted(k for k, v in caps.items() if not v and k not in _OPTIONAL_CAPS)
     optional = sorted(k for k, v in caps.items() if not v and k in _OPTIONAL_CAPS)
-    rows.append(
+    return [
         DoctorCheck(
             "torch_capabilities",
             "torch capabilities",
@@ -76,23 +79,51 @@ def _env_rows(caps: Mapping[str, bool]) -> list[DoctorCheck]:
             + (f"; optional absent: {', '.join(optional)}" if optional else ""),
             "upgrade torch (tested on 2.13)" if missing else "",
         )
+    ]
+
+
+def _wrapper_bindings_rows(caps: Mapping[str, bool], model: Any) -> list[DoctorCheck]:
+    return [_wrapper_bindings_row()]
+
+
+def _panel_bundles_rows(caps: Mapping[str, bool], model: Any) -> list[DoctorCheck]:
+    return [_panel_bundles_row()]
+
+
+def _belt_rows(caps: Mapping[str, bool], model: Any) -> list[DoctorCheck]:
+    """How many of the belt's torch callables reach the capture's recorder, measured now
+    (``_belt.py``: one capture of the 44 callables of :data:`~._belt.BELT` on tiny tensors)."""
+    missed = unreached()
+    details = (
+        f"{len(BELT) - len(missed)} of {len(BELT)} reach the recorder (torch functions, Tensor "
+        "methods, operators and nn.functional calls run on tiny tensors in this process)"
     )
-    rows.append(_wrapper_bindings_row())
-    rows.append(_panel_bundles_row())
-    rows.append(
-        DoctorCheck(
-            "capture_coverage",
-            "capture coverage",
-            "scope",
-            "info",
-            True,
-            "tl.trace sees torch functions, nn.functional calls, Tensor methods and operators at "
-            "the Python boundary (one TorchFunctionMode); ops inside TorchScript modules, "
-            "torch.vmap and C++ extensions are one op each, disclosed as blind spots",
-            "",
+    if missed:
+        details += f"; not reaching it: {', '.join(missed)}"
+    else:
+        details += (
+            "; ops inside TorchScript modules, torch.vmap and C++ extensions stay one op each "
+            "(the capture_scope row names scripted submodules)"
         )
-    )
-    rows.append(
+    return [
+        DoctorCheck(
+            "mechanical_belt",
+            "mechanical belt coverage",
+            "scope" if missed else "pass",
+            "warning" if missed else "ok",
+            not missed,
+            details,
+            "these callables skip torch-function handling in this process (something replaced "
+            "or wrapped them): tl.trace does not record them as ops, and their results enter "
+            "the trace as inputs; find the patch (e.g. torch.tanh.__module__) and trace without it"
+            if missed
+            else "",
+        )
+    ]
+
+
+def _cuda_rows(caps: Mapping[str, bool], model: Any) -> list[DoctorCheck]:
+    return [
         DoctorCheck(
             "cuda",
             "CUDA",
@@ -102,8 +133,11 @@ def _env_rows(caps: Mapping[str, bool]) -> list[DoctorCheck]:
             "available" if caps["HAS_CUDA"] else "no CUDA device: CPU only",
             "",
         )
-    )
-    rows.append(
+    ]
+
+
+def _graphviz_rows(caps: Mapping[str, bool], model: Any) -> list[DoctorCheck]:
+    return [
         DoctorCheck(
             "graphviz",
             "Graphviz dot",
@@ -115,7 +149,11 @@ def _env_rows(caps: Mapping[str, bool]) -> list[DoctorCheck]:
             if caps["HAS_GRAPHVIZ_DOT"]
             else "install graphviz (apt-get install graphviz) for sketch_grad_fn file renders",
         )
-    )
+    ]
+
+
+def _extras_rows(caps: Mapping[str, bool], model: Any) -> list[DoctorCheck]:
+    rows = []
     for key, dist, purpose in _EXTRAS:
         version = _version(dist)
         rows.append(
@@ -130,6 +168,36 @@ def _env_rows(caps: Mapping[str, bool]) -> list[DoctorCheck]:
             )
         )
     return rows
+
+
+NO_MODEL = "no model given: tl.report.doctor(model) fingerprints its architecture"
+"""The model fingerprint row's details (and the unavailable entry's reason) without a model."""
+
+
+def _fingerprint_rows(caps: Mapping[str, bool], model: Any) -> list[DoctorCheck]:
+    if model is None:
+        return [
+            DoctorCheck("model_fingerprint", "model fingerprint", "not_tested", "info", False,
+                        NO_MODEL, "")
+        ]  # fmt: skip
+    if not isinstance(model, torch.nn.Module):
+        return []  # the model_type row says what is wrong
+    return [_fingerprint_row(model)]
+
+
+ENV_ROWS: tuple[Callable[[Mapping[str, bool], Any], list[DoctorCheck]], ...] = (
+    _pytorch_rows,
+    _capabilities_rows,
+    _wrapper_bindings_rows,
+    _panel_bundles_rows,
+    _belt_rows,
+    _cuda_rows,
+    _graphviz_rows,
+    _extras_rows,
+    _fingerprint_rows,
+)
+"""The environment rows, in table order: each ``make(capabilities, model or None)`` returns its
+rows. A new environment row is one more function here."""
 
 
 _OPTIONAL_CAPS = frozenset({"HAS_CUDA", "HAS_TRANSFORMERS", "HAS_GRAPHVIZ_DOT", "HAS_PLOTLY"})
@@ -204,7 +272,6 @@ def _model_rows(model: Any, inputs: Any) -> list[DoctorCheck]:
         )
     )
     rows.append(_capture_scope_row(model))
-    rows.append(_fingerprint_row(model))
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params})
     rows.append(
         DoctorCheck(
@@ -373,6 +440,10 @@ def _input_tensors(value: Any, depth: int = 0) -> list[Any]:
 def doctor(model: Any = None, inputs: Any = None) -> DoctorReport:
     """Check the environment and, optionally, a model's compatibility (the model is not run).
 
+    The environment rows are :data:`ENV_ROWS`; ``mechanical_belt`` runs one capture of a
+    tiny probe model (``_belt.py``), never the user's model. Without a model the
+    ``model_fingerprint`` row is ``not_tested`` and the report carries it as ``unavailable``.
+
     Example:
         >>> report = doctor()
         >>> report.check("pytorch").status
@@ -380,7 +451,7 @@ def doctor(model: Any = None, inputs: Any = None) -> DoctorReport:
     """
 
     caps = capabilities()
-    rows = _env_rows(caps)
+    rows = [row for make in ENV_ROWS for row in make(caps, model)]
     if model is not None:
         rows += _model_rows(model, inputs)
     findings = tuple(
@@ -412,9 +483,13 @@ def doctor(model: Any = None, inputs: Any = None) -> DoctorReport:
             + ", ".join(row.label for row in warned)
             if warned
             else f"all {len(rows)} rows pass or are out of scope"
+            + ("; no model given, so no model rows" if model is None else "")
         ),
         findings=findings,
         tables=(table,),
+        unavailable=(Unavailable("model_fingerprint", NO_MODEL, "no_model"),)
+        if model is None
+        else (),
         checks=tuple(rows),
         torch_version=torch.__version__,
         model_type=None
