@@ -27,16 +27,17 @@ class _LogBlock(nn.Module):
 
 
 class _Attention(nn.Module):
-    """One head of self-attention whose softmax the sink probe reads."""
+    """Two-head self-attention whose (batch, heads, queries, keys) softmax the sink probe reads."""
 
     def __init__(self) -> None:
         super().__init__()
         self.qkv = nn.Linear(8, 24)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        weights = torch.softmax(q @ k.transpose(-1, -2) / 8**0.5, dim=-1)
-        return weights[:, None] @ v[:, None]
+        batch, tokens, _ = x.shape
+        q, k, v = (t.view(batch, tokens, 2, 4).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        weights = torch.softmax(q @ k.transpose(-1, -2) / 2.0, dim=-1)
+        return (weights @ v).transpose(1, 2).reshape(batch, tokens, 8)
 
 
 def _mlp() -> nn.Module:
