@@ -246,6 +246,20 @@ def _mandatory_unavailable(engine: Engine, count: dict[str, Any]) -> list[Unavai
                 "not_registered",
             )
         )
+    if not engine.is_nonfinite_armed:
+        entries.append(
+            Unavailable(
+                "nonfinite_grad",
+                "not registered: the non-finite gradients the session reads for its other "
+                "checks are collected as findings, but nothing stops optimizer.step() from "
+                "writing one; register_nonfinite_grad_check() raises before the write"
+                if engine.needs_norms
+                else "not registered, and no registered check reads gradient values: "
+                "non-finite gradients are not observed; register_nonfinite_grad_check() "
+                "reads them and raises before the write",
+                "not_registered",
+            )
+        )
     if engine.scaler_kind == "undeclared":
         entries.append(
             Unavailable(

@@ -21,7 +21,8 @@ from ._evidence import Attempt
 MAX_LEDGER_RECORDS = 1024
 """Per-attempt records kept in ``ledgers["steps"]`` (the oldest are dropped and counted)."""
 
-ScalerKind = Literal["gradscaler", "declared_none", "undeclared"]
+ScalerKind = Literal["gradscaler", "declared_none", "disabled", "undeclared"]
+"""``disabled``: a GradScaler built with ``enabled=False`` (AMP off), a session without one."""
 
 
 class ScaleLedger:
@@ -71,16 +72,19 @@ class ScaleLedger:
                 "observations": self.observations,
                 "decrements": list(self.events),
             }
-        reason = (
-            "scaler=None declared: no GradScaler runs, so no attempt is skipped by one"
-            if self.kind == "declared_none"
-            else "no scaler= declared: whether a GradScaler skips attempts is unknown; pass "
-            "scaler=your_scaler (or scaler=None when there is none)"
-        )
+        reasons = {
+            "declared_none": "scaler=None declared: no GradScaler runs, so no attempt is "
+            "skipped by one",
+            "disabled": "the GradScaler was built with enabled=False (AMP off): it never scales "
+            "the loss nor skips an attempt, so the session runs as with scaler=None",
+            "undeclared": "no scaler= declared: whether a GradScaler skips attempts is unknown; "
+            "pass scaler=your_scaler (or scaler=None when there is none)",
+        }
+        is_known = self.kind != "undeclared"
         return {
-            "method": "not_applicable" if self.kind == "declared_none" else "unknown",
-            "skipped": 0 if self.kind == "declared_none" else None,
-            "reason": reason,
+            "method": "not_applicable" if is_known else "unknown",
+            "skipped": 0 if is_known else None,
+            "reason": reasons[self.kind],
         }
 
 
