@@ -181,3 +181,88 @@ def test_the_kit_raises_before_the_write_whatever_the_loop_did(loop: Loop, bound
     counters = session.report().counters
     assert (counters["accepted"], counters["raised"], counters["skipped"]) == (3, 1, 0)
     assert all(torch.isfinite(p).all() for p in model.parameters())  # complex: both parts
+
+
+def test_a_gan_with_two_sessions_counts_what_each_optimizer_did_and_stops_a_nan() -> None:
+    # one session per optimizer, boundary mode, the standard loop: D steps on D(G(z).detach()),
+    # G on D(G(z)), whose backward also lands in D's .grad (outside D's step blocks)
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 4))
+    disc = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt_g = torch.optim.Adam(gen.parameters(), lr=1e-3)
+    opt_d = torch.optim.Adam(disc.parameters(), lr=1e-3)
+    sessions = {}
+    for name, model, optimizer in (("G", gen, opt_g), ("D", disc, opt_d)):
+        sessions[name] = tl.debug.ChecksSession(model, optimizer, scaler=None)
+        sessions[name].register_nonfinite_grad_check()
+    bce = nn.BCEWithLogitsLoss()
+    batches = [(torch.randn(8, 4), torch.randn(8, 2)) for _ in range(5)]
+
+    def iteration(i: int) -> None:
+        real, z = batches[i]
+        with sessions["D"].step(global_step=i):
+            opt_d.zero_grad()
+            fake = gen(z).detach()
+            (bce(disc(real), torch.ones(8, 1)) + bce(disc(fake), torch.zeros(8, 1))).backward()
+            opt_d.step()
+        with sessions["G"].step(global_step=i):
+            opt_g.zero_grad()
+            if i == 4:
+                poison_next_backward(gen[0].weight, math.nan)
+            bce(disc(gen(z)), torch.ones(8, 1)).backward()
+            opt_g.step()
+
+    with sessions["G"], sessions["D"]:
+        for i in range(4):
+            iteration(i)
+        with pytest.raises(CheckViolationError) as caught:
+            with untouched([gen], [opt_g], grads=False):
+                iteration(4)
+    assert (caught.value.fields["culprit"], caught.value.fields["attempt"]) == ("0.weight", 4)
+    d_report, g_report = sessions["D"].report(), sessions["G"].report()
+    names = ("attempts", "accepted", "skipped", "raised")
+    assert tuple(d_report.counters[n] for n in names) == (5, 5, 0, 0)
+    assert tuple(g_report.counters[n] for n in names) == (5, 4, 0, 1)
+    # G's backward reached D's gradients in each of the 5 iterations; 4 were reset by D's
+    # zero_grad (the 5th is still in D's .grad when the sessions end)
+    assert d_report.counters["backwards_outside_steps"] == 4
+    assert any("outside every session.step() block" in d for d in d_report.disclosures)
+
+
+@pytest.mark.fault("no_false_clean")
+@pytest.mark.parametrize("skips", [10, 30])
+def test_hook_only_gradscaler_skips_are_one_attempt_each_and_a_nan_after_them_is_stopped(
+    skips: int,
+) -> None:
+    model = models.mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=scaler)
+    session.register_nonfinite_grad_check()
+    session.register_no_accepted_steps_check(threshold_attempts=100)
+    torch.manual_seed(1)
+    batches = [torch.randn(4, 8) for _ in range(skips + 1)]
+
+    def amp_step(x: torch.Tensor, *, is_inf: bool, written_nan: bool = False) -> None:
+        optimizer.zero_grad()
+        if is_inf:
+            poison_next_backward(model[0].weight, math.inf)
+        scaler.scale(model(x).square().mean()).backward()
+        scaler.unscale_(optimizer)
+        if written_nan:
+            model[2].weight.grad.data[0, 0] = math.nan
+        scaler.step(optimizer)
+        scaler.update()
+
+    with session:
+        for x in batches[:skips]:
+            amp_step(x, is_inf=True)  # the scaler skips each one and halves its scale
+        counters = session.report().counters
+        assert (counters["attempts"], counters["skipped_by_scaler"]) == (skips, skips)
+        with pytest.raises(CheckViolationError):
+            with untouched([model], [optimizer], grads=False):
+                amp_step(batches[skips], is_inf=False, written_nan=True)
+    report = session.report()
+    assert report.ledgers["scale"]["skipped"] == skips
+    assert (report.counters["skipped"], report.counters["raised"]) == (skips, 1)
+    assert not any("skip ledger counts" in d for d in report.disclosures)

@@ -214,6 +214,13 @@ def _disclosures(engine: Engine, count: dict[str, Any], paused_spans: int) -> li
             "gradients were judged at the step site but not counted as backwards (every "
             "hook is back since)."
         )
+    if count["backwards_outside_steps"]:
+        notes.append(
+            f"{count['backwards_outside_steps']} backward(s) reached these parameters outside "
+            "every session.step() block and their gradients were reset before a step used "
+            "them (another optimizer's loss through this model, as a GAN generator's through "
+            "its discriminator): they are not attempts."
+        )
     if engine.attempts_without_backward:
         notes.append(
             f"{engine.attempts_without_backward} optimizer step(s) ran with no observed "

@@ -16,7 +16,12 @@ Attempt grouping. The backwards since the last attempt closed form the open :cla
   cause is read from the scale: ``scaler`` when the GradScaler's scale went down in between (the
   scaler skipped ``optimizer.step``), ``loop`` otherwise (the loop's own guard skipped it),
   ``unknown`` without a ``scaler=`` declaration. A ``session.step()`` block that ends without a
-  step is skipped the same way.
+  step is skipped by the scaler when the scale went down; otherwise its backwards stay open (the
+  loop may accumulate across blocks) until a step uses them, a backward from reset gradients
+  closes them as skipped, or ``detach()`` does.
+* Boundary mode: backwards that ran outside every ``session.step()`` block and were reset before
+  a step used them are no attempt (``backwards_outside_steps``): another optimizer's loss
+  backpropagated through these parameters, as a GAN generator's through its discriminator.
 * A closure step (``optimizer.step(closure)``) runs the closure's first evaluation inside the
   pre-hook and judges it there, before the optimizer's own code runs; later evaluations (LBFGS)
   are judged before the optimizer uses their gradients (``_optimizer.EvaluatedClosure``).
@@ -142,6 +147,8 @@ class Engine:
         )
         self._attempts_without_backward = 0
         self._site_ns = 0
+        self._has_blocks = False
+        """Boundary mode: a ``session.step()`` block ran; attempts are what blocks delimit."""
 
     # ----- the session's interface ---------------------------------------------------------------
     def register(self, check: Check, *, sample_every: int | None = None) -> None:
@@ -186,6 +193,7 @@ class Engine:
         uses them too unless its first backward starts from reset gradients.
         """
         kept = KeptBatch(inputs, micro_batches, loss_fn) if inputs is not None else None
+        self._has_blocks = True
         self._block = _Block(global_step, micro_batches, kept, self._sites.backwards)
         if micro_batches is not None:
             self._ledger.declared_micro_batches = micro_batches
@@ -199,8 +207,16 @@ class Engine:
         self._fold_pending()
         live_scale = self._observe_live_scale()
         attempt = block.attempt
-        if attempt is None and self._open.backward_count:
+        if (
+            attempt is None
+            and self._open.backward_count
+            and self._skip_cause(self._open.scale, live_scale) == "scaler"
+        ):
             attempt = self._close_open_as_skipped(live_scale)
+        # A block that ran backwards but no step, and no scale decrement: the loop skipped the
+        # attempt or accumulates across blocks (Lightning's manual optimization, a loop that
+        # steps every k-th batch). The group stays open: the next step uses it (one attempt),
+        # or the next backward from reset gradients, or detach(), closes it as skipped.
         if (
             attempt is not None
             and block.micro_batches is not None
@@ -238,6 +254,13 @@ class Engine:
         live_scale = self._observe_live_scale()
         if self._skip_cause(self._open.scale, live_scale) == "scaler":
             self._close_open_as_skipped(live_scale)
+
+    def close_open_at_exit(self) -> None:
+        """``detach()``: in boundary mode, backwards of a block that no step used are a skipped
+        attempt (hook-only mode leaves them pending: nothing delimits its attempts)."""
+        self._fold_pending()
+        if self._open.backward_count and self._open.is_in_block:
+            self._close_open_as_skipped(self._observe_live_scale())
 
     def close_in_flight(self) -> None:
         """An attempt that passed S-B but never reached S-C: ``optimizer.step()`` failed."""
@@ -392,12 +415,31 @@ class Engine:
             return "scaler"
         return "loop"
 
-    def _close_open_as_skipped(self, later_scale: float | None) -> Attempt:
+    def _close_open_as_skipped(
+        self, later_scale: float | None, *, is_next_started: bool = False
+    ) -> Attempt:
+        """Close the open group as a skipped attempt. ``is_next_started``: the backward that
+        closes it already runs; its gradient snapshot stays, so the backward after it can tell
+        whether it starts from reset gradients (consecutive skips are one attempt each)."""
         attempt = self._attempt(self._open)
         self._open = Group()
-        self._sites.forget()
+        if not is_next_started:
+            self._sites.forget()
         self._close_skipped(attempt, self._skip_cause(attempt.scale, later_scale))
         return attempt
+
+    def _drop_outside_steps(self) -> None:
+        """Boundary mode: the open group's backwards all ran outside any ``session.step()``
+        block and their gradients were reset before a step used them (another optimizer's loss
+        backpropagated through these parameters: a GAN generator's through its
+        discriminator). They are no attempt; non-finite gradients among them are still
+        reported (``Check.on_outside_steps``)."""
+        group, self._open = self._open, Group()
+        self._ledger.backwards_outside_steps += group.backward_count
+        self._ledger.backwards_since_accepted -= group.backward_count
+        attempt = self._attempt(group, index=self._ledger.next_attempt)
+        for check in self.checks.values():
+            check.on_outside_steps(attempt)
 
     def _close_skipped(self, attempt: Attempt, cause: SkipCause) -> None:
         attempt.status = "skipped"
@@ -498,8 +540,13 @@ class Engine:
         if pending.is_fresh and self._open.backward_count and self._in_flight is None:
             later = [pending.scale.reshape(1)] if pending.scale is not None else []
             values = self._fold_pending(extra=later)
-            self._close_open_as_skipped(values[0] if values else None)
+            if self._has_blocks and not self._open.is_in_block:
+                self._drop_outside_steps()
+            else:
+                later_scale = values[0] if values else None
+                self._close_open_as_skipped(later_scale, is_next_started=True)
         self._open.note(pending)
+        self._open.is_in_block |= self._block is not None
         self._ledger.open_backwards = self._open.backward_count
         if self._block is not None and self._block.kept is not None:
             self._block.kept.backward_done()

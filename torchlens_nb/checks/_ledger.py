@@ -101,6 +101,8 @@ class StepLedger:
         self.skipped_by: Counter[str] = Counter()
         """Skipped attempts per :data:`~torchlens_nb.report._checks.SkipCause`."""
         self.backwards_since_accepted = 0
+        self.backwards_outside_steps = 0
+        """Boundary mode: backwards outside every block, reset before a step used them."""
         self.open_backwards = 0
         """Backwards of the attempt still open (the engine keeps it current)."""
         self._provenances: Counter[str] = Counter()
@@ -174,6 +176,7 @@ class StepLedger:
             "step_pre_fires": self.step_pre_fires,
             "step_post_fires": self.step_post_fires,
             "backwards_since_accepted": self.backwards_since_accepted,
+            "backwards_outside_steps": self.backwards_outside_steps,
             "accumulation_factor": self.accumulation_factor(),
             "backwards_per_attempt": {str(k): v for k, v in sorted(self._per_attempt.items())},
             "step_provenance": self.provenance,

@@ -126,6 +126,12 @@ class NonfiniteGradCheck(Check):
         tally = self._loop_skips if attempt.skip_cause == "loop" else self._unknown_skips
         tally.add(attempt.index, attempt.global_step, self._culprit_fields(attempt, culprits))
 
+    def on_outside_steps(self, attempt: Attempt) -> None:
+        culprits = attempt.nonfinite()
+        if culprits:
+            fields = self._culprit_fields(attempt, culprits)
+            self._not_written.add(attempt.index, attempt.global_step, fields)
+
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         self.evaluations += 1
         return self._judge(attempt)

@@ -326,6 +326,7 @@ class ChecksSession:
             self._hooks = None
         self._engine.end_step()  # a step block still open (detached from inside it)
         self._engine.close_in_flight()
+        self._engine.close_open_at_exit()
         self._settle()
         self._final = self._build(is_final=True, exit_reason=exit_reason)
         if self._feed is not None:
