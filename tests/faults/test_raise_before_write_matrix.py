@@ -20,7 +20,7 @@ from torch import nn
 
 import torchlens_nb as tl
 from tests import models
-from tests.checks.conftest import poison_next_backward
+from tests.checks.conftest import hook_counts, poison_next_backward
 from tests.faults._guards import untouched
 from torchlens_nb.errors import CheckViolationError
 
@@ -176,6 +176,7 @@ def test_the_kit_raises_before_the_write_whatever_the_loop_did(loop: Loop, bound
             with untouched([model], [optimizer], grads=False):
                 run(3)
     SCALERS.pop(id(optimizer), None)
+    assert hook_counts(model, optimizer) == (0, 0, 0)  # every hook removed at the scope's exit
     assert caught.value.code == "nonfinite_grad"
     assert caught.value.fields["attempt"] == 3
     counters = session.report().counters
