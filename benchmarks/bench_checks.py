@@ -17,7 +17,9 @@ bare step's wall-clock min and median differed by 1.8x, and single runs by 5x):
 * ``checks``: ``ChecksSession(model, optimizer, scaler=None)`` with the quick-start defaults
   (``register_change_check()``, ``register_nonfinite_grad_check()``,
   ``register_update_ratio_check()``) attached in hook-only mode: counting at S-A, one batched
-  ``_foreach_norm`` per backward, one host read per step;
+  ``_foreach_norm`` per backward and one more at the step site over every gradient the
+  optimizer is about to use (issue 28: a write through ``.data`` leaves ``_version`` as it was,
+  so the step site cannot trust the backward's norm), one host read per step;
 * ``checks+dashboard``: the same plus ``session.dashboard()`` backed by the real dashboard
   widget (no frontend: its comm goes nowhere, every increment is still serialised and sent).
 
@@ -36,6 +38,15 @@ Measured on the shared 2-core CPU box (9 rounds, three runs while other jobs ran
 time 21.2 ms per unsampled attempt (+2.6%, of which 19 ms is the batched norm); a sampled step
 1.45-1.71x. Run-to-run spread on this box (about +-5%) is larger than the effect measured:
 read the "session's own time" row for the cost, the ratios for the scale of the noise.
+
+After issue 28 (the step-site pass over every gradient; the S-D pass over GPT-2 small's 148
+gradients measured 19 ms above, +2.3% of the 0.82 s step, and this one costs the same: the checks are
+expected near 1.05x at this 1x32-token shape): on the shared box at load average 12-15 the bare
+step took 5.5-6.3 s wall / 1.37-2.2 s CPU and one norm pass 157 ms (min of 30). Two runs:
+checks min ratio 1.172 / 1.223 and 0.934 / 0.983 (wall / cpu; medians 0.928 / 1.086 and
+1.093 / 1.013), the session's own time row 1.106x and 1.080x; in back-to-back runs of 5 steps
+the own time was 0.25-0.72 s per attempt before the change and 0.41-1.24 s after. The spread
+is larger than the effect: the 1.03x target is not shown after issue 28, either way.
 
 Case ``many_params``: 2,500 ``Linear(8, 8)`` in a chain (5,000 parameter tensors of 64 and 8
 elements), batch 4x8, AdamW(lr=1e-3), the same interleaving, 15 rounds. Contenders: ``bare``;

@@ -218,3 +218,66 @@ def test_two_optimizers_are_refused_before_any_step() -> None:
 def test_keep_batch_must_be_a_bool() -> None:
     with pytest.raises(tl.errors.DiagnosticArgumentError, match="keep_batch must be True"):
         ChecksCallback(keep_batch=1)
+
+
+class ManualAccumulation(Regressor):
+    """Manual optimization with the module's own accumulation: a step every 2nd batch (Lightning
+    forbids ``accumulate_grad_batches`` here)."""
+
+    def __init__(self, poison_batch: int | None = None) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.poison_batch = poison_batch
+        self.before: dict[str, torch.Tensor] | None = None
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        optimizer = self.optimizers()
+        x, y = batch
+        if batch_idx == self.poison_batch:  # the first micro-batch of its step
+            self.before = snapshot(self, optimizer.optimizer)
+            poison_next_backward(self.layer[0].weight, math.nan)
+        loss = nn.functional.mse_loss(self.layer(x), y) / 2
+        self.manual_backward(loss)
+        if batch_idx % 2 == 1:
+            optimizer.step()
+            optimizer.zero_grad()
+        return loss
+
+
+def manual_fit(module: ManualAccumulation, callback: ChecksCallback) -> Any:
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+    trainer.fit(module, loader(8))  # 8 batches: 4 optimizer steps of 2 micro-batches
+    return trainer
+
+
+def test_manual_optimization_with_its_own_accumulation_is_counted_as_the_steps_it_took() -> None:
+    callback, module = ChecksCallback(), ManualAccumulation()
+    trainer = manual_fit(module, callback)
+    report = callback.report
+    assert trainer.global_step == 4
+    assert counters(report, "attempts", "accepted", "skipped", "backwards") == (4, 4, 0, 8)
+    assert report.counters["backwards_per_attempt"] == {"2": 4}
+    assert report.status == "clean"
+    assert all_hooks(module, trainer.optimizers[0]) == (0, 0, 0)
+
+
+def test_manual_accumulation_stops_a_nan_of_the_first_micro_batch_before_the_write() -> None:
+    callback, module = ChecksCallback(), ManualAccumulation(poison_batch=4)
+    with pytest.raises(tl.debug.CheckViolationError, match=CULPRIT) as caught:
+        manual_fit(module, callback)
+    assert module.before is not None
+    optimizer = module.trainer.optimizers[0]
+    assert is_bitwise_equal(snapshot(module, optimizer), module.before)
+    report = callback.report
+    assert counters(report, "attempts", "accepted", "skipped", "raised") == (3, 2, 0, 1)
+    assert caught.value.fields["attempt"] == 2
+    codes = [f.code for f in report.findings]
+    assert "nonfinite_grad_skipped_by_loop" not in codes

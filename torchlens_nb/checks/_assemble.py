@@ -214,6 +214,13 @@ def _disclosures(engine: Engine, count: dict[str, Any], paused_spans: int) -> li
             "gradients were judged at the step site but not counted as backwards (every "
             "hook is back since)."
         )
+    if count["backwards_outside_steps"]:
+        notes.append(
+            f"{count['backwards_outside_steps']} backward(s) reached these parameters outside "
+            "every session.step() block and their gradients were reset before a step used "
+            "them (another optimizer's loss through this model, as a GAN generator's through "
+            "its discriminator): they are not attempts."
+        )
     if engine.attempts_without_backward:
         notes.append(
             f"{engine.attempts_without_backward} optimizer step(s) ran with no observed "
@@ -243,6 +250,20 @@ def _mandatory_unavailable(engine: Engine, count: dict[str, Any]) -> list[Unavai
                 "magnitude",
                 "off by default: register_magnitude_check() arms the pre-clip (S-A) "
                 "magnitude verdicts",
+                "not_registered",
+            )
+        )
+    if not engine.is_nonfinite_armed:
+        entries.append(
+            Unavailable(
+                "nonfinite_grad",
+                "not registered: the non-finite gradients the session reads for its other "
+                "checks are collected as findings, but nothing stops optimizer.step() from "
+                "writing one; register_nonfinite_grad_check() raises before the write"
+                if engine.needs_norms
+                else "not registered, and no registered check reads gradient values: "
+                "non-finite gradients are not observed; register_nonfinite_grad_check() "
+                "reads them and raises before the write",
                 "not_registered",
             )
         )

@@ -68,6 +68,11 @@ class Check:
         """An attempt that never reached the write (S-B never fired); ``attempt.skip_cause``
         says who skipped it."""
 
+    def on_outside_steps(self, attempt: Attempt) -> None:
+        """Boundary mode: backwards that ran outside every ``session.step()`` block and were
+        reset before a step used them; ``attempt`` holds their evidence (no attempt number of
+        its own: ``attempt.index`` is the next attempt's)."""
+
     def on_written(self, attempt: Attempt, sample: UpdateSample | None) -> Finding | None:
         """S-C, after the optimizer wrote."""
         return None

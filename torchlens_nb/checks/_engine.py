@@ -16,16 +16,21 @@ Attempt grouping. The backwards since the last attempt closed form the open :cla
   cause is read from the scale: ``scaler`` when the GradScaler's scale went down in between (the
   scaler skipped ``optimizer.step``), ``loop`` otherwise (the loop's own guard skipped it),
   ``unknown`` without a ``scaler=`` declaration. A ``session.step()`` block that ends without a
-  step is skipped the same way.
+  step is skipped by the scaler when the scale went down; otherwise its backwards stay open (the
+  loop may accumulate across blocks) until a step uses them, a backward from reset gradients
+  closes them as skipped, or ``detach()`` does.
+* Boundary mode: backwards that ran outside every ``session.step()`` block and were reset before
+  a step used them are no attempt (``backwards_outside_steps``): another optimizer's loss
+  backpropagated through these parameters, as a GAN generator's through its discriminator.
 * A closure step (``optimizer.step(closure)``) runs the closure's first evaluation inside the
   pre-hook and judges it there, before the optimizer's own code runs; later evaluations (LBFGS)
   are judged before the optimizer uses their gradients (``_optimizer.EvaluatedClosure``).
 
 The pre-write verdict is on exactly the gradients the optimizer is about to use: every parameter
 of its param groups NOW (the roster is synced at each S-B: groups added, layers unfrozen) whose
-``.grad`` is not None. A gradient unchanged since its backward (same tensor, same ``_version``)
-is judged on its S-D norm; any other (clipped, replaced, arrived without a hook) is normed at the
-step site, in the same host read as the S-D norms.
+``.grad`` is not None, each normed as it is at the step site (one batched norm per device, read
+in the same host read as the S-D norms), whatever the loop did after the backward: clipped,
+replaced, written through ``.data`` (which does not bump ``_version``), arrived without a hook.
 
 Host syncs: one read per device at each resolution point (S-B, an attempt closed without a step,
 ``step()`` exit, ``report()``, and every ``MAX_PENDING_BACKWARDS`` backwards); one more at S-C on
@@ -48,7 +53,8 @@ from ..report._checks import ScaleProvenance, SkipCause, Stage
 from ._check import Check
 from ._evidence import Attempt, Evidence, Group
 from ._ledger import ScaleLedger, ScalerKind, StepLedger
-from ._norms import device_norms, read_host
+from ._nonfinite import NonfiniteGradCheck
+from ._norms import NormPlan
 from ._optimizer import EvaluatedClosure, closure_of, with_closure
 from ._params import Roster
 from ._replay import KeptBatch, Replay
@@ -118,9 +124,14 @@ class Engine:
         self._series = Series(roster, loss_scale)
         sites = ShardedGradSites if roster.is_sharded else GradSites
         self._sites = sites(roster, self._on_backward, self._scale_tensor)
+        self._step_plan = NormPlan()
+        """The S-B kernel: every gradient the optimizer is about to use, at every attempt."""
         self._checks: dict[str, Check] = {}
         self._watchdog: Check = NoAcceptedStepsCheck(roster, threshold_attempts=20, action="warn")
         self._is_watchdog_registered = False
+        self._observer: NonfiniteGradCheck | None = None
+        """Collects the non-finite gradients a session without the non-finite check still
+        reads (its gradient norms are measured for another check): never a silent "clean"."""
         self._sampler: UpdateSampler | None = None
         self._open = Group()
         self._block: _Block | None = None
@@ -136,6 +147,8 @@ class Engine:
         )
         self._attempts_without_backward = 0
         self._site_ns = 0
+        self._has_blocks = False
+        """Boundary mode: a ``session.step()`` block ran; attempts are what blocks delimit."""
 
     # ----- the session's interface ---------------------------------------------------------------
     def register(self, check: Check, *, sample_every: int | None = None) -> None:
@@ -147,6 +160,10 @@ class Engine:
         else:
             self._checks[check.name] = check
         self._sites.needs_norms = any(c.needs_norms for c in self._checks.values())
+        if not self._sites.needs_norms or NonfiniteGradCheck.name in self._checks:
+            self._observer = None
+        elif self._observer is None:
+            self._observer = NonfiniteGradCheck(self._roster, action="collect", smear_min_params=2)
         if sample_every is not None:
             every = min(sample_every, self._sampler.every) if self._sampler else sample_every
             self._sampler = UpdateSampler(self._roster, every)
@@ -176,6 +193,7 @@ class Engine:
         uses them too unless its first backward starts from reset gradients.
         """
         kept = KeptBatch(inputs, micro_batches, loss_fn) if inputs is not None else None
+        self._has_blocks = True
         self._block = _Block(global_step, micro_batches, kept, self._sites.backwards)
         if micro_batches is not None:
             self._ledger.declared_micro_batches = micro_batches
@@ -189,8 +207,16 @@ class Engine:
         self._fold_pending()
         live_scale = self._observe_live_scale()
         attempt = block.attempt
-        if attempt is None and self._open.backward_count:
+        if (
+            attempt is None
+            and self._open.backward_count
+            and self._skip_cause(self._open.scale, live_scale) == "scaler"
+        ):
             attempt = self._close_open_as_skipped(live_scale)
+        # A block that ran backwards but no step, and no scale decrement: the loop skipped the
+        # attempt or accumulates across blocks (Lightning's manual optimization, a loop that
+        # steps every k-th batch). The group stays open: the next step uses it (one attempt),
+        # or the next backward from reset gradients, or detach(), closes it as skipped.
         if (
             attempt is not None
             and block.micro_batches is not None
@@ -229,6 +255,13 @@ class Engine:
         if self._skip_cause(self._open.scale, live_scale) == "scaler":
             self._close_open_as_skipped(live_scale)
 
+    def close_open_at_exit(self) -> None:
+        """``detach()``: in boundary mode, backwards of a block that no step used are a skipped
+        attempt (hook-only mode leaves them pending: nothing delimits its attempts)."""
+        self._fold_pending()
+        if self._open.backward_count and self._open.is_in_block:
+            self._close_open_as_skipped(self._observe_live_scale())
+
     def close_in_flight(self) -> None:
         """An attempt that passed S-B but never reached S-C: ``optimizer.step()`` failed."""
         if self._in_flight is not None:
@@ -257,8 +290,16 @@ class Engine:
 
     @property
     def checks(self) -> Mapping[str, Check]:
-        """Registered checks in registration order, then the watchdog."""
-        return {**self._checks, self._watchdog.name: self._watchdog}
+        """Registered checks in registration order, the non-finite observer when one runs
+        (``action="collect"``), then the watchdog."""
+        observer = {self._observer.name: self._observer} if self._observer is not None else {}
+        return {**self._checks, **observer, self._watchdog.name: self._watchdog}
+
+    @property
+    def is_nonfinite_armed(self) -> bool:
+        """Whether the caller registered the non-finite check (the pre-write raise, unless it
+        chose another action)."""
+        return NonfiniteGradCheck.name in self._checks
 
     @property
     def registered(self) -> int:
@@ -374,12 +415,31 @@ class Engine:
             return "scaler"
         return "loop"
 
-    def _close_open_as_skipped(self, later_scale: float | None) -> Attempt:
+    def _close_open_as_skipped(
+        self, later_scale: float | None, *, is_next_started: bool = False
+    ) -> Attempt:
+        """Close the open group as a skipped attempt. ``is_next_started``: the backward that
+        closes it already runs; its gradient snapshot stays, so the backward after it can tell
+        whether it starts from reset gradients (consecutive skips are one attempt each)."""
         attempt = self._attempt(self._open)
         self._open = Group()
-        self._sites.forget()
+        if not is_next_started:
+            self._sites.forget()
         self._close_skipped(attempt, self._skip_cause(attempt.scale, later_scale))
         return attempt
+
+    def _drop_outside_steps(self) -> None:
+        """Boundary mode: the open group's backwards all ran outside any ``session.step()``
+        block and their gradients were reset before a step used them (another optimizer's loss
+        backpropagated through these parameters: a GAN generator's through its
+        discriminator). They are no attempt; non-finite gradients among them are still
+        reported (``Check.on_outside_steps``)."""
+        group, self._open = self._open, Group()
+        self._ledger.backwards_outside_steps += group.backward_count
+        self._ledger.backwards_since_accepted -= group.backward_count
+        attempt = self._attempt(group, index=self._ledger.next_attempt)
+        for check in self.checks.values():
+            check.on_outside_steps(attempt)
 
     def _close_skipped(self, attempt: Attempt, cause: SkipCause) -> None:
         attempt.status = "skipped"
@@ -446,36 +506,29 @@ class Engine:
         self, group: Group, index: int | None = None, found_inf: torch.Tensor | None = None
     ) -> tuple[Attempt, bool]:
         """Close ``group`` as the attempt the optimizer is about to apply: sync the roster, norm
-        the gradients not measured as they are now, and read everything in one host read, with
-        ``found_inf`` (the GradScaler's verdict on a fused step) when given. Returns the attempt
-        and whether the scaler found a non-finite gradient (the optimizer will not write)."""
+        every gradient the optimizer is about to use as it is now, and read those norms, the
+        queued backwards' and ``found_inf`` (the GradScaler's verdict on a fused step) when
+        given, in one host read per device. Returns the attempt and whether the scaler found a
+        non-finite gradient (the optimizer will not write).
+
+        Every gradient is read again, the ones unchanged since their backward included: a write
+        through ``.data`` (``p.grad.data.div_(total_norm)``) changes the values without bumping
+        ``_version``, so no metadata can tell an unchanged gradient from a rewritten one."""
         self._sites.watch(self._roster.sync(self._optimizer, self._ledger.next_attempt))
         self._sites.retry()
-        unmeasured: list[tuple[int, torch.Tensor]] = []
-        covered: list[int] = []
+        present: list[tuple[int, torch.Tensor]] = []
         if self._sites.needs_norms:
-            covered, unmeasured = self._sites.split_step_site(self._roster.optimized, group.fired)
-        step_read = device_norms([g for _, g in unmeasured], [i for i, _ in unmeasured])
+            present = self._sites.step_site_grads(self._roster.optimized, group.fired)
+        step_read = self._step_plan([g for _, g in present], [i for i, _ in present])
         extra = [norms for _, norms in step_read]
         if found_inf is not None:
             extra.append(found_inf.detach().reshape(-1)[:1].to(torch.float32))
         values = self._fold_pending(group, extra)
         is_scaler_skip = found_inf is not None and values.pop() != 0.0
         attempt = self._attempt(group, index)
-        norms = group.norms
-        attempt.step_norms = {i: norms[i] for i in covered if i in norms}
         order = [i for positions, _ in step_read for i in positions]
-        attempt.step_norms.update(zip(order, values))
+        attempt.step_norms = dict(zip(order, values))
         self._sites.forget()  # the attempt is closed: its gradient snapshots pin nothing more
-        if group.first_nonfinite and covered:
-            # a gradient arrived non-finite: read the optimizer's "unchanged" gradients too, in
-            # case the loop wrote them through .data (no _version bump); the raise path only
-            tensors = self._roster.tensors
-            grads = [tensors[i].grad for i in covered]
-            present = [(i, g) for i, g in zip(covered, grads) if g is not None]
-            reread = device_norms([g for _, g in present], [i for i, _ in present])
-            values = read_host([n for _, n in reread])
-            attempt.step_norms.update(zip([i for p, _ in reread for i in p], values))
         return attempt, is_scaler_skip
 
     # ----- site handlers ------------------------------------------------------------------------
@@ -487,8 +540,13 @@ class Engine:
         if pending.is_fresh and self._open.backward_count and self._in_flight is None:
             later = [pending.scale.reshape(1)] if pending.scale is not None else []
             values = self._fold_pending(extra=later)
-            self._close_open_as_skipped(values[0] if values else None)
+            if self._has_blocks and not self._open.is_in_block:
+                self._drop_outside_steps()
+            else:
+                later_scale = values[0] if values else None
+                self._close_open_as_skipped(later_scale, is_next_started=True)
         self._open.note(pending)
+        self._open.is_in_block |= self._block is not None
         self._ledger.open_backwards = self._open.backward_count
         if self._block is not None and self._block.kept is not None:
             self._block.kept.backward_done()

@@ -119,6 +119,8 @@ class Group:
         self.first_nonfinite_index: int | None = None
         """Session backward number of the first backward with a non-finite norm."""
         self.scale: float | None = None
+        self.is_in_block = False
+        """A backward of the group ran inside a ``session.step()`` block."""
 
     def note(self, pending: PendingBackward) -> None:
         """S-D: count the backward and its arrivals (host facts, no tensor read)."""

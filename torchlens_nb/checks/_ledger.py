@@ -21,7 +21,8 @@ from ._evidence import Attempt
 MAX_LEDGER_RECORDS = 1024
 """Per-attempt records kept in ``ledgers["steps"]`` (the oldest are dropped and counted)."""
 
-ScalerKind = Literal["gradscaler", "declared_none", "undeclared"]
+ScalerKind = Literal["gradscaler", "declared_none", "disabled", "undeclared"]
+"""``disabled``: a GradScaler built with ``enabled=False`` (AMP off), a session without one."""
 
 
 class ScaleLedger:
@@ -71,16 +72,19 @@ class ScaleLedger:
                 "observations": self.observations,
                 "decrements": list(self.events),
             }
-        reason = (
-            "scaler=None declared: no GradScaler runs, so no attempt is skipped by one"
-            if self.kind == "declared_none"
-            else "no scaler= declared: whether a GradScaler skips attempts is unknown; pass "
-            "scaler=your_scaler (or scaler=None when there is none)"
-        )
+        reasons = {
+            "declared_none": "scaler=None declared: no GradScaler runs, so no attempt is "
+            "skipped by one",
+            "disabled": "the GradScaler was built with enabled=False (AMP off): it never scales "
+            "the loss nor skips an attempt, so the session runs as with scaler=None",
+            "undeclared": "no scaler= declared: whether a GradScaler skips attempts is unknown; "
+            "pass scaler=your_scaler (or scaler=None when there is none)",
+        }
+        is_known = self.kind != "undeclared"
         return {
-            "method": "not_applicable" if self.kind == "declared_none" else "unknown",
-            "skipped": 0 if self.kind == "declared_none" else None,
-            "reason": reason,
+            "method": "not_applicable" if is_known else "unknown",
+            "skipped": 0 if is_known else None,
+            "reason": reasons[self.kind],
         }
 
 
@@ -97,6 +101,8 @@ class StepLedger:
         self.skipped_by: Counter[str] = Counter()
         """Skipped attempts per :data:`~torchlens_nb.report._checks.SkipCause`."""
         self.backwards_since_accepted = 0
+        self.backwards_outside_steps = 0
+        """Boundary mode: backwards outside every block, reset before a step used them."""
         self.open_backwards = 0
         """Backwards of the attempt still open (the engine keeps it current)."""
         self._provenances: Counter[str] = Counter()
@@ -170,6 +176,7 @@ class StepLedger:
             "step_pre_fires": self.step_pre_fires,
             "step_post_fires": self.step_post_fires,
             "backwards_since_accepted": self.backwards_since_accepted,
+            "backwards_outside_steps": self.backwards_outside_steps,
             "accumulation_factor": self.accumulation_factor(),
             "backwards_per_attempt": {str(k): v for k, v in sorted(self._per_attempt.items())},
             "step_provenance": self.provenance,

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from .._validate import check_int
 from ..report import Finding, Where
@@ -126,6 +126,12 @@ class NonfiniteGradCheck(Check):
         tally = self._loop_skips if attempt.skip_cause == "loop" else self._unknown_skips
         tally.add(attempt.index, attempt.global_step, self._culprit_fields(attempt, culprits))
 
+    def on_outside_steps(self, attempt: Attempt) -> None:
+        culprits = attempt.nonfinite()
+        if culprits:
+            fields = self._culprit_fields(attempt, culprits)
+            self._not_written.add(attempt.index, attempt.global_step, fields)
+
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         self.evaluations += 1
         return self._judge(attempt)
@@ -164,8 +170,8 @@ class NonfiniteGradCheck(Check):
         culprits = arrived or at_step
         culprits = sorted(culprits, key=lambda i: (attempt.first_nonfinite.get(i, -1), i))
         healthy = [i for i, n in norms.items() if math.isfinite(n) and n > 0]
-        value = {**attempt.step_norms, **norms}
-        has_nan = any(math.isnan(value[i]) for i in culprits)
+        kinds = {i: _kind(norms.get(i), attempt.step_norms.get(i)) for i in culprits}
+        has_nan = "nan" in kinds.values()
         is_smeared = len(culprits) >= self.options["smear_min_params"]
         culprit = None if is_smeared else culprits[0]
         optimized = set(self.roster.optimized)
@@ -180,7 +186,7 @@ class NonfiniteGradCheck(Check):
             "params": [
                 {
                     "param": infos[i].name,
-                    "kind": "nan" if math.isnan(value[i]) else "inf",
+                    "kind": kinds[i],
                     "first_backward": attempt.first_nonfinite_backward(i),
                 }
                 for i in culprits
@@ -226,8 +232,8 @@ class NonfiniteGradCheck(Check):
             where = Where(module=self.roster.infos[self._index(event["culprit"])].module)
         else:
             subject = (
-                f"non-finite gradients in {len(params)} parameters (smeared through the "
-                "backward; no single parameter is named)"
+                f"non-finite gradients in {len(params)} parameters (smeared: the value reached "
+                "them all through the forward or the backward; no single parameter is named)"
             )
             where = None
         if not event["is_step_stopped"]:
@@ -244,12 +250,17 @@ class NonfiniteGradCheck(Check):
                 "are unchanged"
             )
         effect = "zeroed" if event["clipping_collateral_effect"] == "zeroed" else "turned into NaN"
+        collateral = event["clipping_collateral"]
+        clip = (
+            f"would have {effect} {collateral} healthy gradient(s)"
+            if collateral
+            else "would have had no healthy gradient left to spoil (none was finite and non-zero)"
+        )
         return Finding(
             "nonfinite_grad",
             "critical",
             f"{subject} at attempt {event['attempt']}; {stopped}. The clip recipe "
-            f"(clip_grad_norm_ without error_if_nonfinite) would have {effect} "
-            f"{event['clipping_collateral']} healthy gradient(s).",
+            f"(clip_grad_norm_ without error_if_nonfinite) {clip}.",
             where=where,
             remedy=_remedy(event["next_step"]),
             fields=event,
@@ -291,6 +302,14 @@ class NonfiniteGradCheck(Check):
                 )
             )
         return found
+
+
+def _kind(arrived: float | None, at_step: float | None) -> Literal["nan", "inf"]:
+    """What a culprit's gradient held: as it arrived when it arrived non-finite (the clip then
+    turns an inf into NaN), else as the step site read it (a value written after the
+    backward)."""
+    value = arrived if arrived is not None and not math.isfinite(arrived) else at_step
+    return "nan" if value is None or math.isnan(value) else "inf"
 
 
 def _observe(step_norms: Mapping[int, float], healthy: list[int]) -> dict[str, int]:

@@ -6,6 +6,9 @@
   norms the same parameters' gradients at every backward (site S-D).
 * :func:`read_host` -- many 1-D device tensors to host floats, one ``.tolist()`` per device.
 
+A complex tensor is normed as its real view (``torch.view_as_real``): the 2-norm of the magnitudes
+``sqrt(sum |z|^2)``, non-finite exactly when a real or an imaginary part is NaN or Inf.
+
 A 2-norm is non-finite exactly when the tensor holds a NaN or an Inf, or when its finite values
 overflow the float32 accumulation (|g| around 1e19 and up); ``clip_grad_norm_`` computes the same
 2-norm, so such a gradient is non-finite for the clip recipe too and is reported as ``inf``.
@@ -58,7 +61,12 @@ def _plan(tensors: Sequence[torch.Tensor]) -> list[list[_Group]]:
         numel = tensor.numel()
         if is_dtensor(tensor):
             shards.append(member)
-        elif tensor.device.type == "cpu" and not tensor.is_sparse and 0 < numel <= SMALL_NUMEL:
+        elif (
+            tensor.device.type == "cpu"
+            and not tensor.is_sparse
+            and not tensor.is_complex()
+            and 0 < numel <= SMALL_NUMEL
+        ):
             small.setdefault((tensor.dtype, tensor.shape), []).append(member)
         else:
             rest.append(member)
@@ -78,6 +86,14 @@ def _plan(tensors: Sequence[torch.Tensor]) -> list[list[_Group]]:
     return plan
 
 
+def _real(tensor: torch.Tensor) -> torch.Tensor:
+    """The dense real tensor whose 2-norm is ``tensor``'s: a sparse one's values, a complex
+    one's real view (the norm of the magnitudes)."""
+    if tensor.is_sparse:
+        tensor = tensor.coalesce().values()
+    return torch.view_as_real(tensor) if tensor.is_complex() else tensor
+
+
 def _run(
     plan: list[list[_Group]], tensors: Sequence[torch.Tensor], positions: Sequence[int]
 ) -> DeviceNorms:
@@ -91,11 +107,7 @@ def _run(
                 rows = torch.stack(members).reshape(len(members), -1)
                 parts.append(torch.linalg.vector_norm(rows, 2, dim=1, dtype=torch.float32))
             else:
-                dense = (
-                    [local_tensor(t) for t in members]
-                    if group.is_local
-                    else [t.coalesce().values() if t.is_sparse else t for t in members]
-                )
+                dense = [_real(local_tensor(t) if group.is_local else t) for t in members]
                 parts.append(torch.stack(torch._foreach_norm(dense, 2, dtype=torch.float32)))
             order.extend(positions[m] for m in group.members)
         result.append((tuple(order), parts[0] if len(parts) == 1 else torch.cat(parts)))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
@@ -70,9 +71,11 @@ class ChecksSession:
         optimizer: its optimizer (S-B / S-C are its step hooks), or a wrapper exposing it as
             ``.optimizer`` (accelerate's ``AcceleratedOptimizer``, a Hugging Face Trainer's
             ``trainer.optimizer``): the real one is hooked and its param groups are read.
-        scaler: the GradScaler, or ``None`` to DECLARE that no scaler runs. Left out, a
-            wrapper's ``.scaler`` is the declaration; otherwise the loss scale is unknown:
-            magnitude verdicts become unknown and the skip ledger unavailable.
+        scaler: the GradScaler, or ``None`` to DECLARE that no scaler runs. A disabled one
+            (``GradScaler(enabled=False)``, AMP off) is a session without a scaler, and the
+            skip ledger says so. Left out, a wrapper's ``.scaler`` is the declaration; otherwise
+            the loss scale is unknown: magnitude verdicts become unknown and the skip ledger
+            unavailable.
         loss_scale: a constant the loss is multiplied by before backward (manual loss scaling);
             gradient magnitudes are divided by it (``scale_provenance="explicit"``).
         distributed: ``None`` (default) runs the per-step S-B agreement when ``model`` is a
@@ -323,6 +326,7 @@ class ChecksSession:
             self._hooks = None
         self._engine.end_step()  # a step block still open (detached from inside it)
         self._engine.close_in_flight()
+        self._engine.close_open_at_exit()
         self._settle()
         self._final = self._build(is_final=True, exit_reason=exit_reason)
         if self._feed is not None:
@@ -381,6 +385,14 @@ class ChecksSession:
         if self._hooks is None:
             raise DiagnosticArgumentError(
                 "session.step() needs an attached session: use it inside `with session:`."
+            )
+        if global_step is not None:
+            global_step = check_int(
+                "global_step",
+                int(global_step) if _is_integral(global_step) else global_step,
+                low=0,
+                expect="an int >= 0",
+                hint="pass the loop's step counter (trainer.global_step), or leave it out",
             )
         if micro_batches is not None:
             check_int(
@@ -586,6 +598,11 @@ class ChecksSession:
         )
 
 
+def _is_integral(value: Any) -> bool:
+    """An integer (a numpy one included) that is not a ``bool``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _scaler_kind(scaler: Any) -> ScalerKind:
     if scaler is UNDECLARED:
         return "undeclared"
@@ -596,4 +613,6 @@ def _scaler_kind(scaler: Any) -> ScalerKind:
             f"scaler must be a torch.amp.GradScaler or None, got {type(scaler).__name__}; pass "
             "scaler=None to declare that the loop runs no GradScaler."
         )
-    return "gradscaler"
+    # GradScaler(enabled=False) never creates its _scale nor its factors (get_backoff_factor
+    # raises AttributeError on it): the usual GradScaler(enabled=use_amp) with AMP off.
+    return "gradscaler" if scaler.is_enabled() else "disabled"

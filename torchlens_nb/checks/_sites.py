@@ -20,11 +20,12 @@ one its norm was measured on, and any other (clipped, replaced, arrived without 
 at the step site. The snapshot holds the gradients until their attempt closes (at S-B, or when
 the next backward starts from reset gradients), never longer: a loop that skips the step holds
 its dropped gradients until the next backward's first gradient arrives. In-place writes
-through ``.data`` do not bump ``_version``; when any gradient arrived non-finite the engine
-re-reads every gradient at the step site anyway. Measured on GPT-2 small's 148 gradients (124M float32, one CPU thread): the norm takes
-19 ms, and the session's S-B/S-C/S-D work 21 ms per unsampled attempt, +2.6% of a 0.82 s
-1x32-token training step (``benchmarks/bench_checks.py``); it is one read of every gradient, so
-its share shrinks as the batch grows. Because completion comes from the engine, a backward whose
+through ``.data`` do not bump ``_version``, so the step site norms every gradient the optimizer
+is about to use again (``_engine.Engine._judge_step_site``): the S-D norms are the arrival
+evidence (pre-clip, per micro-batch), the S-B norms the pre-write verdict. Measured on GPT-2
+small's 148 gradients (124M float32, one CPU thread): each norm pass takes about 19 ms of a
+0.82 s 1x32-token training step (``benchmarks/bench_checks.py``); it is one read of every
+gradient, so its share shrinks as the batch grows. Because completion comes from the engine, a backward whose
 parameter set never "closes" (an unused parameter, an untaken branch) still ends exactly.
 
 Reset detection (no host read): at the first arrival of a backward, the arriving parameter's
@@ -335,47 +336,38 @@ class GradSites:
             self._merged.update(zip(oldest.indices, zip(oldest.grads, oldest.versions)))
         self._on_backward(pending)
 
-    def split_step_site(
+    def step_site_grads(
         self, indices: tuple[int, ...], measured: set[int]
-    ) -> tuple[list[int], list[tuple[int, torch.Tensor]]]:
-        """S-B: split the gradients the optimizer is about to use (``.grad`` not None) into
-        those whose norm in ``measured`` is of exactly this tensor, unchanged since (same
-        object and ``_version``), and the rest, which must be read at the step site.
+    ) -> list[tuple[int, torch.Tensor]]:
+        """S-B: the gradients the optimizer is about to use (``indices`` whose ``.grad`` is not
+        None), all of which the step site norms. One that no backward of ``measured`` left
+        (a backward ran without either lean opener) ends lean mode.
 
         Host metadata only, no tensor value is read. The common case (one backward whose
-        gradients are exactly the optimizer's) is three C-speed list comparisons, about
-        0.2 us per parameter; otherwise one dictionary walk, about 0.7 us per parameter.
+        gradients are exactly the optimizer's, still the same tensors) is three C-speed list
+        comparisons, about 0.2 us per parameter; otherwise one dictionary walk, about 0.7 us
+        per parameter.
         """
         tensors = self._roster.tensors
+        current = [(i, tensors[i].grad) for i in indices]
+        present = cast("list[tuple[int, torch.Tensor]]", [p for p in current if p[1] is not None])
         if len(self._snapshots) == 1 and not self._merged:
             snapshot = self._snapshots[0]
             if self._matched != (indices, snapshot.indices):
                 is_same = set(indices) == set(snapshot.indices)
                 self._matched = (indices, snapshot.indices) if is_same else None
             if self._matched is not None:
-                current = [tensors[i].grad for i in snapshot.indices]
-                if all(map(operator.is_, current, snapshot.grads)) and (
-                    [g._version for g in snapshot.grads] == snapshot.versions
-                ):
-                    return list(snapshot.indices), []
+                grads = [tensors[i].grad for i in snapshot.indices]
+                if all(map(operator.is_, grads, snapshot.grads)):
+                    return present
+        if self._lean is None:
+            return present
         held = self._held_map()
-        covered: list[int] = []
-        unmeasured: list[tuple[int, torch.Tensor]] = []
-        is_unseen = False
-        for index in indices:
-            grad = tensors[index].grad
-            if grad is None:
-                continue
-            record = held.get(index) if index in measured else None
-            if record is not None and record[0] is grad and grad._version == record[1]:
-                covered.append(index)
-            else:
-                unmeasured.append((index, grad))
-                is_unseen |= record is None
-        if is_unseen and self._lean is not None:  # a backward ran without either opener
+        is_unseen = any(index not in measured or index not in held for index, _ in present)
+        if is_unseen:  # a backward ran without either opener
             self.unobserved_backwards += 1
             self._leave_lean()
-        return covered, unmeasured
+        return present
 
     def forget(self) -> None:
         """Drop the gradient snapshots: the attempt they belong to closed (or the session was

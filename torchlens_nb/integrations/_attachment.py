@@ -187,7 +187,7 @@ class TrainerAttachment:
 
             display(session.dashboard())
 
-    def begin_step(self, global_step: int, micro_batches: int, inputs: Any = None) -> None:
+    def begin_step(self, global_step: int, micro_batches: int | None, inputs: Any = None) -> None:
         """Open the ``session.step()`` block of one optimizer step (closing one left open)."""
         if self._session is None:
             return

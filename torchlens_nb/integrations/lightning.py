@@ -116,6 +116,16 @@ class ChecksCallback(pl.Callback):
     ) -> None:
         if self._attachment.session is None:
             return
+        if not pl_module.automatic_optimization:
+            # manual optimization: the training step decides when to step (a loop of its own
+            # may accumulate; Lightning forbids accumulate_grad_batches here), so each batch is
+            # a block with no declared micro-batches; a block without a step stays open until
+            # a step uses its backwards (one attempt) or its gradients are reset (skipped)
+            self._step_end = batch_idx
+            self._attachment.begin_step(
+                trainer.global_step, None, batch if self._keep_batch else None
+            )
+            return
         k = trainer.accumulate_grad_batches
         if batch_idx % k:  # a later micro-batch of the open step
             if self._inputs is not None:
