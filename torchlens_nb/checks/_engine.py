@@ -119,6 +119,8 @@ class Engine:
         sites = ShardedGradSites if roster.is_sharded else GradSites
         self._sites = sites(roster, self._on_backward, self._scale_tensor)
         self._checks: dict[str, Check] = {}
+        self._defaults: dict[str, Check] = {}
+        """The invariants that run unless turned off (``_invariant.py``); not "registered"."""
         self._watchdog: Check = NoAcceptedStepsCheck(roster, threshold_attempts=20, action="warn")
         self._is_watchdog_registered = False
         self._sampler: UpdateSampler | None = None
@@ -150,6 +152,15 @@ class Engine:
         if sample_every is not None:
             every = min(sample_every, self._sampler.every) if self._sampler else sample_every
             self._sampler = UpdateSampler(self._roster, every)
+
+    def add_default(self, check: Check) -> None:
+        """Add (or replace) a default check: it runs, but the session does not count it as
+        registered by the caller."""
+        self._defaults[check.name] = check
+
+    def observe_backward_open(self, callback: Callable[[int, torch.Tensor], None]) -> None:
+        """Call ``callback(index, param)`` at the first gradient arrival of every backward."""
+        self._sites.on_open = callback
 
     def install(self, stack: contextlib.ExitStack) -> None:
         """Install S-A on every roster parameter and S-B / S-C on the optimizer; every handle
@@ -214,6 +225,8 @@ class Engine:
         self._in_flight = None
         if self._sampler is not None:
             self._sampler.discard()
+        for check in self.checks.values():
+            check.on_pause()
 
     def resume(self) -> None:
         """Observe again from the next backward."""
@@ -257,8 +270,8 @@ class Engine:
 
     @property
     def checks(self) -> Mapping[str, Check]:
-        """Registered checks in registration order, then the watchdog."""
-        return {**self._checks, self._watchdog.name: self._watchdog}
+        """Registered checks in registration order, the default invariants, the watchdog."""
+        return {**self._checks, **self._defaults, self._watchdog.name: self._watchdog}
 
     @property
     def registered(self) -> int:
