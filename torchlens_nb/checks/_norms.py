@@ -87,16 +87,20 @@ def _run(
         parts: list[torch.Tensor] = []
         for group in groups:
             members = [tensors[m] for m in group.members]
+            # float64 gradients norm in float64 (a float32 accumulation would be narrowing)
+            wide = torch.float64 if any(t.dtype == torch.float64 for t in members) else None
             if group.is_stacked:
                 rows = torch.stack(members).reshape(len(members), -1)
-                parts.append(torch.linalg.vector_norm(rows, 2, dim=1, dtype=torch.float32))
+                norms = torch.linalg.vector_norm(rows, 2, dim=1, dtype=wide or torch.float32)
+                parts.append(norms.to(torch.float32))
             else:
                 dense = (
                     [local_tensor(t) for t in members]
                     if group.is_local
                     else [t.coalesce().values() if t.is_sparse else t for t in members]
                 )
-                parts.append(torch.stack(torch._foreach_norm(dense, 2, dtype=torch.float32)))
+                norms = torch._foreach_norm(dense, 2, dtype=wide or torch.float32)
+                parts.append(torch.stack(norms).to(torch.float32))
             order.extend(positions[m] for m in group.members)
         result.append((tuple(order), parts[0] if len(parts) == 1 else torch.cat(parts)))
     return tuple(result)

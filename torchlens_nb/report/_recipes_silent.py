@@ -21,7 +21,7 @@ class EvalDeterminismReport(RecipeReport):
     max_abs_diff: float
     """Largest elementwise difference between the passes' outputs (0.0: bitwise the same)."""
     first_module: str | None
-    """The first module (in call order) whose output differed between passes, if any."""
+    """The module where the passes first parted ("" for the root's own code), if any."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

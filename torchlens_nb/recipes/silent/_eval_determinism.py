@@ -3,9 +3,10 @@
 Two forward passes in eval mode under ``torch.no_grad()``, on the caller's model, with the RNG
 left to run between them (restored afterwards): randomness still active in eval (a dropout
 called as ``F.dropout(x, p)``, whose ``training`` argument defaults to True; a sampling layer
-that ignores ``self.training``) makes them differ. A forward hook on every module records a
-float64 sum of its output in each pass; the first module, in call order, whose output differs
-is named. Cost: two forwards. Cannot see: randomness that does not change the output's sum in
+that ignores ``self.training``) makes them differ. A forward hook on every module records
+float64 sums of its input and output in each pass: the first module (in completion order)
+whose output differs is named, or its parent when its input already differed (the randomness
+ran in the parent's own ``forward``). Cost: two forwards. Cannot see: randomness that does not change the output's sum in
 the named module (the outputs themselves are compared exactly), and nondeterministic kernels
 are reported the same way (on CUDA, atomics can differ in the last bits: a ``warning`` below
 :data:`SMALL_DIFF` relative, ``critical`` above).
@@ -46,12 +47,12 @@ def eval_determinism(model: nn.Module, inputs: Any, *, passes: int = 2) -> EvalD
     model = check_model(model)
     check_int("passes", passes, low=2, expect=">= 2", hint="two passes are enough")
     inputs = to_device(first_batch(inputs, what="inputs"), model_device(model))
-    sums: list[dict[str, float]] = []
+    sums: list[dict[str, tuple[float, float]]] = []
     order: list[str] = []
     outputs: list[list[torch.Tensor]] = []
     with preserved(model, mode="eval"), torch.no_grad():
         for _ in range(passes):
-            seen: dict[str, float] = {}
+            seen: dict[str, tuple[float, float]] = {}
             handles = [
                 module.register_forward_hook(_recorder(name, seen, order if not sums else None))
                 for name, module in model.named_modules()
@@ -63,9 +64,9 @@ def eval_determinism(model: nn.Module, inputs: Any, *, passes: int = 2) -> EvalD
                     handle.remove()
             sums.append(seen)
     diff, scale = _largest_difference(outputs)
-    first = next((n for n in order if any(s.get(n) != sums[0].get(n) for s in sums[1:])), None)
+    first = _origin(order, sums)
     findings = [] if diff == 0.0 else [_finding(diff, scale, first, passes)]
-    rows = [(n, sums[0][n], *(s.get(n) for s in sums[1:])) for n in order]
+    rows = [(n, sums[0][n][1], *(s.get(n, (None, None))[1] for s in sums[1:])) for n in order]
     return EvalDeterminismReport(
         subject=f"{type(model).__name__} in eval(), {passes} passes",
         status=recipe_status(findings),
@@ -91,16 +92,36 @@ def eval_determinism(model: nn.Module, inputs: Any, *, passes: int = 2) -> EvalD
     )
 
 
-def _recorder(name: str, seen: dict[str, float], order: list[str] | None) -> Any:
-    def record(_module: nn.Module, _args: Any, output: Any) -> None:
-        tensors = [t for t in iter_tensors(output) if t.is_floating_point()]
-        if not tensors or name in seen:
+def _recorder(
+    name: str, seen: dict[str, tuple[float, float]], order: list[str] | None
+) -> Any:
+    def record(_module: nn.Module, args: Any, output: Any) -> None:
+        if name in seen:
             return
-        seen[name] = float(sum(t.detach().double().sum() for t in tensors))
+        seen[name] = (_sum(args), _sum(output))
         if order is not None:
             order.append(name)
 
     return record
+
+
+def _sum(value: Any) -> float:
+    """float64 sum of the floating tensors in ``value`` (0.0 when none)."""
+    return float(sum(t.detach().double().sum() for t in iter_tensors(value) if t.is_floating_point()))
+
+
+def _origin(order: list[str], sums: list[dict[str, tuple[float, float]]]) -> str | None:
+    """Where the passes first part: the first module (in completion order) whose output
+    differs; when its input already differed, the randomness ran in its parent's own code
+    (e.g. ``F.dropout`` in the parent's ``forward``)."""
+    first = next(
+        (n for n in order if any(s.get(n, (0, 0))[1] != sums[0][n][1] for s in sums[1:])), None
+    )
+    if first is None:
+        return None
+    if any(s.get(first, (0, 0))[0] != sums[0][first][0] for s in sums[1:]):
+        return first.rpartition(".")[0]
+    return first
 
 
 def _largest_difference(outputs: list[list[torch.Tensor]]) -> tuple[float, float]:
@@ -121,7 +142,7 @@ def _largest_difference(outputs: list[list[torch.Tensor]]) -> tuple[float, float
 
 def _finding(diff: float, scale: float, first: str | None, passes: int) -> Finding:
     is_small = scale > 0 and diff <= SMALL_DIFF * scale
-    where = f" First module whose output differed: {first or '(the root)'}." if first else ""
+    where = f" The passes part in module {first or '(the root)'}." if first is not None else ""
     return Finding(
         "eval_not_deterministic",
         "warning" if is_small else "critical",
