@@ -162,7 +162,9 @@ def test_declared_frozen_parameters_that_stay_frozen_are_clean() -> None:
     model = mlp()
     model[0].requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # holds the frozen layer too
-    report, caught = run(model, optimizer, _train(model, optimizer), lambda s: s.expect_frozen(model[0]))
+    report, caught = run(
+        model, optimizer, _train(model, optimizer), lambda s: s.expect_frozen(model[0])
+    )
     assert codes(report) == [] and caught == []
     assert next(r for r in report.checks_run if r.name == "frozen").state == "clean"
 
@@ -173,7 +175,7 @@ def test_an_ema_swap_inside_paused_is_not_a_write_outside_the_step() -> None:
     shadow = [p.detach().clone() for p in model.parameters()]
 
     def loop(session: Any) -> None:
-        for step in range(4):
+        for _ in range(4):
             _train(model, optimizer, steps=1)(session)
             with session.paused(), torch.no_grad():  # evaluate the EMA weights, then restore
                 live = [p.detach().clone() for p in model.parameters()]

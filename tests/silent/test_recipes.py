@@ -14,8 +14,8 @@ from torch import nn
 import torchlens_nb as tl
 from tests.recipes.state import assert_untouched, snapshot
 from tests.recipes.test_contract import caller_model, shuffled_loader
-from torchlens_nb.errors import ModelTypeError, TorchlensNbError
 from tests.silent.zoo import Attention, Float32Head
+from torchlens_nb.errors import ModelTypeError, TorchlensNbError
 
 CALLS: dict[str, Callable[[nn.Module, torch.Tensor], Any]] = {
     "eval_determinism": lambda m, x: tl.recipes.eval_determinism(m, x),
@@ -67,7 +67,9 @@ def test_duplicate_samples_tells_repeated_batches_from_repeated_rows() -> None:
     assert (report.status, report.duplicate_rows, report.duplicate_batches) == ("warn", 2, 0)
     assert report.tables[0].rows[0] == (1, 0, 0, 0)
     repeated_batch = tl.recipes.duplicate_samples(iter([(rows, 0), (rows.clone(), 1)]), batches=2)
-    assert repeated_batch.status == "fail" and repeated_batch.findings[0].code == "duplicate_batches"
+    assert (
+        repeated_batch.status == "fail" and repeated_batch.findings[0].code == "duplicate_batches"
+    )
 
 
 def test_duplicate_samples_leaves_a_shuffling_loaders_rng_alone() -> None:

@@ -12,7 +12,9 @@ BLIND_SPOTS = {"spectral_norm_before_training"}
 """Ports nothing here detects (docs/training_checks.md says why); kept in the benchmark."""
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.name not in BLIND_SPOTS], ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.name not in BLIND_SPOTS], ids=lambda c: c.name
+)
 def test_the_bug_is_caught_within_one_step_of_its_trigger(case: Case) -> None:
     outcome = case.run(True)
     assert outcome.detected, f"{case.name}: {case.code} not among {outcome.serious}"

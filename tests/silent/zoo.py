@@ -12,8 +12,10 @@ warning / critical findings and warnings a fixed twin must not have. The DDP cas
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +47,8 @@ class Case:
     code: str
     """The finding code that detects the bug."""
     run: Callable[[bool], Outcome]
+    is_recipe: bool = False
+    """Caught by a recipe run before training, not by the session."""
 
 
 def mlp() -> nn.Sequential:
@@ -57,9 +61,24 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(16, 8, generator=generator), torch.randn(16, 4, generator=generator)
 
 
+_INVARIANTS = contextvars.ContextVar("invariants", default=True)
+
+
+@contextlib.contextmanager
+def without_invariants() -> Iterator[None]:
+    """Sessions made inside run with ``invariants=False``: the checks kit before issue 35."""
+    token = _INVARIANTS.set(False)
+    try:
+        yield
+    finally:
+        _INVARIANTS.reset(token)
+
+
 def documented_session(model: nn.Module, optimizer: Any, **kwargs: Any) -> Any:
     """The set-up of docs/training_checks.md: non-finite, change and update-ratio checks."""
-    session = tl.debug.ChecksSession(model, optimizer, scaler=None, **kwargs)
+    session = tl.debug.ChecksSession(
+        model, optimizer, scaler=None, invariants=_INVARIANTS.get(), **kwargs
+    )
     session.register_nonfinite_grad_check()
     session.register_change_check()
     session.register_update_ratio_check(every=1)
@@ -342,15 +361,69 @@ def autocast_escape(buggy: bool) -> Outcome:
 
 
 CASES = (
-    Case("no_zero_grad", "issue 35; TrainCheck (accumulating gradients)", "grads_not_reset", no_zero_grad),
-    Case("step_stops_updating", "issue 35; TrainCheck (compiled step after None grads)", "step_did_not_move", step_stops_updating),
-    Case("freeze_never_ran", "issue 35 (freeze only inside train())", "frozen_param_changed", freeze_never_ran),
-    Case("optimizer_only_frozen", "issue 35 (optimizer over frozen parameters)", "optimizer_has_nothing_to_train", optimizer_only_frozen),
-    Case("layer_missing_from_optimizer", "TrainCheck-style (layer replaced after the optimizer)", "params_trained_by_no_optimizer", layer_missing_from_optimizer),
-    Case("reinit_every_step", "issue 35 (weights initialised repeatedly)", "param_written_outside_step", reinit_every_step),
-    Case("eval_dropout", "issue 35; TrainCheck (attention dropout in eval)", "eval_not_deterministic", eval_dropout),
-    Case("spectral_norm_before_training", "issue 35 (spectral norm before a training forward)", "eval_not_deterministic", spectral_norm_before_training),
-    Case("duplicate_workers", "issue 35 (identical augmentations across workers)", "duplicate_batches", duplicate_workers),
-    Case("autocast_escape", "issue 35 (layer escapes autocast in a bf16 region)", "ops_escaped_autocast", autocast_escape),
+    Case(
+        "no_zero_grad",
+        "issue 35; TrainCheck (accumulating gradients)",
+        "grads_not_reset",
+        no_zero_grad,
+    ),
+    Case(
+        "step_stops_updating",
+        "issue 35; TrainCheck (compiled step after None grads)",
+        "step_did_not_move",
+        step_stops_updating,
+    ),
+    Case(
+        "freeze_never_ran",
+        "issue 35 (freeze only inside train())",
+        "frozen_param_changed",
+        freeze_never_ran,
+    ),
+    Case(
+        "optimizer_only_frozen",
+        "issue 35 (optimizer over frozen parameters)",
+        "optimizer_has_nothing_to_train",
+        optimizer_only_frozen,
+    ),
+    Case(
+        "layer_missing_from_optimizer",
+        "TrainCheck-style (layer replaced after the optimizer)",
+        "params_trained_by_no_optimizer",
+        layer_missing_from_optimizer,
+    ),
+    Case(
+        "reinit_every_step",
+        "issue 35 (weights initialised repeatedly)",
+        "param_written_outside_step",
+        reinit_every_step,
+    ),
+    Case(
+        "eval_dropout",
+        "issue 35; TrainCheck (attention dropout in eval)",
+        "eval_not_deterministic",
+        eval_dropout,
+        is_recipe=True,
+    ),
+    Case(
+        "spectral_norm_before_training",
+        "issue 35 (spectral norm before a training forward)",
+        "eval_not_deterministic",
+        spectral_norm_before_training,
+        is_recipe=True,
+    ),
+    Case(
+        "duplicate_workers",
+        "issue 35 (identical augmentations across workers)",
+        "duplicate_batches",
+        duplicate_workers,
+        is_recipe=True,
+    ),
+    Case(
+        "autocast_escape",
+        "issue 35 (layer escapes autocast in a bf16 region)",
+        "ops_escaped_autocast",
+        autocast_escape,
+        is_recipe=True,
+    ),
 )
 """The single-process cases, in the order of the benchmark table."""

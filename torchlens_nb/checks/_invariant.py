@@ -87,7 +87,11 @@ class InvariantCheck(Check):
         self._tallies: list[Tally] = []
 
     def tally(
-        self, code: str, severity: Severity, message: Callable[[Mapping[str, Any]], str], remedy: str
+        self,
+        code: str,
+        severity: Severity,
+        message: Callable[[Mapping[str, Any]], str],
+        remedy: str,
     ) -> Tally:
         """A new collapsed finding of this check."""
         tally = Tally(code, severity, message, remedy=remedy)

@@ -64,9 +64,7 @@ class _Watch(TorchDispatchMode):
         name = func.overloadpacket.__name__
         if name in ELIGIBLE:
             self.eligible += 1
-            floats = [
-                a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()
-            ]
+            floats = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
             if floats and all(a.dtype == torch.float32 for a in floats):
                 self.escaped[(self.stack[-1], name)] += 1
         return func(*args, **(kwargs or {}))
@@ -117,18 +115,18 @@ def autocast_coverage(
         lead=worst_finding(findings).message
         if findings
         else f"all {watch.eligible} eligible op(s) ran in {dtype_name} under autocast.",
-        findings=findings,
-        tables=[
+        findings=tuple(findings),
+        tables=(
             Table(
                 "float32_ops",
                 ("module", "op", "count"),
-                [(module, op, count) for (module, op), count in escaped],
-            )
-        ],
-        disclosures=[
+                tuple((module, op, count) for (module, op), count in escaped),
+            ),
+        ),
+        disclosures=(
             "One forward in eval mode; ops outside autocast's lower-precision list (matmuls, "
-            "linear, convolutions, attention) are not judged."
-        ],
+            "linear, convolutions, attention) are not judged.",
+        ),
         dtype=dtype_name,
         eligible_ops=watch.eligible,
         float32_ops=sum(count for _, count in escaped),

@@ -69,19 +69,19 @@ def duplicate_samples(loader: Any, *, batches: int = 8) -> DuplicateSamplesRepor
         lead=worst_finding(findings).message
         if findings
         else f"no row of the first {len(read)} batches ({rows} rows) repeats.",
-        findings=findings,
-        tables=[
+        findings=tuple(findings),
+        tables=(
             Table(
                 "repeated_rows",
                 ("batch", "row", "same_as_batch", "same_as_row"),
-                repeats[:100],
+                tuple(repeats[:100]),
                 attrs={"shown": min(100, len(repeats)), "total": len(repeats)},
-            )
-        ],
-        disclosures=[
+            ),
+        ),
+        disclosures=(
             f"Read the first {len(read)} batches; rows hashed along dim 0 of each batch's "
-            "first tensor. Duplicates later in the epoch are not seen."
-        ],
+            "first tensor. Duplicates later in the epoch are not seen.",
+        ),
         batches=len(read),
         rows=rows,
         duplicate_rows=len(repeats),

@@ -58,7 +58,9 @@ def eval_determinism(model: nn.Module, inputs: Any, *, passes: int = 2) -> EvalD
                 for name, module in model.named_modules()
             ]
             try:
-                outputs.append([t.detach().clone() for t in iter_tensors(call_model(model, inputs))])
+                outputs.append(
+                    [t.detach().clone() for t in iter_tensors(call_model(model, inputs))]
+                )
             finally:
                 for handle in handles:
                     handle.remove()
@@ -73,28 +75,26 @@ def eval_determinism(model: nn.Module, inputs: Any, *, passes: int = 2) -> EvalD
         lead=worst_finding(findings).message
         if findings
         else f"{passes} eval passes gave bitwise the same output.",
-        findings=findings,
-        tables=[
+        findings=tuple(findings),
+        tables=(
             Table(
                 "module_output_sums",
                 ("module", *(f"pass_{k}" for k in range(passes))),
-                rows,
+                tuple(rows),
                 attrs={"sum": "float64 sum of each module's output"},
-            )
-        ],
-        disclosures=[
+            ),
+        ),
+        disclosures=(
             "Compared: the model's outputs, exactly, and each module's output sum; the RNG ran "
-            "freely between the passes and was restored afterwards."
-        ],
+            "freely between the passes and was restored afterwards.",
+        ),
         passes=passes,
         max_abs_diff=diff,
         first_module=first,
     )
 
 
-def _recorder(
-    name: str, seen: dict[str, tuple[float, float]], order: list[str] | None
-) -> Any:
+def _recorder(name: str, seen: dict[str, tuple[float, float]], order: list[str] | None) -> Any:
     def record(_module: nn.Module, args: Any, output: Any) -> None:
         if name in seen:
             return
@@ -107,7 +107,9 @@ def _recorder(
 
 def _sum(value: Any) -> float:
     """float64 sum of the floating tensors in ``value`` (0.0 when none)."""
-    return float(sum(t.detach().double().sum() for t in iter_tensors(value) if t.is_floating_point()))
+    return float(
+        sum(t.detach().double().sum() for t in iter_tensors(value) if t.is_floating_point())
+    )
 
 
 def _origin(order: list[str], sums: list[dict[str, tuple[float, float]]]) -> str | None:
