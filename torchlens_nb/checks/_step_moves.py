@@ -10,8 +10,12 @@ compiled step that stopped updating) or it wrote through ``.data`` (no bump).
 A suspect is confirmed on its value: it is copied at that S-C and compared bitwise at the next
 S-C. Still bitwise the same after another accepted step with a gradient is the finding
 ``step_did_not_move`` (critical), at that second step: within one step of the trigger. A suspect
-whose value did change was written through ``.data``: the version cannot see its writes, it is
-not judged again, and an ``unavailable`` entry names it.
+whose value did change was written without a version bump (a fused optimizer kernel such as
+``AdamW(fused=True)``, the Hugging Face Trainer's default, or writes through ``.data``): the
+version cannot see its writes and it is judged on values only. On a step the update-ratio
+check samples, every parameter is judged on its measured ``||w_after - w_before||`` instead: 0
+is the finding at once, and a move with no version bump marks the parameter version-blind. Blind
+parameters with no sampled step to judge them are an ``unavailable`` entry.
 
 Cost: one ``_version`` read per parameter at S-B and S-C (host metadata, no sync). Only while
 suspects exist: one copy of them at S-C and one ``torch.equal`` per suspect at the next S-C (a
@@ -21,6 +25,7 @@ weight's precision, e.g. bf16 weights with a tiny lr): the sampled update ratio 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -55,6 +60,9 @@ class StepMovesCheck(InvariantCheck):
         self._before: list[int] = []
         self._suspects: dict[int, torch.Tensor] = {}
         self._blind: set[int] = set()
+        """Parameters the optimizer writes without a version bump (fused kernel, ``.data``)."""
+        self._is_blind_judged = False
+        """Whether a sampled step has judged the version-blind parameters on their values."""
         self._tally_still = self.tally(
             "step_did_not_move",
             "critical",
@@ -67,7 +75,7 @@ class StepMovesCheck(InvariantCheck):
 
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         tensors, infos = self.roster.tensors, self.roster.infos
-        unmoved, blind = self.declared.unmoved, self._blind
+        unmoved = self.declared.unmoved
         lrs = self._learning_rates()
         given = []
         for index in self.roster.optimized:
@@ -77,7 +85,6 @@ class StepMovesCheck(InvariantCheck):
             if (
                 tensor.grad is None
                 or index not in attempt.fired
-                or index in blind
                 or id(tensor) in unmoved
                 or attempt.fact(index) == "zero"
                 or (not isinstance(lr, torch.Tensor) and lr == 0)
@@ -90,21 +97,12 @@ class StepMovesCheck(InvariantCheck):
 
     def on_written(self, attempt: Attempt, sample: UpdateSample | None) -> Finding | None:
         self.evaluations += 1
-        tensors = self.roster.tensors
-        still = [i for i, v in zip(self._given, self._before) if tensors[i]._version == v]
+        given, before = self._given, self._before
         self._given, self._before = [], []
-        suspects, self._suspects = self._suspects, {}
-        confirmed = []
-        with torch.no_grad():
-            for index in still:
-                copy = suspects.get(index)
-                if copy is None:
-                    self._suspects[index] = tensors[index].detach().clone()
-                elif torch.equal(copy, tensors[index]):
-                    confirmed.append(index)
-                    self._suspects[index] = copy
-                else:
-                    self._blind.add(index)
+        if sample is not None:
+            confirmed = self._judge_sample(given, before, sample)
+        else:
+            confirmed = self._judge_versions(given, before)
         if not confirmed:
             return None
         found = names(self.roster, confirmed)
@@ -116,17 +114,52 @@ class StepMovesCheck(InvariantCheck):
             Where(module=self.roster.infos[confirmed[0]].module),
         )
 
+    def _judge_sample(self, given: list[int], before: list[int], sample: UpdateSample) -> list[int]:
+        """A sampled step measured ``||w_after - w_before||``: 0 is bitwise unchanged; a move
+        the version counter did not see makes the parameter version-blind."""
+        tensors = self.roster.tensors
+        confirmed = []
+        for index, version in zip(given, before):
+            delta = sample.delta_norms[index]
+            if delta == 0.0:
+                confirmed.append(index)
+            elif math.isfinite(delta) and tensors[index]._version == version:
+                self._blind.add(index)
+        self._suspects = {}
+        self._is_blind_judged |= bool(self._blind)
+        return confirmed
+
+    def _judge_versions(self, given: list[int], before: list[int]) -> list[int]:
+        """An unsampled step: a version that did not move makes a suspect (copied now),
+        confirmed bitwise at the next step or cleared (version-blind) when its value moved."""
+        tensors, blind = self.roster.tensors, self._blind
+        still = [i for i, v in zip(given, before) if i not in blind and tensors[i]._version == v]
+        suspects, self._suspects = self._suspects, {}
+        confirmed = []
+        with torch.no_grad():
+            for index in still:
+                copy = suspects.get(index)
+                if copy is None:
+                    self._suspects[index] = tensors[index].detach().clone()
+                elif torch.equal(copy, tensors[index]):
+                    confirmed.append(index)
+                    self._suspects[index] = copy
+                else:
+                    blind.add(index)
+        return confirmed
+
     def unavailable(self) -> list[Unavailable]:
-        if not self._blind:
+        if not self._blind or self._is_blind_judged:
             return []
         blind = names(self.roster, sorted(self._blind))
         return [
             Unavailable(
                 self.name,
-                f"the optimizer writes {len(blind)} parameter(s) through .data (their version "
-                f"counter does not move), so whether its steps move them is not checked: "
-                f"{listing(blind)}.",
-                code="written_through_data",
+                f"the optimizer writes {len(blind)} parameter(s) without bumping their version "
+                f"counter (a fused kernel, or writes through .data), so whether its steps move "
+                f"them is judged only on the update-ratio check's sampled steps, and none ran "
+                f"since: {listing(blind)}; register_update_ratio_check() judges them.",
+                code="written_without_version_bump",
             )
         ]
 
