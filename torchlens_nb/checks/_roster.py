@@ -86,9 +86,11 @@ class RosterCheck(InvariantCheck):
 
 
 def _empty_message(fields: Mapping[str, Any]) -> str:
+    first = fields["first_attempt"]
     return (
         "the optimizer holds no parameter that requires grad: every step leaves the model as "
-        f"it was (seen {fields['count']} time(s), first at attempt {fields['first_attempt']})."
+        f"it was (first {'at construction' if first is None else f'at attempt {first}'}, "
+        f"{fields['count']} time(s))."
     )
 
 
