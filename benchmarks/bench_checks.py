@@ -20,6 +20,12 @@ bare step's wall-clock min and median differed by 1.8x, and single runs by 5x):
   ``_foreach_norm`` per backward, one host read per step;
 * ``checks+dashboard``: the same plus ``session.dashboard()`` backed by the real dashboard
   widget (no frontend: its comm goes nowhere, every increment is still serialised and sent).
+* ``checks, no invariants``: ``checks`` with ``invariants=False``: the per-step invariants of
+  issue 35 (roster, fresh gradients, steps that move, writes outside the step) measured by
+  their absence. 2026-12-01, load average about 11 (bare step 7.9 s wall, 1.6 s CPU): checks
+  1.003x / 1.046x CPU (min / median), no invariants 1.081x / 1.121x: the noise between
+  contenders is larger than the invariants' effect (their own callbacks: 2.5 ms per step,
+  ``benchmarks/bench_silent.py``).
 
 Targets (issue 5): checks <= 1.03x and checks+dashboard <= 1.05x of bare (min ratio). The
 update-ratio check snapshots the weights on 1 accepted step in 50 (the first one falls in the
