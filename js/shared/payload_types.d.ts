@@ -443,6 +443,14 @@ export interface AttentionSinksReportData {
 
 export type AttentionSinksReportPayload = Envelope<"attention_sinks", "flagged" | "none_flagged" | "unavailable", AttentionSinksReportData>;
 
+export interface AutocastCoverageReportData {
+  dtype: string;
+  eligible_ops: number;
+  float32_ops: number;
+}
+
+export type AutocastCoverageReportPayload = Envelope<"autocast_coverage", "pass" | "warn" | "fail" | "inconclusive" | "running", AutocastCoverageReportData>;
+
 export interface BackwardNanReportData {
   bwd: number;
   found: boolean;
@@ -625,6 +633,23 @@ export interface DoctorReportData {
 }
 
 export type DoctorReportPayload = Envelope<"doctor", "ok" | "warn", DoctorReportData>;
+
+export interface DuplicateSamplesReportData {
+  batches: number;
+  rows: number;
+  duplicate_rows: number;
+  duplicate_batches: number;
+}
+
+export type DuplicateSamplesReportPayload = Envelope<"duplicate_samples", "pass" | "warn" | "fail" | "inconclusive" | "running", DuplicateSamplesReportData>;
+
+export interface EvalDeterminismReportData {
+  passes: number;
+  max_abs_diff: number;
+  first_module: string | null;
+}
+
+export type EvalDeterminismReportPayload = Envelope<"eval_determinism", "pass" | "warn" | "fail" | "inconclusive" | "running", EvalDeterminismReportData>;
 
 export interface FindNanReportData {
   found: boolean;
@@ -1002,6 +1027,7 @@ export type WeightDistributionReportPayload = Envelope<"weight_distribution", "p
 /** report_type -> its payload type. */
 export interface PayloadByType {
   "attention_sinks": AttentionSinksReportPayload;
+  "autocast_coverage": AutocastCoverageReportPayload;
   "backward_nan": BackwardNanReportPayload;
   "bisect_nan": BisectNanReportPayload;
   "bisect_precision": BisectPrecisionReportPayload;
@@ -1017,6 +1043,8 @@ export interface PayloadByType {
   "dependency": DependencyReportPayload;
   "determinism": DeterminismReportPayload;
   "doctor": DoctorReportPayload;
+  "duplicate_samples": DuplicateSamplesReportPayload;
+  "eval_determinism": EvalDeterminismReportPayload;
   "find_nan": FindNanReportPayload;
   "flops_vs_dispatch": FlopsVsDispatchReportPayload;
   "grad_fn": GradFnReportPayload;

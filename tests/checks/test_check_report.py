@@ -43,7 +43,11 @@ def test_to_dict_is_strict_json_with_the_public_export_keys() -> None:
         "nonfinite_grad",
         "update_ratio",
         "change",
-        "no_accepted_steps",  # the watchdog runs by default
+        "optimizer_roster",
+        "fresh_grads",
+        "step_moves",
+        "outside_writes",
+        "no_accepted_steps",  # the invariants and the watchdog run by default
     ]
     assert payload["report_type"] == "checks" and json.loads(report.to_json()) == payload
 

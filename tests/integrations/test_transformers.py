@@ -220,7 +220,14 @@ def test_checks_and_their_actions_are_constructor_arguments(tmp_path) -> None:
     trainer = trainer_for([PoisonAtStep(poisoner), callback], tmp_path)
     trainer.train()  # collected, not raised: the NaN is written and training goes on
     report = callback.report
-    assert [run.name for run in report.checks_run] == ["nonfinite_grad", "no_accepted_steps"]
+    assert [run.name for run in report.checks_run] == [
+        "nonfinite_grad",
+        "optimizer_roster",
+        "fresh_grads",
+        "step_moves",
+        "outside_writes",
+        "no_accepted_steps",
+    ]
     assert trainer.state.global_step == STEPS
     # step 4 and every step after it (the written NaN poisons every later gradient)
     assert [f.fields["global_step"] for f in report.findings] == [4, 5, 6, 7]

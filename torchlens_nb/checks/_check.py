@@ -77,6 +77,9 @@ class Check:
         """S-C, after the optimizer wrote."""
         return None
 
+    def on_pause(self) -> None:
+        """The session stopped observing (``disable()``): drop state carried between sites."""
+
     # ----- results ----------------------------------------------------------------------------
     def findings(self) -> list[Finding]:
         """Frozen findings built from the check's state now."""

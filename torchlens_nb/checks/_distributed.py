@@ -15,7 +15,8 @@ That is also why one collective per optimizer step is needed: the rank that hold
 gradient would otherwise write the smeared NaN average. At S-B every rank fills its own row of a
 ``world_size x ROW_WIDTH`` int64 tensor (its raise flag and its :data:`LIVE_COUNTERS`) and ONE
 ``all_reduce`` (SUM) of it gives every rank every rank's row (``8 x ROW_WIDTH x world_size``
-bytes: 112 at 2 ranks). Every rank raises when any rank's flag is set, before any rank's
+bytes: 112 at 2 ranks; the replica fingerprint of ``_replicas.py`` adds ``16 x P`` bytes per
+rank for P optimizer parameters). Every rank raises when any rank's flag is set, before any rank's
 optimizer writes: replicas stay bitwise identical and clean; and the rows feed the live
 dashboard's per-rank table. No other collective runs per step; none per parameter. The gather
 (``report(gather=True)``) is one ``gather_object`` at report time.
@@ -104,6 +105,11 @@ class RankContext:
     read_counters: Callable[[], Mapping[str, Any]] = dict
     """This rank's counters now (the session wires the engine's); read once per agreement."""
     live_rows: list[dict[str, int]] = dataclasses.field(default_factory=list)
+    payload: Callable[[], torch.Tensor | None] | None = None
+    """A float64 vector this rank adds to its agreement row (the replica fingerprint,
+    ``_replicas.py``; every rank the same length at the same agreement), or None."""
+    on_payloads: Callable[[list[list[float]]], Finding | None] | None = None
+    """Reads every rank's payload after the agreement; returns a finding to raise."""
     """Every rank's :data:`LIVE_RANK_COLUMNS` row from the last agreement (empty before it)."""
 
     @classmethod
@@ -158,11 +164,22 @@ class RankContext:
         flag = 0
         if violation is not None:
             flag = 2 if violation.fields.get("culprit_site", "S-A") == "S-A" else 1
-        rows = torch.zeros(self.world_size, ROW_WIDTH, dtype=torch.int64, device=device)
-        rows[self.rank] = torch.tensor([flag, *(int(local.get(k) or 0) for k in LIVE_COUNTERS)])
+        extra = self.payload() if self.payload is not None else None
+        width = ROW_WIDTH + (0 if extra is None else extra.numel())
+        rows = torch.zeros(self.world_size, width, dtype=torch.int64, device=device)
+        rows[self.rank, :ROW_WIDTH] = torch.tensor(
+            [flag, *(int(local.get(k) or 0) for k in LIVE_COUNTERS)]
+        )
+        if extra is not None:  # float64 bits ride in int64: a SUM with zeros keeps them exact
+            rows[self.rank, ROW_WIDTH:] = extra.to(device, torch.float64).view(torch.int64)
         start = time.perf_counter_ns()
         dist.all_reduce(rows, group=self.group)
-        table = rows.tolist()
+        host = rows.cpu()
+        table = host[:, :ROW_WIDTH].tolist()
+        replica = None
+        if extra is not None and self.on_payloads is not None:
+            payloads = host[:, ROW_WIDTH:].contiguous().view(torch.float64).tolist()
+            replica = self.on_payloads(payloads)
         self.agree_ns += time.perf_counter_ns() - start
         self.agreements += 1
         self.live_rows = [
@@ -177,7 +194,7 @@ class RankContext:
                 fields={**violation.fields, "rank": self.rank, "raised_on_ranks": raised_on},
             )
         if not raised_on:
-            return None
+            return replica
         return self._remote(tuple(born_on or raised_on))
 
     def _remote(self, ranks: tuple[int, ...]) -> Finding:

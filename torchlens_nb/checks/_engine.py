@@ -127,6 +127,8 @@ class Engine:
         self._step_plan = NormPlan()
         """The S-B kernel: every gradient the optimizer is about to use, at every attempt."""
         self._checks: dict[str, Check] = {}
+        self._defaults: dict[str, Check] = {}
+        """The invariants that run unless turned off (``_invariant.py``); not "registered"."""
         self._watchdog: Check = NoAcceptedStepsCheck(roster, threshold_attempts=20, action="warn")
         self._is_watchdog_registered = False
         self._observer: NonfiniteGradCheck | None = None
@@ -167,6 +169,15 @@ class Engine:
         if sample_every is not None:
             every = min(sample_every, self._sampler.every) if self._sampler else sample_every
             self._sampler = UpdateSampler(self._roster, every)
+
+    def add_default(self, check: Check) -> None:
+        """Add (or replace) a default check: it runs, but the session does not count it as
+        registered by the caller."""
+        self._defaults[check.name] = check
+
+    def observe_backward_open(self, callback: Callable[[int, torch.Tensor], None]) -> None:
+        """Call ``callback(index, param)`` at the first gradient arrival of every backward."""
+        self._sites.on_open = callback
 
     def install(self, stack: contextlib.ExitStack) -> None:
         """Install S-A on every roster parameter and S-B / S-C on the optimizer; every handle
@@ -240,6 +251,8 @@ class Engine:
         self._in_flight = None
         if self._sampler is not None:
             self._sampler.discard()
+        for check in self.checks.values():
+            check.on_pause()
 
     def resume(self) -> None:
         """Observe again from the next backward."""
@@ -291,9 +304,9 @@ class Engine:
     @property
     def checks(self) -> Mapping[str, Check]:
         """Registered checks in registration order, the non-finite observer when one runs
-        (``action="collect"``), then the watchdog."""
+        (``action="collect"``), the default invariants, then the watchdog."""
         observer = {self._observer.name: self._observer} if self._observer is not None else {}
-        return {**self._checks, **observer, self._watchdog.name: self._watchdog}
+        return {**self._checks, **observer, **self._defaults, self._watchdog.name: self._watchdog}
 
     @property
     def is_nonfinite_armed(self) -> bool:

@@ -94,6 +94,12 @@ def _real(tensor: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(tensor) if tensor.is_complex() else tensor
 
 
+def _norm_dtype(tensors: Sequence[torch.Tensor]) -> torch.dtype:
+    """float32 accumulation, or float64 when a tensor is float64 (asking a float64 norm for a
+    float32 result is a narrowing error; a complex128 gradient's real view is float64 too)."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
 def _run(
     plan: list[list[_Group]], tensors: Sequence[torch.Tensor], positions: Sequence[int]
 ) -> DeviceNorms:
@@ -105,10 +111,12 @@ def _run(
             members = [tensors[m] for m in group.members]
             if group.is_stacked:
                 rows = torch.stack(members).reshape(len(members), -1)
-                parts.append(torch.linalg.vector_norm(rows, 2, dim=1, dtype=torch.float32))
+                norms = torch.linalg.vector_norm(rows, 2, dim=1, dtype=_norm_dtype(members))
+                parts.append(norms.to(torch.float32))
             else:
                 dense = [_real(local_tensor(t) if group.is_local else t) for t in members]
-                parts.append(torch.stack(torch._foreach_norm(dense, 2, dtype=torch.float32)))
+                norms = torch._foreach_norm(dense, 2, dtype=_norm_dtype(dense))
+                parts.append(torch.stack(norms).to(torch.float32))
             order.extend(positions[m] for m in group.members)
         result.append((tuple(order), parts[0] if len(parts) == 1 else torch.cat(parts)))
     return tuple(result)

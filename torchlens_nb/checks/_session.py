@@ -35,6 +35,9 @@ from ._check import Check
 from ._distributed import RankContext
 from ._engine import Engine
 from ._feed import DashboardFeed, LiveView
+from ._fresh_grads import FreshGradsCheck
+from ._frozen import FrozenCheck
+from ._invariant import Declared, declared_params
 from ._ledger import ScalerKind
 from ._live import open_live_view
 from ._magnitude import MagnitudeCheck
@@ -43,9 +46,13 @@ from ._optimizer import ATTACHED, unwrap_optimizer, wrapper_scaler
 from ._param_scan import ParamScanCheck
 from ._params import Roster
 from ._replay import Replay
+from ._replicas import ReplicaCheck
+from ._roster import RosterCheck
 from ._scan import scan_tensors
+from ._step_moves import StepMovesCheck
 from ._update_ratio import UpdateRatioCheck
 from ._watchdog import NoAcceptedStepsCheck
+from ._writes import WritesCheck
 
 
 class _Undeclared:
@@ -87,6 +94,14 @@ class ChecksSession:
             the error propagates: for loops the caller does not own (a trainer's ``train()``
             cannot be wrapped in ``with session:``; ``torchlens_nb.integrations`` sets it). By
             default the session stays attached and the loop may catch the error and go on.
+        expect_frozen: parameters (a module, a tensor, or an iterable of them) that must not
+            change: see :meth:`expect_frozen`.
+        invariants: run the per-step invariants (default True; ``docs/training_checks.md``,
+            "Silent bugs"): the optimizer holds something to train, gradients are fresh, an
+            accepted step moves what it was given a gradient for, nothing else writes the
+            weights between steps, and under DDP the replicas agree. They read host metadata
+            (version counters) and warn once each; :meth:`register_invariant_checks` changes
+            their action.
 
     Example:
         >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -111,8 +126,11 @@ class ChecksSession:
         loss_scale: float | None = None,
         distributed: bool | None = None,
         detach_on_raise: bool = False,
+        expect_frozen: Any = None,
+        invariants: bool = True,
     ) -> None:
         check_bool("detach_on_raise", detach_on_raise)
+        check_bool("invariants", invariants)
         if not isinstance(model, torch.nn.Module):
             raise ModelTypeError(
                 f"ChecksSession needs an nn.Module as model, got {type(model).__name__}; "
@@ -157,6 +175,11 @@ class ChecksSession:
         self._raised_replay: Replay | None = None
         """The kept batch of the last raised attempt: the report's "Find where it was born"."""
         self._detach_on_raise = detach_on_raise
+        self._declared = Declared()
+        if invariants:
+            self.register_invariant_checks()
+        if expect_frozen is not None:
+            self.expect_frozen(expect_frozen)
 
     # ----- registration -----------------------------------------------------------------------
     def register_change_check(
@@ -284,6 +307,79 @@ class ChecksSession:
                 action=action,
             )
         )
+
+    def register_invariant_checks(self, *, action: Action = "warn", replica_every: int = 1) -> None:
+        """The per-step invariants (on by default): ``optimizer_roster``, ``fresh_grads``,
+        ``step_moves``, ``outside_writes``, and ``replicas`` under DDP every ``replica_every``
+        steps. Call it to change their action (``"raise"`` stops the step before it writes
+        where the site allows). Each module of ``torchlens_nb/checks`` (``_roster.py``,
+        ``_fresh_grads.py``, ``_step_moves.py``, ``_writes.py``, ``_replicas.py``) says what
+        its check costs and cannot see. The watched FSDP2 shards get only the roster check."""
+        self._check_open()
+        engine, declared = self._engine, self._declared
+        roster = engine.roster
+        checks: list[Check] = [RosterCheck(roster, action=action, declared=declared)]
+        if not roster.is_sharded:
+            fresh = FreshGradsCheck(roster, action=action, declared=declared)
+            engine.observe_backward_open(fresh.on_open)
+            checks += [
+                fresh,
+                StepMovesCheck(
+                    roster,
+                    action=action,
+                    declared=declared,
+                    learning_rates=functools.partial(_learning_rates, self._optimizer),
+                ),
+                WritesCheck(roster, action=action, declared=declared),
+            ]
+        if self._ranks.is_active and self._ranks.wrapper == "ddp":
+            replicas = ReplicaCheck(roster, every=replica_every, action=action, declared=declared)
+            self._ranks.payload = replicas.payload
+            self._ranks.on_payloads = replicas.compare
+            checks.append(replicas)
+        for check in checks:
+            engine.add_default(check)
+
+    def expect_frozen(self, params: Any) -> None:
+        """Declare parameters that must not change (a module, a tensor or an iterable of
+        tensors). One written by a step is the critical finding ``frozen_param_changed``
+        (``_frozen.py``); declared parameters that receive a gradient outside the optimizer are
+        not reported as trained by no optimizer."""
+        self._check_open()
+        names = {id(p): n for n, p in self._model_params()}
+        for param in declared_params(params, "expect_frozen"):
+            self._declared.frozen[id(param)] = (names.get(id(param), "<unnamed>"), param)
+        check = self._engine.checks.get(FrozenCheck.name)
+        if isinstance(check, FrozenCheck):
+            check.declare()
+        else:
+            self._engine.add_default(
+                FrozenCheck(self._engine.roster, action="warn", declared=self._declared)
+            )
+
+    def expect_unmoved(self, params: Any) -> None:
+        """Declare parameters an accepted step may leave bitwise unchanged although they have
+        a gradient (masked or conditional updates): ``step_moves`` skips them."""
+        self._check_open()
+        self._declared.unmoved.update(map(id, declared_params(params, "expect_unmoved")))
+
+    def expect_grads_carried_over(self) -> None:
+        """Declare that the loop keeps gradients across optimizer steps on purpose:
+        ``fresh_grads`` does not report them."""
+        self._check_open()
+        self._declared.carries_grads = True
+
+    def _model_params(self) -> list[tuple[str, torch.Tensor]]:
+        model = self._engine.roster.model_ref()
+        if model is None:
+            return []
+        return [(n.replace("_orig_mod.", ""), p) for n, p in model.named_parameters()]
+
+    def _check_open(self) -> None:
+        if self._final is not None:
+            raise DiagnosticArgumentError(
+                "this session is finalized; create a new ChecksSession to register checks."
+            )
 
     def _register(self, check: Check, sample_every: int | None = None) -> None:
         if self._final is not None:
@@ -601,6 +697,10 @@ class ChecksSession:
 def _is_integral(value: Any) -> bool:
     """An integer (a numpy one included) that is not a ``bool``."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _learning_rates(optimizer: torch.optim.Optimizer) -> list[Any]:
+    return [group.get("lr") for group in optimizer.param_groups]
 
 
 def _scaler_kind(scaler: Any) -> ScalerKind:

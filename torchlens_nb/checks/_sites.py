@@ -135,6 +135,8 @@ class GradSites:
         self.backwards = 0
         self.norm_ns = 0
         """Time spent launching the S-D norms (on CPU: computing them)."""
+        self.on_open: Callable[[int, torch.Tensor], None] | None = None
+        """Called at the first gradient arrival of each backward (the fresh-gradients check)."""
         self.unobserved_backwards = 0
         """Backwards seen only at the step site (lean mode, neither opener got a gradient);
         their gradients were judged there, but they are not counted as backwards."""
@@ -257,6 +259,8 @@ class GradSites:
         if not self._is_open:
             self._is_open = True
             self._is_fresh = self._starts_fresh(index, param)
+            if self.on_open is not None:
+                self.on_open(index, param)
             if self._is_fresh:
                 self.forget()  # the gradients the records hold were reset: stop pinning them
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)

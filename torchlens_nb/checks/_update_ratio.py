@@ -85,6 +85,8 @@ class UpdateSampler:
         if accepted % self.every:
             return
         self._indices = self._roster.optimized
+        if not self._indices:  # nothing trainable in the optimizer (the roster check says so)
+            return
         tensors = self._roster.tensors
         with torch.no_grad():
             self._snapshot = [tensors[i].detach().clone() for i in self._indices]

@@ -71,7 +71,9 @@ def plan_checks(checks: Mapping[str, Mapping[str, Any]] | None) -> CheckPlan:
             f"checks must be a mapping {{check name: options}}, got {type(chosen).__name__}; "
             f'e.g. checks={{"nonfinite_grad": {{}}, "change": {{"window": 16}}}}.'
         )
-    probe = ChecksSession(torch.nn.Linear(1, 1), torch.optim.SGD([torch.zeros(1)]), scaler=None)
+    probe = ChecksSession(
+        torch.nn.Linear(1, 1), torch.optim.SGD([torch.zeros(1)]), scaler=None, invariants=False
+    )  # validates the options only: its optimizer holds nothing to train on purpose
     plan: list[tuple[CheckName, Mapping[str, Any]]] = []
     for name, options in chosen.items():
         register = _REGISTER.get(name)

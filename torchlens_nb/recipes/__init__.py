@@ -38,3 +38,7 @@ __all__ = [
     "update_ratio",
     "weight_distribution",
 ]
+
+from .silent import autocast_coverage, duplicate_samples, eval_determinism
+
+__all__ += ["autocast_coverage", "duplicate_samples", "eval_determinism"]

@@ -86,6 +86,7 @@ from ._recipes_flow import (
     ShapeBreak,
     StageResult,
 )
+from ._recipes_silent import AutocastCoverageReport, DuplicateSamplesReport, EvalDeterminismReport
 from ._recipes_training import (
     FrontierOp,
     GradientFlowReport,
@@ -102,6 +103,7 @@ __all__ = [
     "SCHEMA",
     "STRUCTURE_ONLY_LEGEND",
     "AttentionSinksReport",
+    "AutocastCoverageReport",
     "BackwardNanReport",
     "BisectNanReport",
     "BisectPrecisionReport",
@@ -124,6 +126,8 @@ __all__ = [
     "DeterminismReport",
     "DoctorCheck",
     "DoctorReport",
+    "DuplicateSamplesReport",
+    "EvalDeterminismReport",
     "Exit",
     "FieldSummary",
     "FindNanReport",
