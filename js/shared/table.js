@@ -4,7 +4,7 @@ import { h, listen } from "./dom.js";
 import { columnKind, exactText, formatNumber, formatSourceLine, formatValue, isNamedLocation } from "./format.js";
 import { definitionList } from "./findings.js";
 import { decodeFloats } from "./payload.js";
-import { PAGE_TIMEOUT_MS } from "./rpc.js";
+import { PAGE_TIMEOUT_MS, failureText } from "./rpc.js";
 import { offlineNote, setStatus } from "./status.js";
 
 /** Rows shown per page. */
@@ -13,6 +13,18 @@ export const PAGE_ROWS = 25;
 const LONG_TEXT_CHARS = 60;
 /** Table attrs the panel reads itself instead of listing them as facts. */
 const CONTROL_ATTRS = new Set(["row_action", "row_arg"]);
+
+/**
+ * A table cell's text: a location (`file:line`, or a bare file column) of a notebook cell as
+ * the cell's name ("Cell In[3], line 9" / "Cell In[3]"), anything else formatted.
+ * @param {unknown} value
+ * @param {Record<string, string>} locations
+ */
+function cellText(value, locations) {
+  if (isNamedLocation(value, locations)) return formatSourceLine(value, locations);
+  if (typeof value === "string" && value in locations) return locations[value];
+  return formatValue(value);
+}
 
 /**
  * @typedef {{ sort: string | null, descending: boolean, filter: string, offset: number }} TableState
@@ -54,7 +66,7 @@ export function tableView(table, ctx, { onRow, rowLabel = "Open" } = {}) {
   /** @param {unknown[]} row @param {number} index */
   const rowEl = (row, index) => {
     const cells = row.map((value, i) => {
-      const text = isNamedLocation(value, ctx.locations) ? formatSourceLine(value, ctx.locations) : formatValue(value);
+      const text = cellText(value, ctx.locations);
       const attrs = { class: numeric[i] ? "tln-num" : text.length > LONG_TEXT_CHARS ? "tln-long" : null,
         title: exactText(value) !== text ? exactText(value) : null };
       if (i > 0) return h("td", attrs, text);
@@ -110,7 +122,7 @@ export function tableView(table, ctx, { onRow, rowLabel = "Open" } = {}) {
       const page = decodeFloats(msg.page);
       fill(page.rows.map((/** @type {unknown[]} */ row, /** @type {number} */ i) => ({ row, index: page.offset + i })), page.offset, page.matched_rows);
     } catch (err) {
-      if (mine === sequence && !ctx.signal.aborted) setStatus(status, "critical", `Could not load rows: ${err instanceof Error ? err.message : err}`);
+      if (mine === sequence && !ctx.signal.aborted) setStatus(status, "critical", failureText(err, "Could not load rows"));
     } finally {
       if (mine === sequence) tableEl.removeAttribute("aria-busy");
     }
