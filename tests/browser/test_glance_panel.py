@@ -18,6 +18,7 @@ from playwright.sync_api import expect
 from torch import nn
 
 import torchlens_nb as tl
+from tests.nonfinite.nan_models import LogOfNegative, Net, X
 from torchlens_nb import widgets
 from torchlens_nb.report import Exit, Finding, Report
 
@@ -200,3 +201,16 @@ def test_vscode_high_contrast_light_reads_as_light(panel_page) -> None:
     expect(root).to_have_attribute("data-tln-theme", "light")
     panel_page.page.evaluate("() => { document.body.className = 'vscode-high-contrast'; }")
     expect(root).to_have_attribute("data-tln-theme", "dark")
+
+
+def test_the_lineage_exit_after_an_expand_names_the_frontier_node(panel_page) -> None:
+    trace = tl.trace(Net(LogOfNegative()), X)
+    first = tl.debug.lineage(trace, "linear_2", max_depth=1)
+    ring = first.run_action("expand", label="log_1", direction="ancestors")
+    root = panel_page.mount("lineage", widgets.panel_payload(ring))
+    button = root.locator(".tln-exits button[data-action=expand]")
+    expect(button).to_have_text("Expand sub_1")  # the frontier, not log_1 again
+    expect(root.locator(".tln-exits code").first).to_have_text(
+        "report.run_action('expand', label='sub_1', direction='ancestors')"
+    )
+    _shoot_both(panel_page, "lineage_exit", root)
