@@ -214,3 +214,92 @@ def test_the_lineage_exit_after_an_expand_names_the_frontier_node(panel_page) ->
         "report.run_action('expand', label='sub_1', direction='ancestors')"
     )
     _shoot_both(panel_page, "lineage_exit", root)
+
+
+class Proj(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.gate = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.proj(x)) * torch.sigmoid(self.gate(x))
+
+
+class TwoTower(nn.Module):
+    """The tour's model (notebooks/00_tour.ipynb): two towers, the image one cached detached."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+        self.image = nn.Sequential(nn.Linear(24, 32), nn.ReLU(), nn.Linear(32, 8))
+
+    def forward(self, tokens: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
+        text = nn.functional.normalize(self.text(tokens), dim=-1)
+        image = nn.functional.normalize(self.image(pixels).detach(), dim=-1)
+        return text @ image.T
+
+
+def _sketches() -> dict[str, tl.report.GradFnSketch]:
+    torch.manual_seed(0)
+    towers = TwoTower()
+    logits = towers(torch.randn(4, 16), torch.randn(4, 24)) / 0.07
+    nested = nn.Sequential(Proj(), nn.Linear(8, 8), Proj())
+    return {
+        "tour": tl.debug.walk_grad_fn(
+            nn.functional.cross_entropy(logits, torch.arange(4)), model=towers
+        ),
+        "nested": tl.debug.walk_grad_fn(nested(torch.randn(2, 8)).sum(), model=nested),
+    }
+
+
+GEOMETRY = """(root) => {
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const frames = [...root.querySelectorAll("rect.tln-gg-frame")].map((el) => [el.dataset.address, box(el)]);
+  const labels = [...root.querySelectorAll("text.tln-gg-frame-label")].map((el) => [el.dataset.address, box(el)]);
+  const nodes = [...root.querySelectorAll(".tln-gg-unit")].map((el) => [el.dataset.key, box(el.querySelector("rect"))]);
+  return { panel: box(root), stage: box(root.querySelector(".tln-gg-stage")),
+    svg: box(root.querySelector("svg.tln-gg-svg")), frames, labels, nodes };
+}"""
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _inside(inner: list[float], outer: list[float], slack: float = 0.5) -> bool:
+    return all(inner[i] >= outer[i] - slack for i in (0, 1)) and all(
+        inner[i] <= outer[i] + slack for i in (2, 3)
+    )
+
+
+@pytest.mark.parametrize("name", ["tour", "nested"])
+def test_the_grad_fn_graph_fills_the_width_and_keeps_nodes_inside_their_groups(
+    panel_page, name: str
+) -> None:
+    sketch = _sketches()[name]
+    group_of = {f"n:{node.id}": node.group for node in sketch.nodes}
+    panel_page.page.set_viewport_size({"width": 1100, "height": 900})
+    root = panel_page.mount("grad_fn", widgets.panel_payload(sketch))
+    root.get_by_role("button", name="Unfold every group").click()
+    root.get_by_role("button", name="Fit the graph to the view").click()
+    geometry = root.evaluate(GEOMETRY)
+    panel_width = geometry["panel"][2] - geometry["panel"][0]
+    assert geometry["stage"][2] - geometry["stage"][0] >= 0.7 * panel_width
+    frames = dict(geometry["frames"])
+    assert frames, "every group is unfolded: each has a frame"
+    labels = geometry["labels"]
+    for i, (address, label) in enumerate(labels):
+        assert _inside(label, frames[address]), f"label {address} leaves its frame"
+        assert _inside(label, geometry["svg"]), f"label {address} is clipped"
+        for other, box in labels[i + 1 :]:
+            assert not _overlap(label, box), f"labels {address} and {other} overlap"
+    for key, box in geometry["nodes"]:
+        group = group_of.get(key, "")
+        for address, frame in frames.items():
+            member = group == address or group.startswith(f"{address}.")
+            if member:
+                assert _inside(box, frame), f"{key} sticks out of its group {address}"
+            else:
+                assert not _overlap(box, frame), f"{key} crosses group {address}"
+    _shoot_both(panel_page, f"grad_fn_{name}", root)
