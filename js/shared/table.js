@@ -166,12 +166,14 @@ export function tableView(table, ctx, { onRow, rowLabel = "Open" } = {}) {
   }, ctx.signal);
 
   refresh();
+  const scroll = h("div", { class: "tln-table-scroll" }, tableEl);
+  const cue = hiddenColumnsCue(scroll, table.columns, headCells, ctx.signal);
   const facts = Object.entries(table.attrs ?? {}).filter(([k]) => !CONTROL_ATTRS.has(k));
   return h("div", { class: "tln-table-block", "data-table": table.name },
     h("div", { class: "tln-toolbar" }, filter, h("span", { class: "tln-pager" }, prev, next), status),
     ctx.offline && truncated ? offlineNote(`showing the first ${formatNumber(table.rows.length)} of ` +
       `${formatNumber(table.total_rows)} rows; sorting and filtering cover these rows only.`) : null,
-    h("div", { class: "tln-table-scroll" }, tableEl),
+    scroll, cue,
     facts.length ? h("details", { class: "tln-table-facts" }, h("summary", null, `Table facts (${facts.length})`),
       definitionList(facts.map(([k, v]) => [k, formatValue(decodeFloats(v))]))) : null);
 }
@@ -207,4 +209,34 @@ export function compareValues(a, b, descending) {
  */
 function cmp(a, b) {
   return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * A line under a table wider than its box naming the columns scrolled out of view (the first
+ * column is pinned, theme.css): hidden columns are never silent. Kept current on scroll and
+ * resize until `signal` aborts.
+ * @param {HTMLElement} scroll the scrolling box
+ * @param {string[]} columns
+ * @param {HTMLElement[]} headCells one per column
+ * @param {AbortSignal} signal
+ */
+function hiddenColumnsCue(scroll, columns, headCells, signal) {
+  const cue = h("p", { class: "tln-table-cue", hidden: true, "aria-live": "polite" });
+  const update = () => {
+    const view = scroll.getBoundingClientRect();
+    const pinned = headCells[0]?.getBoundingClientRect().right ?? view.left;
+    const right = columns.filter((_, i) => i > 0 && headCells[i].getBoundingClientRect().right > view.right + 1);
+    const left = columns.filter((_, i) => i > 0 && headCells[i].getBoundingClientRect().left < pinned - 1);
+    const parts = [];
+    if (left.length) parts.push(`${left.length} to the left (${left.join(", ")})`);
+    if (right.length) parts.push(`${right.length} to the right (${right.join(", ")})`);
+    cue.hidden = parts.length === 0;
+    cue.textContent = parts.length ? `More columns ${parts.join(" and ")}: scroll sideways; ${columns[0]} stays in view.` : "";
+  };
+  listen(scroll, "scroll", update, signal);
+  const observer = new ResizeObserver(update);
+  observer.observe(scroll);
+  observer.observe(/** @type {Element} */ (scroll.firstElementChild));
+  signal.addEventListener("abort", () => observer.disconnect(), { once: true });
+  return cue;
 }

@@ -303,3 +303,20 @@ def test_the_grad_fn_graph_fills_the_width_and_keeps_nodes_inside_their_groups(
             else:
                 assert not _overlap(box, frame), f"{key} crosses group {address}"
     _shoot_both(panel_page, f"grad_fn_{name}", root)
+
+
+def test_a_wide_table_pins_its_key_column_and_names_the_hidden_ones(panel_page) -> None:
+    model = DeadRelu()
+    traces = [tl.trace(model, torch.randn(8, 4), save=tl.func("relu")) for _ in range(2)]
+    panel_page.page.set_viewport_size({"width": 520, "height": 700})
+    root = panel_page.mount("table", widgets.panel_payload(tl.dead(traces)))
+    cue = root.locator(".tln-table-cue")
+    expect(cue).to_contain_text("to the right (")
+    expect(cue).to_contain_text("line): scroll sideways; label stays in view.")
+    scroll = root.locator(".tln-table-scroll")
+    scroll.evaluate("(el) => { el.scrollLeft = el.scrollWidth; }")
+    expect(cue).to_contain_text("to the left (module")
+    key = root.locator("tbody th[scope=row]").first
+    assert key.bounding_box()["x"] >= scroll.bounding_box()["x"] - 1  # still in view
+    expect(key).to_have_text("relu_1")
+    _shoot_both(panel_page, "wide_table", root)
