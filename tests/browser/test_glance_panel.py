@@ -320,3 +320,38 @@ def test_a_wide_table_pins_its_key_column_and_names_the_hidden_ones(panel_page) 
     assert key.bounding_box()["x"] >= scroll.bounding_box()["x"] - 1  # still in view
     expect(key).to_have_text("relu_1")
     _shoot_both(panel_page, "wide_table", root)
+
+
+class RaiseOnCall:
+    """A cross-entropy loss that raises ValueError on its ``call``-th call."""
+
+    def __init__(self, call: int) -> None:
+        self.calls, self.call = 0, call
+
+    def __call__(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == self.call:
+            raise ValueError("labels out of range")
+        return nn.functional.cross_entropy(out, y)
+
+
+def test_a_live_triage_whose_loss_fn_raises_ends_in_a_final_state(
+    panel_page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.recipes.zoo import MLP
+    from tests.recipes.zoo import batch as zoo_batch
+
+    shown: list[Report] = []
+    monkeypatch.setattr(tl.recipes._triage.TriageProgress, "show", lambda _, r: shown.append(r))
+    with pytest.raises(ValueError):  # three checks call the loss once, then overfit trains
+        tl.recipes.triage(MLP(), zoo_batch(), RaiseOnCall(3 + 5), loss_kind="cross_entropy")
+    running = next(r for r in shown if r.status == "running")
+    root = panel_page.mount("triage", widgets.panel_payload(running))
+    expect(root.locator(".tln-badge-word").first).to_have_text("running")
+    panel_page.kernel_set("payload", widgets.panel_payload(shown[-1]))  # the final push
+    expect(root.locator(".tln-badge-word").first).to_have_text("interrupted")
+    expect(root.locator(".tln-lead").first).to_contain_text(
+        "overfit_one_batch raised ValueError: labels out of range"
+    )
+    expect(root.locator(".tln-triage-progress")).to_have_count(0)
+    _shoot_both(panel_page, "triage_raised", root)

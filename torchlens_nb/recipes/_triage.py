@@ -233,7 +233,10 @@ class _Runner:
             if check in self.rows:
                 rows.append(self.rows[check])
             elif stopped:
-                why = f"{how} while it ran" if check == current else f"{how} before it ran"
+                if how == "interrupted":
+                    why = f"{how} while it ran" if check == current else f"{how} before it ran"
+                else:  # a raise: the check that raised says so, the others name it
+                    why = how if check == current else f"not run: {current} {how}"
                 rows.append(TriageRow(index, check, "skipped", why, None, None, None, reason=why))
             else:
                 status: RowStatus = "running" if check == current else "pending"
