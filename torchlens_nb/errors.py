@@ -8,6 +8,9 @@ Messages say what was wrong, the value seen, and what to do.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from typing import Any
 
 
@@ -17,6 +20,29 @@ class TorchlensNbError(Exception):
 
 class TorchlensNbWarning(UserWarning):
     """Category of every warning torchlens_nb emits (filter it with ``warnings.filterwarnings``)."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn(message: str) -> None:
+    """Emit a :class:`TorchlensNbWarning` that names the caller's line (the notebook cell or
+    script line that called into the kit), not the kit's own code.
+
+    The line is the first frame outside torchlens_nb and torch: a check firing in a backward
+    hook is reported at the user's ``loss.backward()``. (Python 3.12's ``skip_file_prefixes``
+    does this; 3.11 needs the count.)
+    """
+    torch = sys.modules.get("torch")
+    skipped = (_PACKAGE_DIR,) + (
+        (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,)
+        if torch is not None and torch.__file__
+        else ()
+    )
+    frame, level = sys._getframe(1), 2  # stacklevel 2: warn's caller
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(skipped):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, TorchlensNbWarning, stacklevel=level)
 
 
 class CaptureOptionsError(TorchlensNbError, ValueError):

@@ -71,12 +71,13 @@ function view(payload, ctx) {
       panel.dataset.units = "0";
       return;
     }
+    const frames = framesOf(graph, expanded, visible);
     let layout = layouts.get(key);
     if (!layout) {
-      layout = layoutVisible(visible);
+      layout = layoutVisible(visible, frames);
       layouts.set(key, layout);
     }
-    canvas.draw(layout, visible.units, framesOf(graph, expanded, visible));
+    canvas.draw(layout, visible.units, frames);
     canvas.select(state.has("selected") ? unitKey(graph.nodes[state.get("selected")], expanded) : null);
     markMatches();
     const focused = /** @type {HTMLElement | null} */ (treeSlot.querySelector("button:focus"))?.dataset.address;
@@ -194,8 +195,9 @@ function view(payload, ctx) {
 
   const panel = h("section", { class: "tln-gg", "aria-label": "Autograd graph" },
     banners, toolbar, results,
-    h("div", { class: "tln-gg-body" }, treeSlot, h("div", { class: "tln-gg-stage-box" },
-      h("div", { class: "tln-gg-stage" }, canvas.el), cue), detailsSlot),
+    h("div", { class: "tln-gg-body" }, h("div", { class: "tln-gg-stage-box" },
+      h("div", { class: "tln-gg-stage" }, canvas.el), cue),
+    h("div", { class: "tln-gg-side" }, detailsSlot, treeSlot)),
     status);
   redraw();
   if (state.has("selected")) select(state.get("selected"), false);

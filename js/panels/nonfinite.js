@@ -26,7 +26,8 @@ import { PAGE_ROWS, tableView } from "../shared/table.js";
 function leadCard(payload, ctx) {
   const d = payload.data;
   const bad = d.first_bad_thing;
-  const backward = payload.report_type === "backward_nan";
+  // a backward report, or an investigation whose first bad value was born in the backward
+  const backward = payload.report_type === "backward_nan" || bad?.phase === "backward";
   /** @type {[string, string | Node][]} */
   const rows = [];
   if (bad) {
@@ -36,8 +37,9 @@ function leadCard(payload, ctx) {
     rows.push(["module", bad.module === null ? "—" : bad.module === "" ? "(root)" : bad.module]);
     rows.push(["source", bad.file ? h("code", { title: `${bad.file}:${bad.line ?? "?"}` },
       formatLocation(bad.file, bad.line, ctx.locations)) : "—"]);
-    rows.push(["inputs", bad.is_proven ? "checked finite: the value was born here"
-      : backward ? "the seed gradient was already non-finite" : "not all checked: see the uncertainty zone"]);
+    rows.push(["inputs", backward ? (bad.is_proven ? "incoming gradients checked finite: born in this backward node"
+      : "the seed gradient was already non-finite")
+      : bad.is_proven ? "checked finite: the value was born here" : "not all checked: see the uncertainty zone"]);
     if (bad.stats) {
       rows.push(["value", `NaN ${formatNumber(bad.stats.nan_count)} · +Inf ${formatNumber(bad.stats.posinf_count)} · ` +
         `-Inf ${formatNumber(bad.stats.neginf_count)} of ${formatNumber(bad.stats.numel)}`]);

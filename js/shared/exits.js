@@ -1,5 +1,6 @@
 // Next steps: each runnable exit is a button that asks Python to run it and shows the reply below.
 import { h, listen } from "./dom.js";
+import { failureText } from "./rpc.js";
 import { offlineNote, setStatus, statusLine, unavailableNote } from "./status.js";
 
 /** @typedef {import("./panel.js").PanelContext} PanelContext */
@@ -64,9 +65,10 @@ export async function runAction(ctx, { name, args, title, button, status, slot }
     await ctx.showReply(reply, slot, title);
     setStatus(status, "ok", "Shown below.");
   } catch (err) {
-    if (!ctx.signal.aborted) setStatus(status, "critical", `Failed: ${err instanceof Error ? err.message : String(err)}`);
+    if (!ctx.signal.aborted) setStatus(status, "critical", failureText(err));
   } finally {
     button?.removeAttribute("aria-busy");
     if (button) button.disabled = false;
   }
 }
+

@@ -81,28 +81,63 @@ export function definitionList(rows) {
   return h("dl", { class: "tln-dl" }, rows.map(([term, desc]) => [h("dt", null, term), h("dd", null, desc)]));
 }
 
-/** Nesting shown before a value is written on one line (facts stay a readable list). */
-const MAX_FACT_DEPTH = 2;
+/** Records (a list of mappings) shown as a table of facts; longer lists are written inline. */
+const MAX_FACT_RECORDS = 20;
 
 /**
- * A finding's `fields` as a key/value list: numbers formatted as in the tables, lists item by
- * item, mappings as nested lists, missing values as a dash (never raw JSON).
+ * A finding's `fields` as a key/value list: numbers formatted as in the tables, a mapping of
+ * plain values on one line (`zeroed 3 · nan_count 0`), a list of records as a small table (one
+ * column per key), deeper mappings as nested lists, missing values as a dash (never raw JSON or
+ * a Python repr).
  * @param {[string, unknown][]} entries
- * @param {number} [depth]
  * @returns {HTMLDListElement}
  */
-export function factList(entries, depth = 0) {
+export function factList(entries) {
   return h("dl", { class: "tln-dl tln-facts" }, entries.map(([key, value]) => [
-    h("dt", null, key), h("dd", { title: typeof value === "number" ? String(value) : null }, factValue(value, depth))]));
+    h("dt", null, key), h("dd", { title: typeof value === "number" ? String(value) : null }, factValue(value))]));
 }
 
-/** @param {unknown} value @param {number} depth @returns {string | Node} */
-function factValue(value, depth) {
+/** @param {unknown} value @returns {value is Record<string, unknown>} */
+function isMapping(value) {
+  return typeof value === "object" && value !== null && !Array.isArray(value) && !("$array" in value) && !("$bytes" in value);
+}
+
+/** @param {unknown} value */
+function isPlain(value) {
+  return !isMapping(value) && !Array.isArray(value);
+}
+
+/** @param {unknown} value @returns {string | Node} */
+function factValue(value) {
   if (value === null || value === undefined) return MISSING;
   if (typeof value === "number") return formatNumber(value);
-  const isMapping = typeof value === "object" && !Array.isArray(value) && !("$array" in value) && !("$bytes" in value);
-  if (isMapping && depth < MAX_FACT_DEPTH && Object.keys(value).length > 0) {
-    return factList(Object.entries(/** @type {Record<string, unknown>} */ (value)), depth + 1);
+  if (Array.isArray(value) && value.length > 0 && value.length <= MAX_FACT_RECORDS && value.every(isMapping)) {
+    return recordTable(/** @type {Record<string, unknown>[]} */ (value));
+  }
+  if (isMapping(value) && Object.keys(value).length > 0) {
+    const entries = Object.entries(value);
+    return entries.every(([, v]) => isPlain(v)) ? inlinePairs(entries) : factList(entries);
   }
   return formatValue(value);
+}
+
+/**
+ * `key value · key value` on one line; a pair never breaks inside (only between pairs).
+ * @param {[string, unknown][]} entries
+ */
+function inlinePairs(entries) {
+  return h("span", { class: "tln-fact-pairs" }, entries.map(([key, value], i) => [
+    i > 0 ? " · " : null,
+    h("span", { class: "tln-fact-pair" }, h("span", { class: "tln-fact-key" }, key), " ", formatValue(value))]));
+}
+
+/**
+ * A list of records as a small table: one column per key (first-seen order), one row each.
+ * @param {Record<string, unknown>[]} records
+ */
+function recordTable(records) {
+  const columns = [...new Set(records.flatMap((r) => Object.keys(r)))];
+  return h("table", { class: "tln-fact-table" },
+    h("thead", null, h("tr", null, columns.map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", null, records.map((r) => h("tr", null, columns.map((c) => h("td", null, formatValue(r[c])))))));
 }

@@ -5,6 +5,7 @@ import { h, listen } from "./dom.js";
 import { definitionList } from "./findings.js";
 import { MISSING, formatLocation, formatNumber, formatShape } from "./format.js";
 import { decodeFloats } from "./payload.js";
+import { failureText } from "./rpc.js";
 import { offlineNote, setStatus, statusLine } from "./status.js";
 
 /** Presentation only: the marker and tone of each finiteness word Python chose. */
@@ -60,7 +61,7 @@ export function lineageView(nodes, ctx, { centre, highlight, tones, role = null,
       setStatus(status, "ok", `Added ${added} node${added === 1 ? "" : "s"} around ${label}.`);
       draw();
     } catch (err) {
-      if (!ctx.signal.aborted) setStatus(status, "critical", `Could not expand ${label}: ${err instanceof Error ? err.message : err}`);
+      if (!ctx.signal.aborted) setStatus(status, "critical", failureText(err, `Could not expand ${label}`));
       button.disabled = false;
     }
   };

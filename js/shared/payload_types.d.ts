@@ -910,7 +910,7 @@ export interface OutputLossReportData {
 export type OutputLossReportPayload = Envelope<"output_vs_loss", "pass" | "warn" | "fail" | "inconclusive" | "running", OutputLossReportData>;
 
 export interface OverfitReportData {
-  verdict: "memorised" | "decreasing" | "stuck" | "diverged" | "running";
+  verdict: "memorised" | "decreasing" | "stuck" | "diverged" | "running" | "stopped";
   steps: number;
   lr: number;
   losses: number[];

@@ -10,6 +10,13 @@ let nextRequestId = 1;
 
 export class RpcError extends Error {}
 
+/** The model could not send: the kernel that made the panel is gone (restarted, shut down). */
+export class KernelGoneError extends RpcError {
+  constructor() {
+    super("the kernel that made this panel is gone (restarted or shut down); re-run the cell for a live panel");
+  }
+}
+
 /**
  * @typedef {{ msg: Record<string, any>, buffers: DataView[] }} Reply
  * @typedef {{ request: (content: Record<string, unknown>, options?: { timeoutMs?: number }) => Promise<Reply>,
@@ -19,8 +26,9 @@ export class RpcError extends Error {}
 /**
  * Open a request channel on `model`. Requests carry `request_id` and `report` (which report of
  * the widget they address: 0 is the displayed one, follow-ups get their own id from Python).
- * A reply `{type: "reply"}` resolves, `{type: "error", message}` rejects with that message, and
- * silence rejects after the timeout with a message saying so: never a silent hang.
+ * A reply `{type: "reply"}` resolves, `{type: "error", message}` rejects with that message, a
+ * send that throws (the kernel is gone) rejects with {@link KernelGoneError}, and silence
+ * rejects after the timeout with a message saying so: never a silent hang.
  * @param {import("@anywidget/types").AnyModel<any>} model
  * @returns {Rpc}
  */
@@ -52,7 +60,13 @@ export function createRpc(model) {
             "if a cell is still running, the request is answered when it ends"));
         }, timeoutMs);
         pending.set(requestId, { resolve, reject, timer });
-        model.send({ ...content, request_id: requestId, report: reportId });
+        try {
+          model.send({ ...content, request_id: requestId, report: reportId });
+        } catch {  // ipywidgets throws ("Cannot send") once the comm's kernel is gone
+          pending.delete(requestId);
+          clearTimeout(timer);
+          reject(new KernelGoneError());
+        }
       });
     },
     dispose() {
@@ -61,4 +75,15 @@ export function createRpc(model) {
       pending.clear();
     },
   };
+}
+
+/**
+ * What a failed request says: a gone kernel as its own sentence (what to do), anything else
+ * as "<prefix>: <message>".
+ * @param {unknown} err
+ * @param {string} [prefix]
+ */
+export function failureText(err, prefix = "Failed") {
+  if (err instanceof KernelGoneError) return `${err.message[0].toUpperCase()}${err.message.slice(1)}.`;
+  return `${prefix}: ${err instanceof Error ? err.message : String(err)}`;
 }

@@ -4,7 +4,7 @@ import { h, listen } from "./dom.js";
 import { columnKind, exactText, formatNumber, formatSourceLine, formatValue, isNamedLocation } from "./format.js";
 import { definitionList } from "./findings.js";
 import { decodeFloats } from "./payload.js";
-import { PAGE_TIMEOUT_MS } from "./rpc.js";
+import { PAGE_TIMEOUT_MS, failureText } from "./rpc.js";
 import { offlineNote, setStatus } from "./status.js";
 
 /** Rows shown per page. */
@@ -13,6 +13,18 @@ export const PAGE_ROWS = 25;
 const LONG_TEXT_CHARS = 60;
 /** Table attrs the panel reads itself instead of listing them as facts. */
 const CONTROL_ATTRS = new Set(["row_action", "row_arg"]);
+
+/**
+ * A table cell's text: a location (`file:line`, or a bare file column) of a notebook cell as
+ * the cell's name ("Cell In[3], line 9" / "Cell In[3]"), anything else formatted.
+ * @param {unknown} value
+ * @param {Record<string, string>} locations
+ */
+function cellText(value, locations) {
+  if (isNamedLocation(value, locations)) return formatSourceLine(value, locations);
+  if (typeof value === "string" && value in locations) return locations[value];
+  return formatValue(value);
+}
 
 /**
  * @typedef {{ sort: string | null, descending: boolean, filter: string, offset: number }} TableState
@@ -54,7 +66,7 @@ export function tableView(table, ctx, { onRow, rowLabel = "Open" } = {}) {
   /** @param {unknown[]} row @param {number} index */
   const rowEl = (row, index) => {
     const cells = row.map((value, i) => {
-      const text = isNamedLocation(value, ctx.locations) ? formatSourceLine(value, ctx.locations) : formatValue(value);
+      const text = cellText(value, ctx.locations);
       const attrs = { class: numeric[i] ? "tln-num" : text.length > LONG_TEXT_CHARS ? "tln-long" : null,
         title: exactText(value) !== text ? exactText(value) : null };
       if (i > 0) return h("td", attrs, text);
@@ -110,7 +122,7 @@ export function tableView(table, ctx, { onRow, rowLabel = "Open" } = {}) {
       const page = decodeFloats(msg.page);
       fill(page.rows.map((/** @type {unknown[]} */ row, /** @type {number} */ i) => ({ row, index: page.offset + i })), page.offset, page.matched_rows);
     } catch (err) {
-      if (mine === sequence && !ctx.signal.aborted) setStatus(status, "critical", `Could not load rows: ${err instanceof Error ? err.message : err}`);
+      if (mine === sequence && !ctx.signal.aborted) setStatus(status, "critical", failureText(err, "Could not load rows"));
     } finally {
       if (mine === sequence) tableEl.removeAttribute("aria-busy");
     }
@@ -154,12 +166,14 @@ export function tableView(table, ctx, { onRow, rowLabel = "Open" } = {}) {
   }, ctx.signal);
 
   refresh();
+  const scroll = h("div", { class: "tln-table-scroll" }, tableEl);
+  const cue = hiddenColumnsCue(scroll, table.columns, headCells, ctx.signal);
   const facts = Object.entries(table.attrs ?? {}).filter(([k]) => !CONTROL_ATTRS.has(k));
   return h("div", { class: "tln-table-block", "data-table": table.name },
     h("div", { class: "tln-toolbar" }, filter, h("span", { class: "tln-pager" }, prev, next), status),
     ctx.offline && truncated ? offlineNote(`showing the first ${formatNumber(table.rows.length)} of ` +
       `${formatNumber(table.total_rows)} rows; sorting and filtering cover these rows only.`) : null,
-    h("div", { class: "tln-table-scroll" }, tableEl),
+    scroll, cue,
     facts.length ? h("details", { class: "tln-table-facts" }, h("summary", null, `Table facts (${facts.length})`),
       definitionList(facts.map(([k, v]) => [k, formatValue(decodeFloats(v))]))) : null);
 }
@@ -195,4 +209,34 @@ export function compareValues(a, b, descending) {
  */
 function cmp(a, b) {
   return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * A line under a table wider than its box naming the columns scrolled out of view (the first
+ * column is pinned, theme.css): hidden columns are never silent. Kept current on scroll and
+ * resize until `signal` aborts.
+ * @param {HTMLElement} scroll the scrolling box
+ * @param {string[]} columns
+ * @param {HTMLElement[]} headCells one per column
+ * @param {AbortSignal} signal
+ */
+function hiddenColumnsCue(scroll, columns, headCells, signal) {
+  const cue = h("p", { class: "tln-table-cue", hidden: true, "aria-live": "polite" });
+  const update = () => {
+    const view = scroll.getBoundingClientRect();
+    const pinned = headCells[0]?.getBoundingClientRect().right ?? view.left;
+    const right = columns.filter((_, i) => i > 0 && headCells[i].getBoundingClientRect().right > view.right + 1);
+    const left = columns.filter((_, i) => i > 0 && headCells[i].getBoundingClientRect().left < pinned - 1);
+    const parts = [];
+    if (left.length) parts.push(`${left.length} to the left (${left.join(", ")})`);
+    if (right.length) parts.push(`${right.length} to the right (${right.join(", ")})`);
+    cue.hidden = parts.length === 0;
+    cue.textContent = parts.length ? `More columns ${parts.join(" and ")}: scroll sideways; ${columns[0]} stays in view.` : "";
+  };
+  listen(scroll, "scroll", update, signal);
+  const observer = new ResizeObserver(update);
+  observer.observe(scroll);
+  observer.observe(/** @type {Element} */ (scroll.firstElementChild));
+  signal.addEventListener("abort", () => observer.disconnect(), { once: true });
+  return cue;
 }

@@ -52,8 +52,11 @@ def test_a_backward_birth_shows_its_forward_op_and_lineage(panel_page) -> None:
     batch[1] = 0.0
     report = tl.debug.investigate(RowNorm(), batch, loss_fn=lambda out: out.sum())
     root = panel_page.mount("nonfinite", widgets.panel_payload(report))
-    card = root.get_by_role("region", name="First non-finite output")
-    assert card.locator("dd").all_inner_texts()[:3] == ["inf", "sqrt_1 (sqrt)", "(root)"]
+    card = root.get_by_role("region", name="Born in backward")  # not "checked finite" forward
+    kind, node, op, module, _, inputs = card.locator("dd").all_inner_texts()[:6]
+    assert (kind, op, module) == ("inf", "sqrt_1 (sqrt)", "(root)")
+    assert node.startswith("SqrtBackward0 (fire ")
+    assert inputs == "incoming gradients checked finite: born in this backward node"
     assert "SqrtBackward0" in root.locator(".tln-lead").inner_text()
     origin = root.locator('.tln-lin-item[data-origin="true"]')
     assert origin.locator(".tln-lin-label").inner_text() == "sqrt_1 ◆ forward op of the birth"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import re
 import warnings
 
@@ -104,13 +105,17 @@ def test_warns_once_per_episode_and_rearms_after_a_clean_window() -> None:
             optimizer.zero_grad()
             out = model[:2](x)[:, :4] if skip_head else model(x)
             out.square().mean().backward()
-            optimizer.step()
+            optimizer.step()  # the warned line
             states.append(session.report().check("change").state)
     emitted = [w for w in caught if issubclass(w.category, tl.errors.TorchlensNbWarning)]
     # episode 1 sustained at attempt 1; clean window of 2 at attempts 4-5 re-arms; episode 2
     # sustained at attempt 8
     assert len(emitted) == 2
     assert "param_received_no_gradient" in str(emitted[0].message)
+    # each warning names this file's line that stepped the optimizer, not the kit's code
+    source = pathlib.Path(__file__).read_text().splitlines()
+    step_line = next(i for i, t in enumerate(source, 1) if t.endswith("# the warned line"))
+    assert [(w.filename, w.lineno) for w in emitted] == [(__file__, step_line)] * 2
     assert states[1] == "warned" and states[6] == "collecting" and states[8] == "warned"
 
 

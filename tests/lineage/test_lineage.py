@@ -54,6 +54,26 @@ def test_descendants_and_both_directions() -> None:
     assert [n.is_frontier for n in both.nodes] == [False, True, True]
 
 
+def test_the_next_exit_after_an_expand_is_the_frontier_node() -> None:
+    trace = tl.trace(Net(LogOfNegative()), X)
+    first = tl.debug.lineage(trace, "linear_2", max_depth=1)
+    assert [(e.label, dict(e.args)) for e in first.exits] == [
+        ("Expand mul_1", {"label": "mul_1", "direction": "ancestors"})
+    ]
+    ring = first.run_action("expand", label="log_1", direction="ancestors")
+    assert ring.labels == ("log_1", "sub_1")
+    (next_exit,) = ring.exits  # the node to walk on, not log_1 again
+    assert (next_exit.label, next_exit.code) == (
+        "Expand sub_1",
+        "report.run_action('expand', label='sub_1', direction='ancestors')",
+    )
+    after = ring.run_action(next_exit.action, **next_exit.args)
+    assert after.labels == ("sub_1", "linear_1")
+    both = tl.debug.lineage(trace, "log_1", direction="both", max_depth=1)
+    assert dict(both.exits[0].args) == {"label": "sub_1", "direction": "ancestors"}
+    assert tl.debug.lineage(trace, "linear_2").exits == ()  # walked to the ends: nothing left
+
+
 def test_unsaved_values_are_unknown_not_finite() -> None:
     trace = tl.trace(Net(LogOfNegative()), X, save=tl.func("linear"))
     result = tl.debug.lineage(trace, "linear_2", max_depth=2)

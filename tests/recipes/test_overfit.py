@@ -125,3 +125,47 @@ def test_overfit_figure_has_loss_and_grad_norm_traces(batch) -> None:
 def test_outside_a_kernel_nothing_is_displayed(batch, capsys) -> None:
     tl.recipes.overfit_one_batch(mlp(), batch, nn.CrossEntropyLoss(), steps=2)  # live=None
     assert capsys.readouterr().out == ""
+
+
+class RaiseAtCall:
+    """A cross-entropy loss that raises ``error`` on its ``call``-th call."""
+
+    def __init__(self, call: int, error: BaseException) -> None:
+        self.calls, self.call, self.error = 0, call, error
+
+    def __call__(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == self.call:
+            raise self.error
+        return nn.functional.cross_entropy(out, y)
+
+
+@pytest.mark.parametrize(
+    ("error", "how"),
+    [
+        (ValueError("bad target"), "raised ValueError: bad target"),
+        (KeyboardInterrupt(), "was interrupted (KeyboardInterrupt)"),
+    ],
+)
+def test_a_loss_fn_that_raises_at_step_5_ends_the_live_chart_in_a_final_state(
+    batch, error: BaseException, how: str
+) -> None:
+    pushed: list[tl.report.OverfitReport] = []
+    with pytest.raises(type(error)):
+        tl.recipes.overfit_one_batch(
+            mlp(), batch, RaiseAtCall(5, error), steps=100, live=False, on_update=pushed.append
+        )
+    final = pushed[-1]
+    assert final.status == "inconclusive" and final.verdict == "stopped"
+    assert final.lead.startswith(f"stopped at step 5/100: the step {how}; the last loss was")
+    assert final.steps_run == 4  # four losses were computed before the fifth call raised
+    assert [u.code for u in final.unavailable] == ["stopped"]
+
+
+def test_a_loss_fn_that_raises_at_once_still_ends_in_a_final_state(batch) -> None:
+    pushed: list[tl.report.OverfitReport] = []
+    with pytest.raises(ValueError):
+        tl.recipes.overfit_one_batch(
+            mlp(), batch, RaiseAtCall(1, ValueError("x")), live=False, on_update=pushed.append
+        )
+    assert [r.lead for r in pushed] == ["stopped at step 1/200: the step raised ValueError: x."]

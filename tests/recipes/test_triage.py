@@ -300,3 +300,31 @@ def test_in_a_notebook_one_live_panel_is_displayed_and_updated_in_place(
     (widget,) = shown  # tl.report.live_panel's widget, displayed once
     assert (widget.panel, widget.report) == ("triage", final)
     assert widget.payload["status"] == "pass" and widget.payload["data"]["progress"]["done"] == 2
+
+
+class RaiseAfter(InterruptAfter):
+    """A cross-entropy loss that raises ValueError on its ``calls``-th call."""
+
+    def __call__(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.calls -= 1
+        if self.calls == 0:
+            raise ValueError("labels out of range")
+        return nn.functional.cross_entropy(out, y)
+
+
+def test_a_loss_fn_that_raises_mid_run_ends_the_progress_in_a_final_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shown: list[TriageReport] = []
+    monkeypatch.setattr(tl.recipes._triage.TriageProgress, "show", lambda _, r: shown.append(r))
+    with pytest.raises(ValueError, match="labels out of range"):
+        tl.recipes.triage(MLP(), batch(), RaiseAfter(3 + 5), loss_kind="cross_entropy")
+    final = shown[-1]
+    assert final.status == "interrupted" and final.tables
+    assert final.lead.startswith(
+        "overfit_one_batch raised ValueError: labels out of range: 5 of 9 checks finished"
+    )
+    assert final.rows[5].reason == "raised ValueError: labels out of range"
+    assert final.rows[6].reason == (
+        "not run: overfit_one_batch raised ValueError: labels out of range"
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +13,7 @@ from ..errors import (
     ForwardError,
     InputFormError,
     ModelTypeError,
-    TorchlensNbWarning,
+    warn,
 )
 from ..options import CaptureOptions
 from ._blind_spots import blind_spots
@@ -73,11 +72,9 @@ def validate_model(model: Any, what: str = "model") -> nn.Module:
 def _unwrap_compiled(model: nn.Module) -> nn.Module:
     original = getattr(model, "_orig_mod", None)
     if isinstance(original, nn.Module):
-        warnings.warn(
+        warn(
             "the model is torch.compile'd; capturing its eager original under "
-            "torch.compiler.set_stance('force_eager') (compiled code is not what is recorded).",
-            TorchlensNbWarning,
-            stacklevel=4,
+            "torch.compiler.set_stance('force_eager') (compiled code is not what is recorded)."
         )
         return original
     return model
@@ -87,19 +84,15 @@ def _warn_if_compiled_regions(names: ModelNames) -> None:
     dynamo = sys.modules.get("torch._dynamo")
     frames = dynamo.utils.counters.get("frames", {}) if dynamo is not None else {}
     if names.compiled:
-        warnings.warn(
+        warn(
             f"the model holds torch.compile'd submodules {names.compiled[:4]}; capturing their "
             "eager originals under torch.compiler.set_stance('force_eager') (addresses are "
-            "spelled without '_orig_mod').",
-            TorchlensNbWarning,
-            stacklevel=4,
+            "spelled without '_orig_mod')."
         )
     elif frames.get("ok", 0) or frames.get("total", 0):
-        warnings.warn(
+        warn(
             "torch.compile regions exist in this process; the capture ran them eagerly under "
-            "torch.compiler.set_stance('force_eager').",
-            TorchlensNbWarning,
-            stacklevel=4,
+            "torch.compiler.set_stance('force_eager')."
         )
 
 

@@ -8,11 +8,10 @@ session raises at the site it is in (S-B before the optimizer writes, S-C after 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
-from ..errors import DiagnosticArgumentError, TorchlensNbWarning
+from ..errors import DiagnosticArgumentError, warn
 from ..report import Finding, Unavailable
 from ..report._checks import Action, CheckRun, CheckState, Site
 from ._window import Emission
@@ -126,5 +125,5 @@ class Check:
             return finding
         if self.action == "warn":
             self.is_warning_active = True
-            warnings.warn(f"{finding.code}: {finding.message}", TorchlensNbWarning, stacklevel=2)
+            warn(f"{finding.code}: {finding.message}")
         return None

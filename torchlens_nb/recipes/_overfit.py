@@ -8,9 +8,10 @@ report is always pushed, so the chart ends on the exact final state.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from torch import nn
 from .._validate import check_int, check_number
 from ..debug import preserved_rng_state
 from ..errors import DiagnosticArgumentError
-from ..report import Finding
+from ..report import Finding, Unavailable
 from ..report._recipes_data import recipe_status
 from ..report._recipes_training import OverfitReport, OverfitVerdict
 from ._batches import (
@@ -134,7 +135,7 @@ def memorise_batch(
     losses: list[float] = []
     norms: list[float] = []
     started = time.monotonic()
-    with preserved_rng_state():
+    with preserved_rng_state(), _final_on_raise(throttle, model, losses, norms, steps, lr, started):
         clone.train()
         params = [p for p in clone.parameters() if p.requires_grad]
         optimizer = torch.optim.Adam(params, lr=lr)
@@ -161,6 +162,68 @@ def memorise_batch(
     if throttle is not None:
         throttle.flush(report)
     return report, clone
+
+
+@contextlib.contextmanager
+def _final_on_raise(
+    throttle: _Throttle | None,
+    model: nn.Module,
+    losses: list[float],
+    norms: list[float],
+    steps: int,
+    lr: float,
+    started: float,
+) -> Iterator[None]:
+    """On any exception (``loss_fn`` raising, Ctrl-C) push a ``stopped`` final report to the
+    sinks, so a live panel ends in a final state instead of "running", then re-raise."""
+    try:
+        yield
+    except BaseException as error:
+        if throttle is not None:
+            throttle.flush(_stopped_report(model, losses, norms, steps, lr, started, error))
+        raise
+
+
+def _stopped_report(
+    model: nn.Module,
+    losses: list[float],
+    norms: list[float],
+    steps: int,
+    lr: float,
+    started: float,
+    error: BaseException,
+) -> OverfitReport:
+    """The final report of a run that an exception ended at step ``len(losses) + 1``."""
+    how = (
+        "was interrupted (KeyboardInterrupt)"
+        if isinstance(error, KeyboardInterrupt)
+        else f"raised {type(error).__name__}: {error}"
+    )
+    step = len(losses) + (0 if len(norms) < len(losses) else 1)
+    loss = f"; the last loss was {losses[-1]:.4g} (from {losses[0]:.4g})" if losses else ""
+    return OverfitReport(
+        subject=f"{type(model).__name__} on one batch",
+        status="inconclusive",
+        lead=f"stopped at step {step}/{steps}: the step {how}{loss}.",
+        unavailable=(
+            Unavailable(
+                "overfit verdict",
+                f"training stopped at step {step} of {steps} before a verdict; fix the error "
+                "and re-run the cell.",
+                code="stopped",
+            ),
+        ),
+        verdict="stopped",
+        steps=steps,
+        lr=lr,
+        losses=tuple(losses),
+        grad_norms=tuple(norms),
+        target_loss=ZERO_FRACTION * losses[0] if losses else math.nan,
+        elapsed_s=time.monotonic() - started,
+        disclosures=(
+            "trained a deep copy with Adam in train mode; the caller's model is untouched",
+        ),
+    )
 
 
 def _verdict(losses: list[float]) -> OverfitVerdict:

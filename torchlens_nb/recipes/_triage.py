@@ -198,6 +198,9 @@ class _Runner:
             current = None
         except KeyboardInterrupt:
             pass
+        except BaseException as error:  # the panel ends in a final state, then the error goes on
+            self.progress.show(self._final(current, f"raised {type(error).__name__}: {error}"))
+            raise
         final = self._final(interrupted_at=current)
         self.progress.show(final)
         return final
@@ -222,15 +225,18 @@ class _Runner:
             reason=lead if status == "skipped" else None,
         )
 
-    def _pending_rows(self, current: str | None, *, stopped: bool = False) -> tuple[TriageRow, ...]:
+    def _pending_rows(
+        self, current: str | None, *, stopped: bool = False, how: str = "interrupted"
+    ) -> tuple[TriageRow, ...]:
         rows = []
         for index, check in enumerate(self.names):
             if check in self.rows:
                 rows.append(self.rows[check])
             elif stopped:
-                why = (
-                    "interrupted while it ran" if check == current else "interrupted before it ran"
-                )
+                if how == "interrupted":
+                    why = f"{how} while it ran" if check == current else f"{how} before it ran"
+                else:  # a raise: the check that raised says so, the others name it
+                    why = how if check == current else f"not run: {current} {how}"
                 rows.append(TriageRow(index, check, "skipped", why, None, None, None, reason=why))
             else:
                 status: RowStatus = "running" if check == current else "pending"
@@ -258,7 +264,9 @@ class _Runner:
     def _subject(self) -> str:
         return f"{self.model_name}, {len(self.names)} checks"
 
-    def _final(self, interrupted_at: str | None) -> TriageReport:
+    def _final(self, interrupted_at: str | None, how: str = "interrupted") -> TriageReport:
+        """The final report; ``how`` says what stopped the check ``interrupted_at`` (a Ctrl-C,
+        or ``"raised ValueError: ..."``)."""
         stopped = interrupted_at is not None
         pairs = [
             (check, finding)
@@ -268,7 +276,8 @@ class _Runner:
         ]
         findings, root = rank(pairs)
         rows = tuple(
-            _mark_root(row, root) for row in self._pending_rows(interrupted_at, stopped=stopped)
+            _mark_root(row, root)
+            for row in self._pending_rows(interrupted_at, stopped=stopped, how=how)
         )
         status = _status(rows, findings, stopped)
         actions: dict[str, Callable[..., Report]] = {
@@ -285,7 +294,7 @@ class _Runner:
         return TriageReport(
             subject=self._subject(),
             status=status,
-            lead=_lead(status, rows, root, findings, interrupted_at),
+            lead=_lead(status, rows, root, findings, interrupted_at, how),
             findings=findings,
             tables=(_table(rows),),
             unavailable=_unavailable(rows, self.reports),
@@ -334,6 +343,7 @@ def _lead(
     root: RootCause | None,
     findings: tuple[Finding, ...],
     interrupted_at: str | None,
+    how: str = "interrupted",
 ) -> str:
     cause = ""
     if root is not None:
@@ -342,7 +352,12 @@ def _lead(
         cause = f"root cause in {root.check}{also}: {root.message}"
     if status == "interrupted":
         done = sum(r.status not in ("skipped", "pending", "running") for r in rows)
-        head = f"interrupted during {interrupted_at}: {done} of {len(rows)} checks finished"
+        what = (
+            f"interrupted during {interrupted_at}"
+            if how == "interrupted"
+            else f"{interrupted_at} {how}"
+        )
+        head = f"{what}: {done} of {len(rows)} checks finished"
         return f"{head}; {cause}" if cause else f"{head}."
     if status in ("fail", "warn"):
         return cause

@@ -52,6 +52,12 @@ def location_text(file: str, line: int | None) -> str:
     return f"{short_path(file)}:{'?' if line is None else line}"
 
 
+def source_line_text(source_line: str) -> str:
+    """A ``file:line`` string (as table columns hold it) in the form of :func:`location_text`."""
+    file, _, line = source_line.rpartition(":")
+    return location_text(file, int(line)) if file and line.isdigit() else short_path(source_line)
+
+
 def short_path(path: str) -> str:
     """The last two segments of ``path`` (``/a/b/c/mlp.py`` -> ``c/mlp.py``)."""
     parts = path.replace("\\", "/").split("/")

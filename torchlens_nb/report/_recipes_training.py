@@ -18,9 +18,10 @@ if TYPE_CHECKING:
 
 
 # ----- overfit_one_batch ---------------------------------------------------------------------
-OverfitVerdict = Literal["memorised", "decreasing", "stuck", "diverged", "running"]
+OverfitVerdict = Literal["memorised", "decreasing", "stuck", "diverged", "running", "stopped"]
 """``memorised``: the loss reached ~0; ``decreasing``: it fell but not to ~0; ``stuck``: it did
-not fall; ``diverged``: it became non-finite or grew; ``running``: a live interim report."""
+not fall; ``diverged``: it became non-finite or grew; ``running``: a live interim report;
+``stopped``: an exception (the loss_fn raising, Ctrl-C) ended the run before a verdict."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

@@ -33,9 +33,8 @@ function svg(tag, attrs = {}) {
  */
 
 /**
- * An unfolded group drawn as a frame around the units it contains. The layout is flat, so a
- * group's members may sit around a unit that is not one of them: such a frame is not drawn
- * (the group tree and the details still name the group), never one that would mislead.
+ * An unfolded group, drawn as the frame its layout cluster got (layout.js), labelled inside its
+ * top edge.
  * @typedef {{ address: string, keys: string[], depth: number }} Frame
  */
 
@@ -136,7 +135,10 @@ export function createCanvas({ signal, onActivate, onView }) {
       size = { width: layout.width, height: layout.height };
       boxes = layout.boxes;
       const frameLayer = svg("g", { class: "tln-gg-frames", "aria-hidden": "true" });
-      for (const frame of frames) frameLayer.append(...frameItem(frame, boxes));
+      for (const frame of frames) {
+        const box = layout.frames.get(frame.address) ?? memberFrame(frame, frames, boxes);
+        if (box) frameLayer.append(...frameItem(frame, box));
+      }
       const edgeLayer = svg("g", { class: "tln-gg-edges" });
       for (const route of layout.routes) {
         const d = route.points.map((p, i) => `${i ? "L" : "M"}${p.x.toFixed(1)},${p.y.toFixed(1)}`).join("");
@@ -175,15 +177,21 @@ export function createCanvas({ signal, onActivate, onView }) {
   };
 }
 
-/** Padding of a frame around its members, shrinking with depth so nested frames stay apart. */
-const FRAME_PAD = 10;
+/** Padding of a member frame, and the band each level of frames nested inside it adds at its
+ * top (room for one label row, so nested labels never print on top of each other). */
+const FRAME_PAD = 4;
+const FRAME_LABEL_H = 13;
 
 /**
+ * The box of `frame` from its members in a flat layout, or null when a unit that is not a
+ * member lies inside it (a frame that would mislead is not drawn; the group tree and the
+ * details still name the group).
  * @param {Frame} frame
+ * @param {Frame[]} frames every frame drawn (to count the levels nested inside this one)
  * @param {Map<string, import("./layout.js").Box>} boxes
- * @returns {SVGElement[]}
+ * @returns {import("./layout.js").Box | null}
  */
-function frameItem(frame, boxes) {
+function memberFrame(frame, frames, boxes) {
   let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
   for (const key of frame.keys) {
     const b = boxes.get(key);
@@ -191,18 +199,40 @@ function frameItem(frame, boxes) {
     x0 = Math.min(x0, b.x - b.w / 2); y0 = Math.min(y0, b.y - b.h / 2);
     x1 = Math.max(x1, b.x + b.w / 2); y1 = Math.max(y1, b.y + b.h / 2);
   }
-  if (!Number.isFinite(x0)) return [];
+  if (!Number.isFinite(x0)) return null;
   const members = new Set(frame.keys);
   for (const [key, b] of boxes) {
-    if (!members.has(key) && b.x > x0 && b.x < x1 && b.y > y0 && b.y < y1) return [];
+    if (!members.has(key) && b.x > x0 && b.x < x1 && b.y > y0 && b.y < y1) return null;
   }
-  const pad = Math.max(2, FRAME_PAD - 2 * frame.depth);
-  const rect = svg("rect", { x: x0 - pad, y: y0 - pad - 10, width: x1 - x0 + 2 * pad, height: y1 - y0 + 2 * pad + 10,
-    rx: 6, class: "tln-gg-frame", "data-address": frame.address });
-  const label = svg("text", { x: x0 - pad + 4, y: y0 - pad - 1, class: "tln-gg-frame-label" });
-  label.textContent = frame.address;
+  const inner = Math.max(0, ...frames.filter((f) => f.address.startsWith(`${frame.address}.`)).map((f) => f.depth - frame.depth));
+  const side = FRAME_PAD * (inner + 1);
+  const top = side + FRAME_LABEL_H * (inner + 1);
+  return { key: frame.address, x: (x0 + x1) / 2, y: (y0 - top + y1 + side) / 2, w: x1 - x0 + 2 * side, h: y1 - y0 + top + side };
+}
+
+/**
+ * A frame and its label inside the top edge: the full address when it fits the frame, else
+ * its last part (the tooltip keeps the address).
+ * @param {Frame} frame
+ * @param {import("./layout.js").Box} box
+ * @returns {SVGElement[]}
+ */
+function frameItem(frame, box) {
+  const x0 = box.x - box.w / 2, y0 = box.y - box.h / 2;
+  const rect = svg("rect", { x: x0, y: y0, width: box.w, height: box.h, rx: 6, class: "tln-gg-frame",
+    "data-address": frame.address });
+  const fits = (/** @type {string} */ text) => text.length * FRAME_CHAR_PX + 8 <= box.w;
+  const last = frame.address.split(".").at(-1) ?? frame.address;
+  const label = svg("text", { x: x0 + 4, y: y0 + 11, class: "tln-gg-frame-label", "data-address": frame.address });
+  label.textContent = fits(frame.address) ? frame.address : last;
+  const title = svg("title");
+  title.textContent = frame.address;
+  label.append(title);
   return [rect, label];
 }
+
+/** Width of one character of a frame label (10 px monospace). */
+const FRAME_CHAR_PX = 6;
 
 /**
  * One unit: a rounded box, its label, a second line for folded groups, a tooltip.

@@ -32,6 +32,7 @@ from ...report._cost import (
     Metric,
     RecomputeReport,
 )
+from ...report._location import source_line_text
 from ..compare._compare import source_line, tensors_of
 from ._flops import op_flops
 
@@ -196,7 +197,7 @@ def hot_path(trace: Trace, by: Metric = "flops") -> HotPathReport:
         )
     )
     top = rows[0] if rows else None
-    where = "/".join(top["source_line"].replace("\\", "/").split("/")[-2:]) if top else ""
+    where = source_line_text(top["source_line"]) if top else ""
     lead = (
         f"{where} carries {top['share']:.0%} of {attrs['total']:,} {_UNIT_WORDS[unit]}"
         if top is not None and top["share"] is not None

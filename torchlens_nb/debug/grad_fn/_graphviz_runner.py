@@ -21,12 +21,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
 from ..._validate import check_number
-from ...errors import DiagnosticArgumentError, GraphvizRunError, TorchlensNbWarning
+from ...errors import DiagnosticArgumentError, GraphvizRunError, warn
 
 DOT_TIMEOUT_S = 60.0
 """Default limit for one ``dot`` render: GPT-2 small's loss graph renders to SVG in 0.5-2 s and
@@ -169,24 +168,16 @@ def open_viewer(path: Path, *, timeout_s: float = VIEWER_TIMEOUT_S) -> bool:
         return True
     opener = shutil.which("open" if sys.platform == "darwin" else "xdg-open")
     if opener is None:
-        warnings.warn(
-            f"no viewer found (xdg-open is not on PATH); the render is at {path}.",
-            TorchlensNbWarning,
-            stacklevel=3,
-        )
+        warn(f"no viewer found (xdg-open is not on PATH); the render is at {path}.")
         return False
     try:
         done = run_bounded(
             [opener, str(path)], input_text=None, timeout_s=timeout_s, what="the viewer"
         )
     except GraphvizRunError as error:
-        warnings.warn(f"{error} The render is at {path}.", TorchlensNbWarning, stacklevel=3)
+        warn(f"{error} The render is at {path}.")
         return False
     if done.returncode != 0:
-        warnings.warn(
-            f"{opener} exited with status {done.returncode}; the render is at {path}.",
-            TorchlensNbWarning,
-            stacklevel=3,
-        )
+        warn(f"{opener} exited with status {done.returncode}; the render is at {path}.")
         return False
     return True

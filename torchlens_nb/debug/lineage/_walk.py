@@ -135,15 +135,30 @@ def lineage_of_graph(
         highlight=highlight,
         highlight_role=highlight_role,
         disclosures=_disclosures(graph, nodes, count),
-        exits=(
-            Exit(
-                "Expand a node",
-                f"report.run_action('expand', label={root.label!r}, direction='ancestors')",
-                action="expand",
-                args={"label": root.label},
-            ),
-        ),
+        exits=_next_exit(nodes, direction),
         actions={"expand": _ring_action(graph, highlight, highlight_role)},
+    )
+
+
+def _next_exit(nodes: tuple[LineageNode, ...], direction: str) -> tuple[Exit, ...]:
+    """The walk's next step: expand the frontier node farthest out (the first in execution
+    order at that depth) on its own side; none when no node has unseen neighbours."""
+    frontier = [n for n in nodes if n.is_frontier]
+    if not frontier:
+        return ()
+    node = max(frontier, key=lambda n: n.depth)  # max keeps the first of equal depths
+    side = (
+        {"ancestor": "ancestors", "descendant": "descendants"}[node.relation]
+        if node.relation != "root"
+        else direction
+    )
+    return (
+        Exit(
+            f"Expand {node.label}",
+            f"report.run_action('expand', label={node.label!r}, direction={side!r})",
+            action="expand",
+            args={"label": node.label, "direction": side},
+        ),
     )
 
 
