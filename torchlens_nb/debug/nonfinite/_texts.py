@@ -162,6 +162,21 @@ def intentional_text(facts: ForwardFacts, paths: Paths) -> str | None:
     )
 
 
+def hidden_text(facts: ForwardFacts, paths: Paths) -> str | None:
+    """``the -inf born at full_1 meets the NaN only where a NaN already was (add_1): ...``
+    (None when no Inf birth is hidden behind a NaN)."""
+    hidden = paths.hidden_behind_nan
+    if not hidden:
+        return None
+    births = _named([_placed(facts.trace[label]) for label in hidden])
+    meets = _named(list(dict.fromkeys(hidden.values())))
+    return (
+        f"the Inf born at {births} meets a NaN only in ops that already had a NaN input "
+        f"({meets}): the NaN, not the Inf, made them NaN, so whether the Inf would have been "
+        "neutralised cannot be told; fix the NaN and check again."
+    )
+
+
 def _placed(op: Op) -> str:
     return f"{op.label} in {op.module}" if op.module else op.label
 
