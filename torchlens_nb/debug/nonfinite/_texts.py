@@ -127,7 +127,7 @@ def scope_text(facts: ForwardFacts) -> str:
         text += f"; {facts.num_unchecked} not checked (not saved)"
     if facts.partial:
         text += (
-            f"; {len(facts.partial)} multi-output ops checked on their first output only "
+            f"; {len(facts.partial)} multi-output ops had an output that could not be read "
             f"(e.g. {sorted(facts.partial)[0]})"
         )
     if facts.num_exact:
