@@ -30,8 +30,8 @@ def preserved_rng_state() -> Iterator[None]:
     """Save every global RNG stream on entry and restore it on exit (exceptions included).
 
     Covers Python's ``random``, NumPy's legacy global generator (only when NumPy is already
-    imported: this never imports it), torch's CPU generator and every CUDA generator when CUDA
-    is initialized. Generator objects the caller owns (``numpy.random.default_rng()``,
+    imported: this never imports it), torch's CPU generator and every CUDA generator: saved when
+    CUDA is initialized on entry, reset to their first state when the block initialised it. Generator objects the caller owns (``numpy.random.default_rng()``,
     ``torch.Generator()``) are not global state and are not touched.
 
     Example:
@@ -55,6 +55,20 @@ def preserved_rng_state() -> Iterator[None]:
         torch.set_rng_state(torch_state)
         if cuda_states is not None:
             torch.cuda.set_rng_state_all(cuda_states)
+        elif torch.cuda.is_initialized():
+            _reset_fresh_cuda_generators()
+
+
+def _reset_fresh_cuda_generators() -> None:
+    """Put the CUDA generators of a CUDA the block initialised back at their first state.
+
+    A forward that first touches CUDA (``torch.randn(..., device="cuda")``) initialises it, then
+    draws; there was no state to save on entry, but a fresh generator's state is its initial
+    seed (torch's default, or the one ``torch.manual_seed`` queued) at offset 0, which
+    ``manual_seed(initial_seed())`` restores.
+    """
+    for generator in torch.cuda.default_generators:
+        generator.manual_seed(generator.initial_seed())
 
 
 @contextlib.contextmanager
