@@ -383,6 +383,12 @@ def _build_report(
             f"reach >= {probe.thresholds['outlier_factor']:g}x the median dim. Statistics, "
             "not failures."
         )
+        unscored = [s for s in facts["skipped"] if s["kind"] == "attention"]
+        if unscored:
+            lead += (
+                f" {len(unscored)} attention site{'s were' if len(unscored) != 1 else ' was'} "
+                f"not scored ({unscored[0]['label']}: {unscored[0]['reason'].rstrip('.')})."
+            )
     head_rows, head_attrs = heads_rows(layers, tokens)
     dim_rows, dim_attrs = outlier_rows(residual)
     tables = [
