@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._validate import check_int
 from ..capture import Trace, call_arguments, trace, validate_model
-from ..errors import DiagnosticArgumentError, ModelCopyError
+from ..errors import DiagnosticArgumentError, InputFormError, ModelCopyError
 
 _TRACE_KWARGS = frozenset({"save", "capture"})
 ModelFactory = Callable[[], nn.Module]
@@ -133,12 +134,21 @@ def clone_input_tree(inputs: Any) -> Any:
     ``requires_grad`` on leaves), so a forward that writes its inputs in place cannot reach the
     caller's tensors. Containers are rebuilt; non-tensor leaves are shared.
 
+    Raises:
+        InputFormError: ``inputs`` is an iterator (a generator): it could be read only once.
+
     Example:
         >>> x = torch.ones(2)
         >>> y = clone_input_tree({"x": x})["x"]
         >>> torch.equal(x, y), y is x
         (True, False)
     """
+    if isinstance(inputs, Iterator):
+        raise InputFormError(
+            f"inputs is a {type(inputs).__name__}, which can be read only once (a clone would "
+            "share it and the first run would empty it); pass a tuple or list, e.g. "
+            "tuple(inputs)."
+        )
     return map_tensors(inputs, _clone_tensor)
 
 
@@ -219,6 +229,7 @@ def isolated_capture(
         raise DiagnosticArgumentError(
             f"prepare must be a callable taking the model copy, got {type(prepare).__name__}."
         )
+    check_int("seed", seed, hint="pass an int such as 0")
     check_isolation_args(model, inputs, model_factory)
     with preserved_rng_state():
         seed_all(seed)

@@ -47,8 +47,15 @@ from ...report._attention_sinks import (
     outlier_rows,
 )
 from .._isolation import preserved_model_state
-from ..activations._probes import check_selector
-from ._probe import OUTLIER_FACTOR, SINK_MASS, SINK_UNIFORM_RATIO, FusedAttention, SinkProbe
+from ..activations._probes import check_selectors
+from ._probe import (
+    OUTLIER_FACTOR,
+    SINK_MASS,
+    SINK_UNIFORM_RATIO,
+    FusedAttention,
+    SinkProbe,
+    check_attention_mask,
+)
 
 MAX_PATTERN_BYTES = 2_000_000
 """Budget of the compressed pattern block: 12 layers x 12 heads x 128 tokens ships under it."""
@@ -147,14 +154,15 @@ def attention_sinks(
         (['transformer.h.0.attn', 'transformer.h.1.attn'], ('#0', '#1'))
     """
     model = validate_model(model)
+    check_attention_mask(attention_mask)
     mask = _mask_from(inputs) if attention_mask is None else attention_mask
     blocks = find_blocks(model)
     if attention is None:
         attention = (func("softmax"),)
     if residual is None:
         residual = (module(*blocks),) if blocks else ()
-    attention_sel = tuple(check_selector("attention_sinks(attention=...)", s) for s in attention)
-    residual_sel = tuple(check_selector("attention_sinks(residual=...)", s) for s in residual)
+    attention_sel = check_selectors("attention_sinks(attention=...)", attention)
+    residual_sel = check_selectors("attention_sinks(residual=...)", residual)
     _check_tokens_kind(tokens)
     batch = _batch_size(inputs, mask)
     check_int("sample", sample, low=0, high=batch - 1, expect=f"a batch index in [0, {batch})")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..._validate import check_bool
 from ...report import Exit
 from ...report._nonfinite import Coverage, ScanStatus
 from .._blind_spots import not_seen_text
@@ -73,6 +74,7 @@ def amp_scaled_grads_hint(all_nonfinite: bool = False) -> str:
         >>> amp_scaled_grads_hint().startswith("Gradients captured under torch.amp.GradScaler")
         True
     """
+    check_bool("all_nonfinite", all_nonfinite)
     text = (
         "Gradients captured under torch.amp.GradScaler carry the loss scale (about 2**16 = "
         "65536 at the default init_scale): pass grad_scale=scaler.get_scale() so magnitudes "
