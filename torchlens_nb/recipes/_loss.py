@@ -8,7 +8,7 @@ drawn from a private seeded generator).
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -72,7 +72,7 @@ def resolved_loss_kind(loss_kind: Any, loss_fn: Any) -> LossKind:
         raise DiagnosticArgumentError(
             f"loss_kind must be one of {sorted(set(_KINDS.values()))}, got {loss_kind!r}."
         )
-    return cast(LossKind, loss_kind)
+    return loss_kind
 
 
 def loss_kind_of(loss_fn: Any) -> LossKind:
