@@ -223,3 +223,57 @@ def test_bad_fused_attention_and_nested_with_raise_typed_errors() -> None:
     with probe:
         with pytest.raises(DiagnosticArgumentError, match="already inside `with probe:`"):
             probe.__enter__()
+
+
+class MaskedSdpa(nn.Module):
+    """SDPA under a boolean mask (True = attend) that hides every key from sample 1's last
+    query and that query's token from every other query: a padded query, as ModernBERT's
+    sdpa path builds it. SDPA returns a finite output for the hidden row."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        keep = torch.ones(2, 1, TOKENS, TOKENS, dtype=torch.bool)
+        keep[1, :, :, -1] = False  # nobody attends to the pad token
+        keep[1, :, -1, :] = False  # the pad query attends to nothing
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+def test_a_fully_masked_query_row_is_left_out_and_the_rest_is_scored() -> None:
+    q, k, v = planted_qkv()
+    probe = tl.debug.SinkProbe(attention=[tl.func("softmax")], fused_attention="recompute")
+    trace = run(Block(MaskedSdpa()), (q, k, v), probe, inside=True)
+    assert torch.isfinite(trace.output).all()  # SDPA itself is finite there
+    assert probe.facts()["skipped"] == []
+    (layer,) = probe.attention_layers()
+    assert len(layer.masses) == HEADS
+    assert probe.facts()["attention"][0]["rows_scored"] == 2 * TOKENS - 1  # one row left out
+    # the reference: the same softmax over the visible keys, mean over the 11 visible rows
+    logits = q @ k.transpose(-1, -2) / WIDTH**0.5
+    logits[1, :, :, -1] = float("-inf")
+    probs = logits.softmax(-1)
+    rows = torch.cat([probs[0], probs[1, :, :-1]], dim=1)  # (heads, 11, keys)
+    expected = rows.mean(dim=1).max(dim=-1)
+    assert layer.masses == pytest.approx(expected.values.tolist(), abs=1e-6)
+    assert layer.positions == tuple(expected.indices.tolist())
+
+
+class EagerThenFused(nn.Module):
+    """Two attention layers over the same q, k, v: eager softmax, then fused SDPA."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.eager = Block(Attention(fused=False, is_causal=True))
+        self.fused = Block(Attention(fused=True, is_causal=True))
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.eager(q, k, v) + self.fused(q, k, v)
+
+
+def test_an_attention_site_left_unscored_is_in_the_lead() -> None:
+    report = tl.debug.attention_sinks(EagerThenFused(), planted_qkv())
+    assert [layer.module for layer in report.layers] == ["eager.attn"]
+    assert report.lead.endswith(
+        " 1 attention site was not scored (scaled_dot_product_attention_1: fused "
+        "scaled_dot_product_attention never materialises its attention probabilities: use "
+        'eager attention (Hugging Face: attn_implementation="eager"), or '
+        "SinkProbe(..., fused_attention='recompute') with the capture inside `with probe:`)."
+    )

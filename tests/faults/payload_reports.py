@@ -122,6 +122,8 @@ FLOAT_BUILDERS: dict[str, Callable[[torch.Tensor], Report]] = {
 def reports_of(tensor: torch.Tensor) -> dict[str, Report]:
     """Every report the builders make from ``tensor``."""
     builders = dict(BUILDERS)
+    if tensor.numel() == 0:  # refused: no values, no verdict (test_bad_inputs_issue29.py)
+        del builders["data_sanity"]
     if tensor.is_floating_point():
         builders.update(FLOAT_BUILDERS)
     return {name: build(tensor) for name, build in builders.items()}

@@ -298,7 +298,7 @@ PROBES: list[Case] = [
         "sink-mass-nan",
         lambda u: D.SinkProbe([tl.func("softmax")], sink_mass=NAN),
         DiagnosticArgumentError,
-        r"sink_mass must be a number > 0, got nan",
+        r"sink_mass must be a finite number in \(0, 1\], got nan",
     ),
     (
         "sink-mass-negative",

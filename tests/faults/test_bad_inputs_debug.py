@@ -533,7 +533,7 @@ MODEL_RUNNERS: list[Case] = [
         "attention_sinks-mass-nan",
         lambda s: D.attention_sinks(s.user.model, s.user.x, sink_mass=NAN),
         DiagnosticArgumentError,
-        r"sink_mass must be a number > 0, got nan",
+        r"sink_mass must be a finite number in \(0, 1\], got nan",
     ),
     (
         "attention_sinks-sample-out-of-range",

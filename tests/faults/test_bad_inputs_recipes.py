@@ -302,7 +302,7 @@ CASES: list[Case] = [
         "init_loss-num-classes-0",
         lambda s: R.init_loss(s.user.model, s.user.batch, CE, num_classes=0),
         DiagnosticArgumentError,
-        r"num_classes must be an int >= 1, got 0",
+        r"num_classes must be an int >= 2, got 0",
     ),
     (
         "init_loss-loss-kind",
@@ -350,7 +350,7 @@ CASES: list[Case] = [
         "weight_distribution-bins-0",
         lambda s: R.weight_distribution(s.user.model, bins=0),
         DiagnosticArgumentError,
-        r"bins must be an int >= 1, got 0",
+        r"bins must be an int in \[1, 10000\], got 0",
     ),
     (
         "weight_distribution-bins-nan",

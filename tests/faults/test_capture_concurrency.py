@@ -217,10 +217,10 @@ def test_nested_tripwires_each_stop_their_own_capture() -> None:
     inner = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
     nested: list[tl.capture.Trace] = []
 
-    def stop_at_first_linear(op: tl.capture.Op, value: torch.Tensor) -> bool:
+    def stop_at_first_linear(op: tl.capture.Op, outputs: tuple[torch.Tensor, ...]) -> bool:
         return op.func == "linear"
 
-    def stop_at_second_tanh(op: tl.capture.Op, value: torch.Tensor) -> bool:
+    def stop_at_second_tanh(op: tl.capture.Op, outputs: tuple[torch.Tensor, ...]) -> bool:
         return op.label == "tanh_2"
 
     def capture_inner(module: nn.Module, args: Any, output: torch.Tensor) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +35,7 @@ CE = nn.CrossEntropyLoss()
 
 ENTRY_POINTS: list[tuple[str, Callable[[nn.Module, Owned], Any]]] = [
     ("find_nan", lambda m, u: D.find_nan(m, u.x)),
+    ("investigate", lambda m, u: D.investigate(m, u.x, loss_fn=lambda out: out.sum())),
     ("nonfinite_origin", lambda m, u: D.nonfinite_origin(m, u.x)),
     ("attention_sinks", lambda m, u: D.attention_sinks(m, u.x)),
     ("check_determinism", lambda m, u: D.check_determinism(m, u.x)),
@@ -49,6 +52,7 @@ ENTRY_POINTS: list[tuple[str, Callable[[nn.Module, Owned], Any]]] = [
     ("param_health", lambda m, u: D.param_health(m)),
     ("checks-session-report", lambda m, u: D.ChecksSession(m, u.optimizer, scaler=None).report()),
     ("gradient_flow", lambda m, u: R.gradient_flow(m, u.batch, CE)),
+    ("triage", lambda m, u: R.triage(m, u.batch, CE, steps=3)),
     ("init_loss", lambda m, u: R.init_loss(m, u.batch, CE)),
     ("random_input_test", lambda m, u: R.random_input_test(m, u.batch, CE)),
     ("overfit_one_batch", lambda m, u: R.overfit_one_batch(m, u.batch, CE, steps=3, live=False)),
@@ -129,3 +133,36 @@ def test_find_nan_on_a_nan_input_stops_before_the_forward(user: Owned) -> None:
         report = D.find_nan(user.model, x)
     assert (report.status, report.op, report.kind) == ("found", "input_1", "nan")
     assert "the run stopped there, after 1 ops" in report.lead
+
+
+CUDA_FIRST_TOUCH = """
+import torch, torchlens_nb as tl
+from torch import nn
+
+class DrawsOnCudaThenRaises(nn.Module):
+    def forward(self, x):
+        torch.rand(4, device="cuda")  # the first CUDA use of the process: it initialises CUDA
+        raise ValueError("boom")
+
+fresh = torch.Generator("cuda").manual_seed(torch.cuda.initial_seed()).get_state()
+for name, call in {
+    "investigate": lambda m, x: tl.debug.investigate(m, x, loss_fn=lambda out: out.sum()),
+    "check_determinism": lambda m, x: tl.debug.check_determinism(m, x),
+    "triage": lambda m, x: tl.recipes.triage(m, (x, x), lambda out, y: out.sum(), steps=2),
+}.items():
+    try:
+        call(DrawsOnCudaThenRaises(), torch.ones(2, 8))
+    except tl.errors.TorchlensNbError:
+        pass
+    assert torch.equal(torch.cuda.get_rng_state(), fresh), name
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_forward_that_initialises_cuda_and_raises_leaves_the_cuda_stream_fresh() -> None:
+    # a fresh process: CUDA must be uninitialised when the forward first touches it
+    done = subprocess.run(
+        [sys.executable, "-c", CUDA_FIRST_TOUCH], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -113,3 +113,13 @@ def t5_inputs() -> dict[str, torch.Tensor]:
         "input_ids": torch.arange(1, 7).unsqueeze(0),
         "decoder_input_ids": torch.arange(0, 4).unsqueeze(0),
     }
+
+
+class NaNBehindMask(nn.Module):
+    """A real NaN (``log`` of a negative) added to an intentional -inf causal mask built first."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        mask = torch.full((T, T), float("-inf")).triu(1)  # intentional -inf
+        h = torch.log(x - 10.0)  # the real NaN origin: every value is below 10
+        return torch.softmax(h @ h.transpose(-1, -2) + mask, -1) @ h

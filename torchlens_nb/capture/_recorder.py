@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -79,8 +79,9 @@ class _StopCapture(BaseException):
         self.recorder = recorder
 
 
-Tripwire = Callable[[Op, Any], bool]
-"""``tripwire(op, value) -> True`` ends the capture right after ``op`` (live find_nan)."""
+Tripwire = Callable[[Op, tuple[Any, ...]], bool]
+"""``tripwire(op, outputs) -> True`` ends the capture right after ``op`` (live find_nan);
+``outputs`` holds every tensor the op returned (``topk``: values and indices)."""
 
 
 class Recorder(TorchFunctionMode):
@@ -245,15 +246,17 @@ class Recorder(TorchFunctionMode):
             if self.save_all or (self.save_selector is not None and self._wants_save(name)):
                 self._save(op, outputs)
         if observe and (self._op_hooks or self.tripwire is not None):
-            self.observe(op, first)
+            self.observe(op, outputs)
         return op
 
-    def observe(self, op: Op, value: Tensor) -> None:
-        """Show ``op`` to the hook plan's op callbacks, then to the tripwire (which may stop)."""
+    def observe(self, op: Op, outputs: Sequence[Tensor]) -> None:
+        """Show ``op`` to the hook plan's op callbacks (its first output), then to the tripwire
+        (every output), which may stop."""
         if self._op_hooks:
+            value = outputs[0]
             for selector, callback in self._op_callbacks(op.func):
                 self.run_hook(callback, Site(op.label, op.func, op.module, "op", selector), value)
-        if self.tripwire is not None and self.tripwire(op, value):
+        if self.tripwire is not None and self.tripwire(op, tuple(outputs)):
             self.stopped_at = op
             self.suspended += 1  # nothing more is recorded, even if the forward swallows the stop
             raise _StopCapture(self)
@@ -283,7 +286,7 @@ class Recorder(TorchFunctionMode):
             if where is None:
                 where = op.label
             self.blind_spots.setdefault((kind, where), []).append(op.label)
-            self.observe(op, outputs[0])
+            self.observe(op, outputs)
         finally:
             self.suspended -= 1
 

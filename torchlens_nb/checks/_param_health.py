@@ -325,6 +325,11 @@ def _dtype_max(dtype: torch.dtype) -> float:
 def _patterns(within: Within) -> tuple[str, ...]:
     if within is None:
         return ()
+    if not isinstance(within, (str, list, tuple)):
+        raise DiagnosticArgumentError(
+            f"within must be a glob or module prefix, or a list of them, got "
+            f"{type(within).__name__} {within!r}; e.g. within='encoder' or within='*.bias'."
+        )
     patterns = (within,) if isinstance(within, str) else tuple(within)
     if not patterns or not all(isinstance(p, str) and p for p in patterns):
         raise DiagnosticArgumentError(

@@ -578,12 +578,17 @@ class ChecksSession:
 
     def overhead(self, repeats: int = 3) -> SessionOverhead:
         """Measure now: the scan kernel over the parameters and gradients (min of ``repeats``),
-        plus the time the session's sites spent so far."""
+        plus the time the session's sites spent so far.
+
+        Raises:
+            DiagnosticArgumentError: ``repeats`` is not an int >= 1.
+        """
+        repeats = check_int("repeats", repeats, low=1, hint="the default is 3")
         roster = self._engine.roster
         params = [roster.tensors[i] for i in roster.optimized]
         tensors = params + [t.grad for t in params if t.grad is not None]
         best = float("inf")
-        for _ in range(max(1, repeats)):
+        for _ in range(repeats):
             start = time.perf_counter()
             scan_tensors(tensors, [None] * len(tensors))
             best = min(best, time.perf_counter() - start)

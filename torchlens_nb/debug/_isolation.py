@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._validate import check_int
 from ..capture import Trace, call_arguments, trace, validate_model
-from ..errors import DiagnosticArgumentError, ModelCopyError
+from ..errors import DiagnosticArgumentError, InputFormError, ModelCopyError
 
 _TRACE_KWARGS = frozenset({"save", "capture"})
 ModelFactory = Callable[[], nn.Module]
@@ -30,8 +31,8 @@ def preserved_rng_state() -> Iterator[None]:
     """Save every global RNG stream on entry and restore it on exit (exceptions included).
 
     Covers Python's ``random``, NumPy's legacy global generator (only when NumPy is already
-    imported: this never imports it), torch's CPU generator and every CUDA generator when CUDA
-    is initialized. Generator objects the caller owns (``numpy.random.default_rng()``,
+    imported: this never imports it), torch's CPU generator and every CUDA generator: saved when
+    CUDA is initialized on entry, reset to their first state when the block initialised it. Generator objects the caller owns (``numpy.random.default_rng()``,
     ``torch.Generator()``) are not global state and are not touched.
 
     Example:
@@ -55,6 +56,20 @@ def preserved_rng_state() -> Iterator[None]:
         torch.set_rng_state(torch_state)
         if cuda_states is not None:
             torch.cuda.set_rng_state_all(cuda_states)
+        elif torch.cuda.is_initialized():
+            _reset_fresh_cuda_generators()
+
+
+def _reset_fresh_cuda_generators() -> None:
+    """Put the CUDA generators of a CUDA the block initialised back at their first state.
+
+    A forward that first touches CUDA (``torch.randn(..., device="cuda")``) initialises it, then
+    draws; there was no state to save on entry, but a fresh generator's state is its initial
+    seed (torch's default, or the one ``torch.manual_seed`` queued) at offset 0, which
+    ``manual_seed(initial_seed())`` restores.
+    """
+    for generator in torch.cuda.default_generators:
+        generator.manual_seed(generator.initial_seed())
 
 
 @contextlib.contextmanager
@@ -119,12 +134,21 @@ def clone_input_tree(inputs: Any) -> Any:
     ``requires_grad`` on leaves), so a forward that writes its inputs in place cannot reach the
     caller's tensors. Containers are rebuilt; non-tensor leaves are shared.
 
+    Raises:
+        InputFormError: ``inputs`` is an iterator (a generator): it could be read only once.
+
     Example:
         >>> x = torch.ones(2)
         >>> y = clone_input_tree({"x": x})["x"]
         >>> torch.equal(x, y), y is x
         (True, False)
     """
+    if isinstance(inputs, Iterator):
+        raise InputFormError(
+            f"inputs is a {type(inputs).__name__}, which can be read only once (a clone would "
+            "share it and the first run would empty it); pass a tuple or list, e.g. "
+            "tuple(inputs)."
+        )
     return map_tensors(inputs, _clone_tensor)
 
 
@@ -205,6 +229,7 @@ def isolated_capture(
         raise DiagnosticArgumentError(
             f"prepare must be a callable taking the model copy, got {type(prepare).__name__}."
         )
+    check_int("seed", seed, hint="pass an int such as 0")
     check_isolation_args(model, inputs, model_factory)
     with preserved_rng_state():
         seed_all(seed)

@@ -15,6 +15,7 @@ Inputs reach ``forward`` exactly as ``tl.trace`` passes them (``tl.capture.call_
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -148,6 +149,7 @@ def split_batch(batch: Any, *, what: str = "batch") -> tuple[Any, Any]:
 
     Raises:
         InputFormError: the batch has no recognisable targets.
+        DiagnosticArgumentError: its inputs hold no sample (:func:`check_nonempty`).
     """
     if isinstance(batch, Mapping):
         target_key = next((k for k in TARGET_KEYS if k in batch), None)
@@ -159,13 +161,26 @@ def split_batch(batch: Any, *, what: str = "batch") -> tuple[Any, Any]:
         rest = {k: v for k, v in batch.items() if k != target_key}
         named = [k for k in INPUT_KEYS if k in rest]
         inputs = rest[named[0]] if len(named) == 1 and len(rest) == 1 else rest
+        check_nonempty(inputs, what)
         return inputs, batch[target_key]
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        check_nonempty(batch[0], what)
         return batch[0], batch[1]
     raise InputFormError(
         f"the {what} must be (inputs, targets) or a dict with a target key {TARGET_KEYS}, got "
         f"{_describe(batch)}; pass the batch as (inputs, targets)."
     )
+
+
+def check_nonempty(inputs: Any, what: str = "batch") -> None:
+    """Refuse inputs with a tensor of no sample (leading size 0): every recipe that runs the
+    model needs at least one (statistics of nothing are no verdict, and reductions raise)."""
+    for tensor in iter_tensors(inputs):
+        if tensor.dim() and tensor.shape[0] == 0:
+            raise DiagnosticArgumentError(
+                f"the {what} holds no sample (an input of shape {tuple(tensor.shape)}); pass a "
+                "batch with at least one example."
+            )
 
 
 def target_tensor(batch: Any) -> Any:
@@ -251,17 +266,32 @@ def primary_output(output: Any) -> torch.Tensor:
 
 
 def check_loss_fn(loss_fn: Any) -> Any:
-    """``loss_fn`` itself when callable (an ``nn.Module`` loss or a function)."""
+    """``loss_fn`` itself when it is callable with two positional arguments (an ``nn.Module``
+    loss or a function); one whose signature refuses ``(outputs, targets)`` is refused before
+    anything runs. A callable without a readable signature (a C builtin) is taken as it is."""
     if not callable(loss_fn):
         raise DiagnosticArgumentError(
             f"loss_fn must be callable as loss_fn(outputs, targets), got {type(loss_fn).__name__}; "
             "pass e.g. nn.CrossEntropyLoss() or torch.nn.functional.mse_loss."
         )
+    target = loss_fn.forward if isinstance(loss_fn, nn.Module) else loss_fn
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # no signature to read: the call itself will tell
+        return loss_fn
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise DiagnosticArgumentError(
+            f"loss_fn must be callable as loss_fn(outputs, targets), but its signature is "
+            f"{signature}; wrap it, e.g. lambda outputs, targets: my_loss(outputs)."
+        ) from None
     return loss_fn
 
 
 def loss_value(loss: Any) -> float:
-    """The Python float of a scalar loss (typed error for a non-scalar one)."""
+    """The Python float of a scalar loss tensor (typed error for anything else: a Python float
+    has no autograd graph, and every recipe that trains needs one)."""
     if isinstance(loss, torch.Tensor):
         if loss.numel() != 1:
             raise DiagnosticArgumentError(
@@ -269,11 +299,23 @@ def loss_value(loss: Any) -> float:
                 "(use reduction='mean')."
             )
         return float(loss.detach().float().item())
-    if is_number(loss):
-        return float(loss)
+    what = f"the {type(loss).__name__} {loss!r}" if is_number(loss) else type(loss).__name__
     raise DiagnosticArgumentError(
-        f"loss_fn returned {type(loss).__name__}; it must return a scalar tensor."
+        f"loss_fn returned {what}; it must return a scalar tensor computed from the outputs "
+        "with torch operations (e.g. nn.CrossEntropyLoss()(outputs, targets)), not .item()."
     )
+
+
+def check_loss_follows_outputs(loss: torch.Tensor, output: torch.Tensor) -> None:
+    """Refuse a loss with no autograd graph back to outputs that have one: an integer loss, a
+    detached one, or one computed without the outputs does not depend on the parameters."""
+    if output.requires_grad and (not loss.is_floating_point() or loss.grad_fn is None):
+        raise DiagnosticArgumentError(
+            f"the loss does not depend on the model's parameters (a {loss.dtype} tensor with "
+            f"{'no' if loss.grad_fn is None else 'an'} autograd graph, while the outputs have "
+            "one): loss_fn must compute the loss from the outputs with differentiable torch "
+            "operations (no .detach(), .item() or integer casts)."
+        )
 
 
 def _describe(value: Any) -> str:

@@ -38,6 +38,9 @@ MEAN_ABS_MAX = 1.0
 STD_RANGE = (0.1, 10.0)
 """An input whose std falls outside this range is an order of magnitude off unit scale."""
 IGNORE_INDEX = -100
+MAX_CLASS_INDEX = 2**24
+"""Class indices (and ``num_classes``) stay below this: a count per class is 8 bytes, so the
+largest table is 128 MiB (ImageNet-21k has 21,841 classes, the largest vocabularies ~256k)."""
 """``nn.CrossEntropyLoss``'s default ``ignore_index``: a legitimate negative label."""
 HISTOGRAM_BINS = 30
 
@@ -85,7 +88,8 @@ def data_sanity(
         A :class:`DataSanityReport` with table ``fields`` and a histogram ``figure()``.
 
     Raises:
-        InputFormError: not a batch or loader. DiagnosticArgumentError: bad ``num_batches``.
+        InputFormError: not a batch or loader. DiagnosticArgumentError: bad ``num_batches``,
+            or a field with no values (an empty tensor: a verdict on nothing is no verdict).
 
     Example:
         >>> import torch, torchlens_nb as tl
@@ -106,6 +110,12 @@ def data_sanity(
             tensor = _as_tensor(value)
             if name in pooled and tensor is not None:
                 pooled[name].append(flat_values(tensor))
+    empty = [name for name, values in pooled.items() if values and not sum(map(len, values))]
+    if empty:
+        raise DiagnosticArgumentError(
+            f"{', '.join(map(repr, empty))} hold{'s' if len(empty) == 1 else ''} no values (0 "
+            "elements), so there is nothing to check; pass a batch with at least one sample."
+        )
     summaries = []
     for name, role, value in first:
         tensor = _as_tensor(value)
@@ -373,12 +383,18 @@ def _class_counts(labels: torch.Tensor, num_classes: int | None) -> tuple[torch.
             f"labels include {int(flat.min())}; class indices start at 0 (only {IGNORE_INDEX} is "
             "skipped as ignore_index). Map labels to 0..C-1 first."
         )
-    counts = torch.bincount(flat, minlength=num_classes or 0)
-    if num_classes is not None and counts.numel() > num_classes:
+    top = int(flat.max()) if flat.numel() else -1
+    if num_classes is not None and top >= num_classes:
         raise DiagnosticArgumentError(
-            f"labels reach {counts.numel() - 1} but num_classes is {num_classes}; fix the labels "
-            "or num_classes."
+            f"labels reach {top} but num_classes is {num_classes}; fix the labels or num_classes."
         )
+    if top >= MAX_CLASS_INDEX:
+        raise DiagnosticArgumentError(
+            f"labels reach {top}: class indices must be below {MAX_CLASS_INDEX} (a count per "
+            f"class up to {top} would take {8 * (top + 1):,} bytes); map the labels to 0..C-1 "
+            "first (e.g. torch.unique(labels, return_inverse=True)[1])."
+        )
+    counts = torch.bincount(flat, minlength=num_classes or 0)
     return counts, False, ignored
 
 
@@ -407,7 +423,7 @@ def class_balance(loader_or_labels: Any, *, num_classes: int | None = None) -> C
         (100.0, ['class_imbalance'])
     """
     if num_classes is not None:
-        check_int("num_classes", num_classes, low=1)
+        check_int("num_classes", num_classes, low=1, high=MAX_CLASS_INDEX)
     counts, multilabel, ignored = _class_counts(_labels(loader_or_labels), num_classes)
     present = counts if num_classes is not None or multilabel else counts[counts > 0]
     labels = (

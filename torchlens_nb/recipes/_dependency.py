@@ -97,6 +97,11 @@ def _dependency_matrix(model: nn.Module, x: Any, dim: int, seed: int) -> tuple[t
         raise DiagnosticArgumentError(
             f"x has shape {tuple(tensor.shape)}; dimension {dim} does not exist."
         )
+    if tensor.shape[dim] == 0:
+        raise DiagnosticArgumentError(
+            f"x has shape {tuple(tensor.shape)}: dimension {dim} holds no item to compare; pass "
+            "at least two."
+        )
     x = to_device(x, model_device(model))
     tensor, _ = _probed_tensor(x)
     with preserved(model, mode="eval"), torch.enable_grad():

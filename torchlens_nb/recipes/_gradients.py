@@ -28,6 +28,7 @@ from ..report._recipes_data import recipe_status, worst_finding
 from ..report._recipes_training import FrontierOp, GradientFlowReport, ParamGrad, ParamGradVerdict
 from ._batches import (
     check_loss_fn,
+    check_loss_follows_outputs,
     check_model,
     first_batch,
     loss_value,
@@ -127,8 +128,10 @@ def gradient_flow(
     inputs, targets = to_device(inputs, device), to_device(targets, device)
     with preserved(model, mode="train"), preserved_rng_state():
         recorded = trace(model, inputs, capture=CaptureOptions(save_grads=True))
-        loss = loss_fn(primary_output(recorded.output), targets)
+        output = primary_output(recorded.output)
+        loss = loss_fn(output, targets)
         value = loss_value(loss)
+        check_loss_follows_outputs(loss, output)
         recorded.backward(loss)
         health = grad_health(recorded, **thresholds)
         params = [

@@ -64,6 +64,17 @@ _KINDS: dict[Any, LossKind] = {
 _ELEMENTWISE: frozenset[LossKind] = frozenset({"bce", "bce_logits", "mse", "l1"})
 
 
+def resolved_loss_kind(loss_kind: Any, loss_fn: Any) -> LossKind:
+    """``loss_kind`` when given (one of the known families), else read from ``loss_fn``."""
+    if loss_kind is None:
+        return loss_kind_of(loss_fn)
+    if not isinstance(loss_kind, str) or loss_kind not in (*_KINDS.values(), "unknown"):
+        raise DiagnosticArgumentError(
+            f"loss_kind must be one of {sorted(set(_KINDS.values()))}, got {loss_kind!r}."
+        )
+    return loss_kind
+
+
 def loss_kind_of(loss_fn: Any) -> LossKind:
     """The loss family of an ``nn`` loss module or ``torch.nn.functional`` loss function."""
     return _KINDS.get(type(loss_fn), _KINDS.get(loss_fn, "unknown"))
@@ -165,12 +176,9 @@ def init_loss(
     check_model(model)
     check_loss_fn(loss_fn)
     if num_classes is not None:
-        check_int("num_classes", num_classes, low=1)
-    kind = loss_kind or loss_kind_of(loss_fn)
-    if kind not in (*_KINDS.values(), "unknown"):
-        raise DiagnosticArgumentError(
-            f"loss_kind must be one of {sorted(set(_KINDS.values()))}, got {kind!r}."
-        )
+        # one class has an expected loss of ln(1) = 0: there is nothing to compare with
+        check_int("num_classes", num_classes, low=2, hint="a classifier needs at least 2 classes")
+    kind = resolved_loss_kind(loss_kind, loss_fn)
     inputs, targets = split_batch(first_batch(batch))
     device = model_device(model)
     inputs, targets = to_device(inputs, device), to_device(targets, device)
@@ -369,7 +377,7 @@ def random_input_test(
     check_loss_fn(loss_fn)
     check_int("trials", trials, low=1)
     check_int("seed", seed)
-    kind = loss_kind or loss_kind_of(loss_fn)
+    kind = resolved_loss_kind(loss_kind, loss_fn)
     inputs, targets = split_batch(first_batch(batch))
     device = model_device(model)
     inputs, targets = to_device(inputs, device), to_device(targets, device)

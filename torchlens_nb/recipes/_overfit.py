@@ -26,6 +26,7 @@ from ..report._recipes_training import OverfitReport, OverfitVerdict
 from ._batches import (
     call_model,
     check_loss_fn,
+    check_loss_follows_outputs,
     check_model,
     first_batch,
     loss_value,
@@ -102,6 +103,11 @@ def overfit_one_batch(
 
     Cost: ``steps`` forward+backward passes of the model on the batch, one host sync per step.
     """
+    if on_update is not None and not callable(on_update):
+        raise DiagnosticArgumentError(
+            f"on_update must be a callable taking each interim report, or None, got "
+            f"{type(on_update).__name__}."
+        )
     sinks = [s for s in (on_update, live_sink(live)) if s is not None]
     report, _ = memorise_batch(model, batch, loss_fn, steps=steps, lr=lr, sinks=sinks)
     return report
@@ -141,8 +147,10 @@ def memorise_batch(
         optimizer = torch.optim.Adam(params, lr=lr)
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(primary_output(call_model(clone, inputs)), targets)
+            output = primary_output(call_model(clone, inputs))
+            loss = loss_fn(output, targets)
             value = loss_value(loss)
+            check_loss_follows_outputs(loss, output)
             losses.append(value)
             if not math.isfinite(value):
                 norms.append(float("nan"))

@@ -204,7 +204,17 @@ def prime_dims(
             "lambda batch, seq: torch.randn(batch, seq, 16)."
         )
     names = _dim_names(make_input)
-    base = {n: baseline for n in names} if isinstance(baseline, int) else dict(baseline)
+    if not (is_int(baseline) or isinstance(baseline, Mapping)):
+        raise DiagnosticArgumentError(
+            f"baseline must be an int or a mapping from each of {list(names)} to an int, got "
+            f"{baseline!r}."
+        )
+    if primes is not None and not isinstance(primes, Mapping):
+        raise DiagnosticArgumentError(
+            f"primes must be None or a mapping from each of {list(names)} to an int, got "
+            f"{primes!r}."
+        )
+    base = dict(baseline) if isinstance(baseline, Mapping) else {n: baseline for n in names}
     sizes = dict(primes) if primes is not None else _prime_sizes(model, names, base)
     for label, mapping in (("baseline", base), ("primes", sizes)):
         if set(mapping) != set(names) or not all(is_int(v) and v >= 1 for v in mapping.values()):

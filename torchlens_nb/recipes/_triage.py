@@ -30,6 +30,7 @@ from ._batches import (
     split_batch,
     trainable_copy,
 )
+from ._loss import resolved_loss_kind
 from ._triage_checks import (
     CHECKS,
     OVERFIT_LR,
@@ -49,7 +50,7 @@ TABLE_COLUMNS = ("check", "status", "lead", "key", "value", "elapsed_s", "root_c
 def _selected(checks: Sequence[str] | None, seq_dim: int | None) -> tuple[str, ...]:
     if checks is None:
         return tuple(c for c in CHECKS if c != "causal_dependency" or seq_dim is not None)
-    if isinstance(checks, str) or not all(isinstance(c, str) for c in checks):
+    if not isinstance(checks, (list, tuple)) or not all(isinstance(c, str) for c in checks):
         raise DiagnosticArgumentError(
             f"checks must be a list of check names, got {checks!r}; e.g. "
             "checks=['init_loss', 'overfit_one_batch']."
@@ -136,6 +137,7 @@ def triage(
     check_model(model)
     check_loss_fn(loss_fn)
     check_int("steps", steps, low=1)
+    resolved_loss_kind(loss_kind, loss_fn)  # a bad loss_kind is refused before any check runs
     _check_options(seq_dim, num_classes)
     names = _selected(checks, seq_dim)
     choice = resolve_optimizer(optimizer, lr)

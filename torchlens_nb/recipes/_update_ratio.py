@@ -30,6 +30,7 @@ from ..report._recipes_training import LayerRatio, RatioVerdict, UpdateRatioRepo
 from ._batches import (
     call_model,
     check_loss_fn,
+    check_loss_follows_outputs,
     check_model,
     first_batch,
     loss_value,
@@ -65,7 +66,7 @@ def _train_copy(
     loss_fn: Any,
     steps: int,
     lr: float,
-    optimizer: Callable[..., torch.optim.Optimizer] | None,
+    optimizer: Callable[..., torch.optim.Optimizer] | torch.optim.Optimizer | None,
 ) -> tuple[Report, dict[int, str], tuple[int, float] | None]:
     """Train a deep copy inside a ChecksSession; return its report, group -> name, and the
     (step, value) of the first non-finite loss (training stops there), if any."""
@@ -85,6 +86,9 @@ def _train_copy(
         opt = torch.optim.Adam(groups, lr=lr)
     elif isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
         opt = cast(Any, optimizer)(groups, lr=lr)  # an optimizer class gets the recipe's lr
+    elif isinstance(optimizer, torch.optim.Optimizer):
+        # an instance holds the caller's parameters: the copy gets a twin with its settings
+        opt = cast(Any, type(optimizer))(groups, **optimizer.defaults)
     else:  # a factory sets its own lr
         opt = cast(Callable[..., torch.optim.Optimizer], optimizer)(groups)
     session = ChecksSession(clone, opt, scaler=None)
@@ -94,8 +98,10 @@ def _train_copy(
         clone.train()
         for step in range(steps):
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(primary_output(call_model(clone, inputs)), targets)
+            output = primary_output(call_model(clone, inputs))
+            loss = loss_fn(output, targets)
             value = loss_value(loss)  # one host sync per step: the recipe runs a few steps
+            check_loss_follows_outputs(loss, output)
             if not math.isfinite(value):
                 nonfinite = (step, value)
                 break
@@ -113,7 +119,7 @@ def update_ratio(
     *,
     steps: int = 50,
     lr: float = 1e-3,
-    optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+    optimizer: Callable[..., torch.optim.Optimizer] | torch.optim.Optimizer | None = None,
 ) -> UpdateRatioReport:
     """Per-layer log10(update / weight) over steps, judged against the -3 target.
 
@@ -133,7 +139,9 @@ def update_ratio(
             class such as ``torch.optim.SGD``; a factory function sets its own.
         optimizer: ``optimizer(param_groups) -> Optimizer`` to judge another optimizer, e.g.
             ``lambda groups: torch.optim.SGD(groups, lr=0.1)`` (one group per parameter; the
-            weight matrices, 2+ dimensions, are judged).
+            weight matrices, 2+ dimensions, are judged), an optimizer class, or an optimizer
+            instance: the copy then trains with a new one of its class and its ``defaults``
+            (the instance, bound to the caller's parameters, is not touched).
 
     Returns:
         An :class:`UpdateRatioReport` with table ``layers``, a line chart with the target line,
@@ -144,6 +152,14 @@ def update_ratio(
         check_loss_fn(loss_fn)
         check_int("steps", steps, low=1)
         check_number("lr", lr, low=0, low_open=True)
+        if not (
+            optimizer is None or callable(optimizer) or isinstance(optimizer, torch.optim.Optimizer)
+        ):
+            raise DiagnosticArgumentError(
+                "optimizer must be None, an optimizer class (torch.optim.SGD), an instance "
+                "or a factory lambda groups: torch.optim.SGD(groups, lr=0.1), got "
+                f"{type(optimizer).__name__}."
+            )
         if batch is None:
             raise DiagnosticArgumentError(
                 "update_ratio(model, batch, loss_fn): pass the batch the copy trains on."

@@ -46,6 +46,11 @@ def _verdict(param: Any, stats: Any, fill: str | None) -> WeightVerdict:
     return "ok"
 
 
+MAX_BINS = 10_000
+"""The most histogram bins per parameter: each bin is a tuple entry in the report and an edge in
+the payload (10k bins x 2 floats x every parameter is already far past what a panel draws)."""
+
+
 def weight_distribution(model: nn.Module, *, bins: int = 30) -> WeightDistributionReport:
     """Per-parameter mean, std, min, max, NaN counts and a histogram, with the usual red flags.
 
@@ -56,7 +61,7 @@ def weight_distribution(model: nn.Module, *, bins: int = 30) -> WeightDistributi
 
     Args:
         model: read only (parameters, not buffers).
-        bins: histogram bins per parameter.
+        bins: histogram bins per parameter, 1 to ``MAX_BINS``.
 
     Returns:
         A :class:`WeightDistributionReport` with table ``parameters``, a std bar chart in its
@@ -71,7 +76,7 @@ def weight_distribution(model: nn.Module, *, bins: int = 30) -> WeightDistributi
         ['suspicious_fill']
     """
     check_model(model)
-    check_int("bins", bins, low=1)
+    check_int("bins", bins, low=1, high=MAX_BINS, hint="the default is 30")
     audit = param_health(model, include_buffers=False)
     fills = {row.name: row.fill for row in audit.rows}
     params = []

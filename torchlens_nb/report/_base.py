@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import json
 import operator
+import os
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import Field, dataclass, field
@@ -430,10 +431,28 @@ class Report:
     def card_html(self, *, beside_panel: bool = False) -> str:
         """The card as static HTML (a ``<pre>`` block): what a page shows with no panel.
         ``beside_panel`` marks the copy displayed next to a live panel, which hides it."""
+        if not isinstance(beside_panel, bool):
+            raise ReportOptionError(f"beside_panel must be True or False, got {beside_panel!r}.")
         return _display.static_html(self, beside_panel=beside_panel)
 
-    def to_html(self, path: str | None = None) -> str:
-        """Self-contained HTML of the panel (offline, no kernel); written to ``path`` if given."""
+    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Self-contained HTML of the panel (offline, no kernel); written to ``path`` if given.
+
+        Raises:
+            ReportOptionError: ``path`` is not a file path (an int would be taken by ``open``
+                as a file descriptor, written into and closed) or is a directory.
+            PanelError: the panel bundle was not built.
+        """
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise ReportOptionError(
+                f"to_html(path=...) must be a file path (str or os.PathLike) or None, got "
+                f"{type(path).__name__} {path!r}; for the text alone call to_html()."
+            )
+        if path is not None and os.path.isdir(path):
+            raise ReportOptionError(
+                f"to_html(path={os.fspath(path)!r}) is a directory; pass a file name such as "
+                f"{os.path.join(os.fspath(path), 'report.html')!r}."
+            )
         return _display.to_html(self, path)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:

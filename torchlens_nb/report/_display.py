@@ -12,6 +12,7 @@ display call. Display never raises: a panel that fails to build warns once per r
 from __future__ import annotations
 
 import html
+import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -140,7 +141,7 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, TorchlensNbWarning, stacklevel=3)
 
 
-def to_html(report: Report, path: str | None = None) -> str:
+def to_html(report: Report, path: str | os.PathLike[str] | None = None) -> str:
     """Self-contained HTML rendering ``report``'s panel offline; written to ``path`` if given.
 
     Raises:

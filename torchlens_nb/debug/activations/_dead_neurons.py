@@ -95,6 +95,14 @@ def dead_neurons_rows(
             continue
         probes.append((tensors[0], axis))
         counted.append((row, row["total_units"]))
+    ranked = [row for row in rows if row["reason"] not in ("scalar output", "")]
+    if dim is not None and ranked and all(r["reason"] == "dim out of range" for r in ranked):
+        ranks = sorted({len(trace[r["op"]].shape or ()) for r in ranked})
+        raise DiagnosticArgumentError(
+            f"dim={dim} is out of range for every layer output of this trace (ranks "
+            f"{', '.join(map(str, ranks))}); pass an axis in [-{ranks[0]}, {ranks[0] - 1}], or "
+            "dim=None for the per-op unit axis."
+        )
     for (row, units), values in zip(counted, _dead_probes(probes, max_activation)):
         dead = int(values[0])
         row["dead_count"] = dead
@@ -131,7 +139,8 @@ def dead_neurons(
         ``empty output``).
 
     Raises:
-        DiagnosticArgumentError: ``dim`` is not an int, ``max_activation`` negative or NaN.
+        DiagnosticArgumentError: ``dim`` is not an int or is out of range for every layer
+            output, ``max_activation`` negative or NaN.
 
     Cost: one ``abs().amax`` and one sort of the unit flags per row, one host sync per device.
     One trace is one sample: aggregate runs (``tl.dead``) before a dataset-level claim.

@@ -70,6 +70,11 @@ def check_selectors(where: str, items: Any) -> tuple[Selector, ...]:
             f"{where} takes selectors such as tl.func('relu') or tl.module('encoder.*'), got the "
             f"string {items!r}; write [tl.func({items!r})] or [tl.module({items!r})]."
         )
+    if not isinstance(items, Iterable):
+        raise DiagnosticArgumentError(
+            f"{where} takes a selector or a list of them, such as [tl.func('relu')] or "
+            f"[tl.module('encoder.*')], got {type(items).__name__} {items!r}."
+        )
     return tuple(check_selector(where, s) for s in items)
 
 

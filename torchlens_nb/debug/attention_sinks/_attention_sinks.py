@@ -47,7 +47,7 @@ from ...report._attention_sinks import (
     outlier_rows,
 )
 from .._isolation import preserved_model_state
-from ..activations._probes import check_selector
+from ..activations._probes import check_selectors
 from ._probe import (
     OUTLIER_FACTOR,
     SINK_MASS,
@@ -55,6 +55,7 @@ from ._probe import (
     AttentionRecord,
     FusedAttention,
     SinkProbe,
+    check_attention_mask,
 )
 
 MAX_PATTERN_BYTES = 2_000_000
@@ -159,14 +160,15 @@ def attention_sinks(
         (['transformer.h.0.attn', 'transformer.h.1.attn'], ('#0', '#1'))
     """
     model = validate_model(model)
+    check_attention_mask(attention_mask)
     mask = _mask_from(inputs) if attention_mask is None else attention_mask
     blocks = find_blocks(model)
     if attention is None:
         attention = (func("softmax"),) if recording is None else ()
     if residual is None:
         residual = (module(*blocks),) if blocks else ()
-    attention_sel = tuple(check_selector("attention_sinks(attention=...)", s) for s in attention)
-    residual_sel = tuple(check_selector("attention_sinks(residual=...)", s) for s in residual)
+    attention_sel = check_selectors("attention_sinks(attention=...)", attention)
+    residual_sel = check_selectors("attention_sinks(residual=...)", residual)
     _check_tokens_kind(tokens)
     batch = _batch_size(inputs, mask)
     check_int("sample", sample, low=0, high=batch - 1, expect=f"a batch index in [0, {batch})")
@@ -399,6 +401,12 @@ def _build_report(
             f"reach >= {probe.thresholds['outlier_factor']:g}x the median dim. Statistics, "
             "not failures."
         )
+        unscored = [s for s in facts["skipped"] if s["kind"] == "attention"]
+        if unscored:
+            lead += (
+                f" {len(unscored)} attention site{'s were' if len(unscored) != 1 else ' was'} "
+                f"not scored ({unscored[0]['label']}: {unscored[0]['reason'].rstrip('.')})."
+            )
     head_rows, head_attrs = heads_rows(layers, tokens)
     dim_rows, dim_attrs = outlier_rows(residual)
     tables = [

@@ -83,7 +83,7 @@ def sdpa_probabilities(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.T
     """``softmax(q @ k^T * scale + mask)`` of one ``scaled_dot_product_attention`` call, float32,
     ``(..., heads, queries, keys)``: the math reference in the function's documentation (causal
     mask aligned top-left, boolean masks keep True, float masks are added, grouped-query keys
-    repeated when ``enable_gqa``)."""
+    repeated when ``enable_gqa``); a query that sees no key gets a row of zeros."""
     call = _SDPA_PARAMS.bind(*args, **kwargs)
     call.apply_defaults()
     bound = call.arguments
@@ -102,7 +102,10 @@ def sdpa_probabilities(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.T
             logits = logits.masked_fill(~mask, -math.inf)
         else:
             logits = logits + mask.float()
-    return logits.softmax(dim=-1)
+    # a query whose mask hides every key (a padded query) has a softmax of NaN, where SDPA
+    # returns a finite output: its row is written as zeros, which the probe does not score
+    no_key = torch.isneginf(logits).all(dim=-1, keepdim=True)
+    return logits.softmax(dim=-1).masked_fill(no_key, 0.0)
 
 
 def mha_probabilities(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:

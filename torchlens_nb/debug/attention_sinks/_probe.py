@@ -170,19 +170,14 @@ class SinkProbe:
                 "recording=, e.g. SinkProbe(attention=[tl.func('softmax')], "
                 "residual=[tl.module('layer')])."
             )
-        for name, value, low in (
-            ("sink_mass", sink_mass, 0.0),
-            ("sink_uniform_ratio", sink_uniform_ratio, 1.0),
-            ("outlier_factor", outlier_factor, 1.0),
+        # a share of a head's attention: a mass above 1 can never be reached
+        check_number("sink_mass", sink_mass, low=0.0, high=1.0, low_open=True)
+        for name, value in (
+            ("sink_uniform_ratio", sink_uniform_ratio),
+            ("outlier_factor", outlier_factor),
         ):
-            check_number(name, value, low=low, low_open=True, finite=False)
-        if attention_mask is not None and (
-            not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2
-        ):
-            raise DiagnosticArgumentError(
-                "attention_mask must be a (batch, keys) tensor, nonzero for real tokens (the "
-                f"tokenizer's attention_mask), got {_describe(attention_mask)}."
-            )
+            check_number(name, value, low=1.0, low_open=True, finite=False)
+        check_attention_mask(attention_mask)
         if fused_attention not in ("disclose", "recompute"):
             raise DiagnosticArgumentError(
                 "fused_attention must be 'disclose' or 'recompute' (probabilities computed from "
@@ -534,6 +529,17 @@ def _recorded_calls(recording: Any) -> list[tuple[str, torch.Tensor]]:
     return list(zip(sites, attentions))
 
 
+def check_attention_mask(attention_mask: Any) -> None:
+    """Refuse anything but None or a 2-D ``(batch, keys)`` tensor (``DiagnosticArgumentError``)."""
+    if attention_mask is not None and (
+        not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2
+    ):
+        raise DiagnosticArgumentError(
+            "attention_mask must be a (batch, keys) tensor, nonzero for real tokens (the "
+            f"tokenizer's attention_mask), got {_describe(attention_mask)}."
+        )
+
+
 def _selectors(what: str, items: Iterable[Any]) -> tuple[Selector, ...]:
     return check_selectors(f"SinkProbe({what}=...)", items)
 
@@ -547,4 +553,11 @@ def _describe(value: Any) -> str:
     )
 
 
-__all__ = ["OUTLIER_FACTOR", "SINK_MASS", "SINK_UNIFORM_RATIO", "AttentionRecord", "SinkProbe"]
+__all__ = [
+    "OUTLIER_FACTOR",
+    "SINK_MASS",
+    "SINK_UNIFORM_RATIO",
+    "AttentionRecord",
+    "SinkProbe",
+    "check_attention_mask",
+]

@@ -74,13 +74,19 @@ _WIDE = (torch.float32, torch.float64)
 
 
 def _query_weights(
-    mask: torch.Tensor | None, batch: int, queries: int, keys: int, is_causal: bool
+    mask: torch.Tensor | None,
+    batch: int,
+    queries: int,
+    keys: int,
+    is_causal: bool,
+    no_key: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, float, float]:
     """Host-side ``(weight (batch, queries) or None when every query counts, rows, uniform)``:
-    a query is scored when it is real and sees more than one real key; ``uniform`` sums
-    1 / visible keys over the scored queries. Reads only the host mask: no device sync."""
+    a query is scored when it is real, sees more than one real key and is not in ``no_key``
+    (host ``(batch, queries)``: rows of zeros); ``uniform`` sums 1 / visible keys over the
+    scored queries. Reads only host tensors: no device sync."""
     offset = keys - queries
-    if mask is None and not is_causal:
+    if mask is None and not is_causal and no_key is None:
         rows = float(batch * queries) if keys > 1 else 0.0
         return (None if keys > 1 else torch.zeros(batch, queries)), rows, rows / keys
     key_valid = torch.ones(batch, keys, dtype=torch.bool) if mask is None else mask
@@ -88,7 +94,8 @@ def _query_weights(
         visible = key_valid.cumsum(-1)[:, offset:]
     else:
         visible = key_valid.sum(-1, keepdim=True).expand(batch, queries)
-    weight = (key_valid[:, offset:] & (visible > 1)).double()
+    kept = key_valid[:, offset:] & (visible > 1)
+    weight = (kept if no_key is None else kept & ~no_key).double()
     rows = float(weight.sum())
     return weight, rows, float((weight / visible.clamp(min=1)).sum())
 
@@ -129,13 +136,23 @@ def score_attention(state: SiteStats, value: Any, mask: torch.Tensor | None) -> 
     # The total of the row sums is finite exactly when every row is (rows sum to about 1). Query
     # 0 of a causal pattern sees keys 0..offset only: mass beyond them rules causality out
     # without the full upper-triangle pass (which then runs only for patterns that may be causal).
-    checks = [spread.amax(), row_sums.sum()]
+    # A row of zeros is a query that sees no key (a fully masked padded query, as the fused
+    # recompute writes it: SDPA itself returns a finite output there): not scored, like padding.
+    empty = row_sums == 0
+    spread = torch.where(empty, 0.0, spread)
+    checks = [spread.amax(), row_sums.sum(), empty.sum()]
     if offset + 1 < keys:
         checks.append(probs[:, :, 0, offset + 1 :].amax())
-    deviation, total, *rest = torch.stack(checks).tolist()
+    deviation, total, num_empty, *rest = torch.stack(checks).tolist()
     upper = rest[0] if rest else 0.0
     if not math.isfinite(total):
         return "holds NaN or Inf: not scored."
+    no_key: torch.Tensor | None = None
+    if num_empty:
+        no_key = empty.cpu()
+        if not bool((no_key == no_key[:, :1]).all()):
+            return "some heads see no key for a query that other heads see: not scored."
+        no_key = no_key[:, 0]
     if upper == 0.0 and queries > 1:
         upper = float(torch.triu(probs, offset + 1).amax())
     tolerance = ROW_SUM_TOLERANCE.get(value.dtype, 1e-3)
@@ -146,7 +163,7 @@ def score_attention(state: SiteStats, value: Any, mask: torch.Tensor | None) -> 
         )
     # Masked logits give exact zeros (exp(-inf)); a sharp non-causal head still leaves > 0.
     is_causal = queries > 1 and upper == 0.0
-    weight, rows, uniform = _query_weights(mask, batch, queries, keys, is_causal)
+    weight, rows, uniform = _query_weights(mask, batch, queries, keys, is_causal, no_key)
     state.is_causal = state.is_causal and is_causal
     if weight is None:  # every query counts: one reduction over batch and queries
         sums = probs.sum(dim=(0, 2))

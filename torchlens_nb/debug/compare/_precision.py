@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ..._validate import check_number
+from ..._validate import check_int, check_number
 from ...capture import Op, Trace
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table, Unavailable, Where
@@ -142,6 +142,7 @@ def bisect_precision(
         (True, 'sub')
     """
     reference = _reference_dtype(reference_dtype)
+    check_int("seed", seed, hint="pass an int such as 0")
     check_isolation_args(model, inputs, None)
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None:

@@ -34,7 +34,67 @@ wrong."""
 VIEWER_TIMEOUT_S = 10.0
 """Limit for the opener (``xdg-open`` / ``open``) to hand the file to a viewer and return."""
 _REAP_TIMEOUT_S = 5.0
-_FORMAT = re.compile(r"^[a-z0-9_]+(:[a-z0-9_]+)*$")
+_FORMAT = re.compile(r"^[a-z0-9_.]+(:[a-z0-9_]+)*$")
+GRAPHVIZ_FORMATS = frozenset(
+    [
+        "bmp",
+        "canon",
+        "cmap",
+        "cmapx",
+        "cmapx_np",
+        "dot",
+        "dot_json",
+        "eps",
+        "exr",
+        "fig",
+        "gd",
+        "gd2",
+        "gif",
+        "gv",
+        "ico",
+        "imap",
+        "imap_np",
+        "ismap",
+        "jp2",
+        "jpe",
+        "jpeg",
+        "jpg",
+        "json",
+        "json0",
+        "kitty",
+        "kittyz",
+        "mp",
+        "pdf",
+        "pic",
+        "pict",
+        "plain",
+        "plain-ext",
+        "png",
+        "pov",
+        "ps",
+        "ps2",
+        "psd",
+        "sgi",
+        "svg",
+        "svgz",
+        "tga",
+        "tif",
+        "tiff",
+        "tk",
+        "vdx",
+        "vml",
+        "vmlz",
+        "vrml",
+        "wbmp",
+        "webp",
+        "xdot",
+        "xdot1.2",
+        "xdot1.4",
+        "xdot_json",
+    ]
+)
+"""The ``dot -T`` output formats of graphviz builds (``dot -T?`` lists them), without the ones that open
+a window (``x11``, ``gtk``, ``xlib``); ``png:cairo`` style renderer suffixes are allowed."""
 _STDERR_TAIL_CHARS = 2000
 
 
@@ -94,7 +154,11 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 def check_render_args(file_format: str, timeout_s: float) -> None:
     """Refuse a ``file_format`` that is not a graphviz format token, or a ``timeout_s`` that is
     not a positive number of seconds (``DiagnosticArgumentError``)."""
-    if not isinstance(file_format, str) or not _FORMAT.match(file_format):
+    if (
+        not isinstance(file_format, str)
+        or not _FORMAT.match(file_format)
+        or file_format.split(":")[0] not in GRAPHVIZ_FORMATS
+    ):
         raise DiagnosticArgumentError(
             f"file_format must be a graphviz output format such as 'png', 'svg' or 'pdf', got "
             f"{file_format!r}."

@@ -7,6 +7,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..._validate import check_bool
+from ...errors import DiagnosticArgumentError
 from ._graphviz_runner import DOT_TIMEOUT_S, check_render_args, open_viewer, render_dot
 from ._walk import MAX_NODES_DEFAULT, walk_grad_fn
 
@@ -47,8 +49,9 @@ def sketch_grad_fn(
 
     Raises:
         GradFnWalkError, DiagnosticArgumentError, ModelTypeError: as for :func:`walk_grad_fn`;
-            DiagnosticArgumentError also for a bad ``file_format`` or ``timeout_s`` (checked
-            before anything runs, also when ``path`` is None).
+            DiagnosticArgumentError also for a bad ``file_format``, ``timeout_s``, ``view``,
+            ``clusters`` or ``path`` (not a path, or a directory), checked before anything
+            runs, also when ``path`` is None.
         GraphvizRunError: ``dot`` missing, killed at ``timeout_s``, or failed; no partial file
             is left and an existing ``path.<file_format>`` is untouched.
 
@@ -61,6 +64,17 @@ def sketch_grad_fn(
         ('digraph grad_fn {', True)
     """
     check_render_args(file_format, timeout_s)  # also when nothing is rendered: fail early
+    check_bool("view", view)
+    check_bool("clusters", clusters)
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise DiagnosticArgumentError(
+            f"path must be a file path (str or os.PathLike) or None, got {type(path).__name__}."
+        )
+    if path is not None and os.path.isdir(path):
+        raise DiagnosticArgumentError(
+            f"path {os.fspath(path)!r} is a directory; pass a file stem inside it, e.g. "
+            f"{os.path.join(os.fspath(path), 'grad_fn')!r} (writes grad_fn.{file_format})."
+        )
     sketch = walk_grad_fn(outputs, params=params, model=model, max_nodes=max_nodes)
     source = sketch.to_dot(clusters=clusters)
     if path is None and view:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ..._validate import check_int, is_int
+from ..._validate import check_bool, check_int, is_int
 from ...capture import iter_tensors, validate_model
 from ...errors import DiagnosticArgumentError, ModelCopyError, UnavailableError
 from ...report import Finding, Table
@@ -160,15 +160,35 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _device(device: Any) -> torch.device:
+    if not isinstance(device, (str, torch.device)):
+        raise DiagnosticArgumentError(
+            f"device must be a str or torch.device such as 'cpu' or 'cuda:0', got {device!r}."
+        )
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:  # torch's own message lists the device types
+        raise DiagnosticArgumentError(
+            f"device={device!r} is not a torch device ('cpu', 'cuda', 'cuda:0', 'mps', ...)."
+        ) from exc
+
+
 def _specs(input_specs: Any) -> list[Candidate]:
     if input_specs is None:
         return []
+    form = "a list of shape tuples or (shape, dtype) pairs, e.g. [(1, 3, 224, 224)]"
+    if not isinstance(input_specs, (list, tuple)):
+        raise DiagnosticArgumentError(f"input_specs must be {form}, got {input_specs!r}.")
     specs = []
     for spec in input_specs:
+        if not isinstance(spec, (list, tuple)):
+            raise DiagnosticArgumentError(
+                f"each input_specs entry must be a shape tuple or (shape, dtype), got {spec!r}."
+            )
         shape, dtype = (
             spec if len(spec) == 2 and isinstance(spec[1], torch.dtype) else (spec, torch.float32)
         )
-        if not all(is_int(s) and s >= 0 for s in shape):
+        if not isinstance(shape, (list, tuple)) or not all(is_int(s) and s >= 0 for s in shape):
             raise DiagnosticArgumentError(
                 f"each input_specs entry must be a shape tuple or (shape, dtype), got {spec!r}."
             )
@@ -228,7 +248,15 @@ def guess_input_shape(
     low, high = check_int("min_size", min_size, low=1), check_int("max_size", max_size, low=1)
     if low > high:
         raise DiagnosticArgumentError(f"min_size ({low}) must be <= max_size ({high}).")
-    if spatial_rank != "auto" and spatial_rank not in (0, 1, 2, 3):
+    check_bool("square", square)
+    check_int("seed", seed)
+    if not isinstance(preferred_sizes, (list, tuple)) or not all(
+        is_int(size) and size >= 1 for size in preferred_sizes
+    ):
+        raise DiagnosticArgumentError(
+            f"preferred_sizes must be a list of ints >= 1 (spatial sizes), got {preferred_sizes!r}."
+        )
+    if spatial_rank != "auto" and not (is_int(spatial_rank) and spatial_rank in (0, 1, 2, 3)):
         raise DiagnosticArgumentError(
             f"spatial_rank must be 'auto' or 0, 1, 2, 3, got {spatial_rank!r}."
         )
@@ -245,7 +273,7 @@ def guess_input_shape(
     params = [p for p in model.parameters() if p.is_floating_point()]
     dtype = input_dtype or (params[0].dtype if params else torch.float32)
     target = (
-        torch.device(device)
+        _device(device)
         if device is not None
         else (params[0].device if params else torch.device("cpu"))
     )

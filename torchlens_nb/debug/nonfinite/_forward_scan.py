@@ -56,7 +56,8 @@ class ForwardFacts:
     checked_by: dict[str, CheckedBy] = field(default_factory=dict)
     stats: dict[str, ValueStats] = field(default_factory=dict)
     partial: set[str] = field(default_factory=set)
-    """Multi-output ops checked live on their first output only (the rest count as unknown)."""
+    """Ops checked live on some outputs only: another output could not be read (sparse, meta);
+    they count as unknown. Every float output of a multi-output op is read (``topk``)."""
     nan: set[str] = field(default_factory=set)
     """Non-finite op outputs holding a NaN (the others hold only +/-Inf)."""
     nonfinite_params: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -108,7 +109,7 @@ class ForwardFacts:
 
     # ----- what matters ---------------------------------------------------------------------
     def is_known_finite(self, label: str) -> bool:
-        """Checked finite, on every output (a multi-output op checked on its first is not)."""
+        """Checked finite, on every output (an op with an unreadable output is not)."""
         return self.state.get(label) == "finite" and label not in self.partial
 
     def paths(self) -> Paths:
@@ -208,6 +209,11 @@ def record(facts: Any, label: str, found: ValueClass, checked_by: CheckedBy) -> 
         facts.nan.add(label)
 
 
+def _is_exact(value: Any) -> bool:
+    """An integer or bool tensor: it cannot hold a NaN or an Inf."""
+    return isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex())
+
+
 class _LiveCheck:
     """The tripwire of a live run: classifies each output, keeps statistics of births only.
 
@@ -229,34 +235,29 @@ class _LiveCheck:
         self._params.update(model.named_buffers())
         self._param_finite: dict[str, bool] = {}
 
-    def _known_finite(self, labels: Sequence[str]) -> bool:
-        return all(self.state.get(p) == "finite" and p not in self.partial for p in labels)
-
     def _bad_params(self, op: Op) -> tuple[str, ...]:
         for name in op.param_names:
             if name in self._params and name not in self._param_finite:
                 self._param_finite[name] = value_class(self._params[name].detach()) == "finite"
         return tuple(n for n in op.param_names if not self._param_finite.get(n, True))
 
-    def __call__(self, op: Op, value: Any) -> bool:
-        if isinstance(value, torch.Tensor) and not (
-            value.is_floating_point() or value.is_complex()
-        ):
-            self.state[op.label] = "finite"
-            self.checked_by[op.label] = "dtype"
+    def __call__(self, op: Op, outputs: tuple[Any, ...]) -> bool:
+        values = [v for v in outputs if checkable(v)]
+        if not values:
+            if all(_is_exact(v) for v in outputs):
+                self.state[op.label] = "finite"
+                self.checked_by[op.label] = "dtype"
             return False
-        if not checkable(value):
-            return False
-        found = value_class(value)  # one aminmax, one host sync per op
+        # every floating-point output is read (topk's values; its int64 indices are finite by
+        # dtype): one aminmax, or one batched norm for several outputs, and one host sync
+        found = value_class(values[0]) if len(values) == 1 else value_classes([values])[0]
         record(self, op.label, found, "live")
         if found == "finite":
-            # the tripwire sees the first output only: the others of a multi-output op are
-            # known finite only when they are views of finite inputs (split, chunk, unbind)
-            if op.num_outputs > 1 and not (op.is_view and self._known_finite(op.parents)):
-                self.partial.add(op.label)
+            if not all(checkable(v) or _is_exact(v) for v in outputs):
+                self.partial.add(op.label)  # an output that could not be read (sparse, meta)
             return False
         if not any(self.state.get(p) == "nonfinite" for p in op.parents):
-            self.stats[op.label] = value_stats([[value]])[0]
+            self.stats[op.label] = value_stats([values])[0]
         bad = self._bad_params(op)
         if bad:
             self.nonfinite_params[op.label] = bad

@@ -29,6 +29,7 @@ from ._texts import (
     NOT_COVERED,
     amp_forward_hint,
     half_precision_note,
+    hidden_text,
     intentional_text,
     lead_text,
     scope_text,
@@ -47,6 +48,9 @@ def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]
     intentional = intentional_text(facts, paths)
     if intentional:
         disclosures.append(intentional)
+    hidden = hidden_text(facts, paths)
+    if hidden:
+        disclosures.append(hidden)
     fields: dict[str, Any] = dict(
         mode=facts.mode,
         num_ops=len(trace),

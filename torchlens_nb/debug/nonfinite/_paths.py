@@ -62,6 +62,10 @@ class Paths:
     neutralisers: tuple[str, ...]
     """Checked-finite ops that consume an intentional infinity (softmax, where, an integer
     cast ...), in execution order."""
+    hidden_behind_nan: Mapping[str, str]
+    """Inf births (a mask) whose only way to something that matters is an op that already had
+    a NaN input from elsewhere -> that op: the NaN, not the Inf, made it NaN, so whether the
+    Inf would have been neutralised cannot be told (reach ``maybe``; never an other birth)."""
 
     @property
     def mattering(self) -> tuple[str, ...]:
@@ -77,21 +81,7 @@ def read_paths(facts: ForwardFacts) -> Paths:
     outputs = set(facts.trace.output_layers)
     # a live run stopped at its first NaN decides there; a forward that raised decides nothing
     ended_early = facts.trace.is_partial and not facts.is_stopped_early
-    rank: dict[str, int] = {}
-    for op in reversed(ops):
-        label = op.label
-        if known_finite(label):
-            rank[label] = 0
-            continue
-        state = facts.state.get(label, "unknown")
-        own = 0
-        if state == "nonfinite" and (
-            label in facts.nan or label in outputs or (op.is_inplace and op.param_names)
-        ):
-            own = 2
-        elif label in outputs or (ended_early and not _is_consumed(facts, op.children)):
-            own = 1  # an unchecked output, or a value still alive when the forward ended
-        rank[label] = max(own, max((rank[c] for c in op.children), default=0))
+    rank, hidden_at = _ranks(facts, outputs, ended_early)
     nonfinite = facts.nonfinite
     reach = {label: _REACH[rank[label]] for label in nonfinite}
     candidates = [label for label in nonfinite if causes[label] != "propagated"]
@@ -118,11 +108,70 @@ def read_paths(facts: ForwardFacts) -> Paths:
         other_births=tuple(
             label
             for label in candidates
-            if label != origin and causes[label] == "birth" and reach[label] != "no"
+            if label != origin
+            and causes[label] == "birth"
+            and reach[label] != "no"
+            and label not in hidden_at
+        ),
+        hidden_behind_nan=MappingProxyType(
+            {
+                lab: at
+                for lab, at in hidden_at.items()
+                if lab in reach and causes[lab] != "propagated"
+            }
         ),
         intentional=tuple(label for label in intentional_holders if causes[label] != "propagated"),
         intentional_holders=intentional_holders,
         neutralisers=neutralisers,
+    )
+
+
+def _ranks(
+    facts: ForwardFacts, outputs: set[str], ended_early: bool
+) -> tuple[dict[str, int], dict[str, str]]:
+    """Reach rank (0 no, 1 maybe, 2 yes) of every op, in one reverse pass.
+
+    An Inf-only value that meets a NaN in an op which already had a NaN input from elsewhere
+    (the causal mask added to scores a real NaN already poisoned) did not make that NaN: the
+    NaN hides whether the Inf would have been neutralised, so that edge carries at most
+    ``maybe``. Returns the ranks and, for each Inf-only op whose rank such an edge capped, the
+    NaN op it was hidden behind, also through the Inf-only ops between (``triu`` of the mask).
+    """
+    known_finite = facts.is_known_finite
+    nan = facts.nan
+    rank: dict[str, int] = {}
+    hidden_at: dict[str, str] = {}
+    for op in reversed(facts.ops):
+        label = op.label
+        if known_finite(label):
+            rank[label] = 0
+            continue
+        state = facts.state.get(label, "unknown")
+        own = 0
+        if state == "nonfinite" and (
+            label in nan or label in outputs or (op.is_inplace and op.param_names)
+        ):
+            own = 2
+        elif label in outputs or (ended_early and not _is_consumed(facts, op.children)):
+            own = 1  # an unchecked output, or a value still alive when the forward ended
+        best = own
+        is_inf_only = state == "nonfinite" and label not in nan
+        for child in op.children:
+            got = rank[child]
+            if is_inf_only and got == 2 and _nan_from_elsewhere(facts, child, label):
+                got = 1
+                hidden_at.setdefault(label, child)
+            elif is_inf_only and child in hidden_at:
+                hidden_at.setdefault(label, hidden_at[child])  # the mask's later copies
+            best = max(best, got)
+        rank[label] = best
+    return rank, {lab: at for lab, at in hidden_at.items() if rank[lab] < 2}
+
+
+def _nan_from_elsewhere(facts: ForwardFacts, child: str, parent: str) -> bool:
+    """``child`` holds a NaN and another of its inputs already held one."""
+    return child in facts.nan and any(
+        p != parent and p in facts.nan for p in facts.trace[child].parents
     )
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..._validate import check_bool
 from ...report import Exit
 from ...report._nonfinite import Coverage, ScanStatus
 from .._blind_spots import not_seen_text
@@ -73,6 +74,7 @@ def amp_scaled_grads_hint(all_nonfinite: bool = False) -> str:
         >>> amp_scaled_grads_hint().startswith("Gradients captured under torch.amp.GradScaler")
         True
     """
+    check_bool("all_nonfinite", all_nonfinite)
     text = (
         "Gradients captured under torch.amp.GradScaler carry the loss scale (about 2**16 = "
         "65536 at the default init_scale): pass grad_scale=scaler.get_scale() so magnitudes "
@@ -127,7 +129,7 @@ def scope_text(facts: ForwardFacts) -> str:
         text += f"; {facts.num_unchecked} not checked (not saved)"
     if facts.partial:
         text += (
-            f"; {len(facts.partial)} multi-output ops checked on their first output only "
+            f"; {len(facts.partial)} multi-output ops had an output that could not be read "
             f"(e.g. {sorted(facts.partial)[0]})"
         )
     if facts.num_exact:
@@ -159,6 +161,21 @@ def intentional_text(facts: ForwardFacts, paths: Paths) -> str | None:
     return (
         f"{len(holders)} op{'s' if len(holders) != 1 else ''} {verb} {spelled} by design "
         f"(born at {births}; neutralised by {consumers}); {tail}."
+    )
+
+
+def hidden_text(facts: ForwardFacts, paths: Paths) -> str | None:
+    """``the -inf born at full_1 meets the NaN only where a NaN already was (add_1): ...``
+    (None when no Inf birth is hidden behind a NaN)."""
+    hidden = paths.hidden_behind_nan
+    if not hidden:
+        return None
+    births = _named([_placed(facts.trace[label]) for label in hidden])
+    meets = _named(list(dict.fromkeys(hidden.values())))
+    return (
+        f"the Inf born at {births} meets a NaN only in ops that already had a NaN input "
+        f"({meets}): the NaN, not the Inf, made them NaN, so whether the Inf would have been "
+        "neutralised cannot be told; fix the NaN and check again."
     )
 
 
