@@ -128,9 +128,12 @@ BASELINES: dict[str, Callable[[Scene], Call]] = {
         (s.model, torch.randn(2, 5, 8)),
         {},
     ),
+    "tl.recipes.autocast_coverage": lambda s: (R.autocast_coverage, (s.model, s.x), {}),
     "tl.recipes.class_balance": lambda s: (R.class_balance, (s.y,), {}),
     "tl.recipes.confident_errors": lambda s: (R.confident_errors, (s.model, [s.batch]), {}),
     "tl.recipes.data_sanity": lambda s: (R.data_sanity, (s.batch,), {}),
+    "tl.recipes.duplicate_samples": lambda s: (R.duplicate_samples, ([s.batch, s.batch],), {}),
+    "tl.recipes.eval_determinism": lambda s: (R.eval_determinism, (s.model, s.x), {}),
     "tl.recipes.gradient_flow": lambda s: (R.gradient_flow, (s.model, s.batch, CE), {}),
     "tl.recipes.init_loss": lambda s: (R.init_loss, (s.model, s.batch, CE), {}),
     "tl.recipes.overfit_one_batch": lambda s: (

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
@@ -76,6 +76,7 @@ RECORDED = "record_attention"
 """The ``func`` of a site scored from a recording (its label and module are the module address)."""
 
 
+@runtime_checkable
 class AttentionRecord(Protocol):
     """Recorded attention probabilities, e.g. ``tl.bridge.transformers.record_attention``'s."""
 

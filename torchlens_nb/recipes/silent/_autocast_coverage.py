@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table, Where
 from ...report._recipes_data import recipe_status, worst_finding
 from ...report._recipes_silent import AutocastCoverageReport
@@ -89,6 +90,15 @@ def autocast_coverage(
         ``warn`` with ``ops_escaped_autocast`` naming each module and op, else ``pass``.
     """
     model = check_model(model)
+    if device_type is not None and not isinstance(device_type, str):
+        raise DiagnosticArgumentError(
+            f"device_type must be autocast's device type as a string ('cpu', 'cuda') or None for "
+            f"the model's device, got {type(device_type).__name__} {device_type!r}."
+        )
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise DiagnosticArgumentError(
+            f"dtype must be torch.bfloat16 or torch.float16 (the autocast dtype), got {dtype!r}."
+        )
     device = model_device(model)
     device_type = device_type or (device.type if device is not None else "cpu")
     inputs = to_device(first_batch(inputs, what="inputs"), device)
