@@ -63,7 +63,9 @@ def record(script: str, figures: Mapping[str, str], *, note: str = "") -> pathli
     if commit and _git("status", "--porcelain", "--untracked-files=no"):
         commit += "+dirty"
     load_1m = os.getloadavg()[0]
-    run_note = f"torch {torch.__version__}, load average {load_1m:.1f}" + (f"; {note}" if note else "")
+    run_note = f"torch {torch.__version__}, load average {load_1m:.1f}" + (
+        f"; {note}" if note else ""
+    )
     recorded["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     recorded.setdefault("figures", {}).update(
         {

@@ -20,7 +20,7 @@ from sphinx.util.docutils import SphinxRole
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import _record  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
+import _record
 
 
 class _FigureRole(SphinxRole):
@@ -54,7 +54,9 @@ class BenchRunRole(_FigureRole):
         parts = [where]
         if figure.get("date"):
             parts.append(figure["date"])
-        parts.append(f"commit {figure['commit']}" if figure.get("commit") else "commit not recorded")
+        parts.append(
+            f"commit {figure['commit']}" if figure.get("commit") else "commit not recorded"
+        )
         return [nodes.literal(text=parts[0]), nodes.Text(", " + ", ".join(parts[1:]))], []
 
 

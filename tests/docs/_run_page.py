@@ -18,7 +18,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-import _page_blocks  # noqa: E402  (a script next to this one, not a package import)
+import _page_blocks
 
 CHECK = "_docs_stated_value_"
 

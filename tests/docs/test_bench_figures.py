@@ -52,7 +52,9 @@ def test_every_bench_role_in_the_docs_names_a_recorded_figure() -> None:
         assert _record.figure(reference)["text"], reference
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "recorded").glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "benchmarks" / "recorded").glob("*.json")), ids=lambda p: p.stem
+)
 def test_every_recorded_figure_says_when_and_on_what_it_was_measured(path: pathlib.Path) -> None:
     result = json.loads(path.read_text(encoding="utf-8"))
     assert result.get("script") or result.get("source")

@@ -49,7 +49,9 @@ def test_page_runs_as_written(page: pathlib.Path, tmp_path: pathlib.Path) -> Non
         timeout=600,
         check=False,
     )
-    assert result.returncode == 0, f"{_page_id(page)} stops:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, (
+        f"{_page_id(page)} stops:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    )
 
 
 def test_every_docs_page_with_python_is_run() -> None:

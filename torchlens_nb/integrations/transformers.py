@@ -60,6 +60,7 @@ _GUARD = "_torchlens_nb_checks_callback"
 
 __all__ = ["ChecksCallback"]
 
+
 class ChecksCallback(transformers.TrainerCallback):
     """Training checks on a Hugging Face ``Trainer``: raise before a non-finite gradient is
     written, the skip ledger, the live dashboard.
