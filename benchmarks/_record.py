@@ -31,14 +31,13 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "recorded"
+HERE = pathlib.Path(__file__).resolve().parent
+RESULTS = HERE / "recorded"
 """Folder of the recorded results, one JSON file per benchmark script."""
 
 
 def _git(*args: str) -> str:
-    result = subprocess.run(
-        ["git", *args], capture_output=True, text=True, cwd=RESULTS.parent, check=False
-    )
+    result = subprocess.run(["git", *args], capture_output=True, text=True, cwd=HERE, check=False)
     return result.stdout.strip()
 
 

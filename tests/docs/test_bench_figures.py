@@ -70,3 +70,21 @@ def test_a_readme_figure_that_drifts_is_caught() -> None:
     drifted = "| 1.063x / 1.053x<!-- bench:integrations:trainer_1x32_cpu --> |"
     ((reference, before),) = _marked_figures(drifted)
     assert not before.endswith(_record.figure(reference)["text"])
+
+
+def test_a_benchmark_run_records_its_figures_with_date_and_commit(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_record, "RESULTS", tmp_path)
+    (tmp_path / "bench_x.json").write_text(
+        json.dumps({"script": "benchmarks/bench_x.py", "figures": {"kept": {"text": "1x"}}})
+    )
+    path = _record.record("benchmarks/bench_x.py", {"ratio": "1.040x / 0.997x"}, note="1x32")
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    figure = recorded["figures"]["ratio"]
+    assert figure["text"] == "1.040x / 0.997x"
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", figure["date"])
+    assert re.fullmatch(r"[0-9a-f]{7,}(\+dirty)?", figure["commit"])  # this checkout's HEAD
+    assert figure["note"].endswith("; 1x32")
+    assert recorded["figures"]["kept"] == {"text": "1x"}  # figures this run did not make stay
+    assert _record.figure("x:ratio") == figure
