@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from tests.docs import _page_blocks, _run_page
@@ -42,3 +44,15 @@ def test_a_stated_value_that_the_code_does_not_give_fails_the_block() -> None:
     with pytest.raises(_run_page.StatedValueError, match=r"states 4, got 3"):
         exec(checked, {"check": _run_page._check})
     exec(_page_blocks.with_checks("x = 4\nx  # 4\n", "check"), {"check": _run_page._check})
+
+
+def test_every_python_excerpt_that_is_not_run_names_its_file() -> None:
+    # a `{code-block} python` is how a page shows code that is not typed into a notebook
+    root = pathlib.Path(__file__).resolve().parents[2]
+    uncaptioned = [
+        page.name
+        for page in (root / "docs").rglob("*.md")
+        for part in page.read_text(encoding="utf-8").split("```{code-block} python\n")[1:]
+        if not part.lstrip(" ").startswith(":caption:")
+    ]
+    assert uncaptioned == []

@@ -141,7 +141,11 @@ class ScanFields:
     found: bool
     """A non-finite value that matters was seen."""
     kind: NonfiniteKind | None
+    """Kind of the first non-finite value (``nan``, ``inf``, ``-inf``, ``mixed``); None when none
+    was found."""
     first_bad_thing: FirstBadThing | None
+    """The first non-finite value the scan found, with its op, module and source line (None when
+    clean)."""
     mode: Literal["live", "saved"]
     """``live``: values checked while the forward ran; ``saved``: a trace's saved payloads."""
     num_ops: int
@@ -153,6 +157,8 @@ class ScanFields:
     num_exact: int
     """Integer and bool outputs: finite by dtype, no check needed."""
     coverage: Coverage
+    """``full``, ``partial`` or ``none``: how much of the forward's floating-point values could be
+    checked."""
     uncertainty_zone: tuple[str, ...] = ()
     """Unchecked ops any of which, instead of ``first_bad_thing.op``, may be the origin."""
     lineage_nodes: tuple[LineageNode, ...] = ()
