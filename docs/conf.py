@@ -2,7 +2,7 @@
 
 Build: ``make docs`` (``sphinx-build -W -b html docs docs/_build/html``); warnings are errors,
 so an autodoc import error, a bad cross-reference or a malformed docstring fails the build
-(``tests/test_docs_build.py`` runs the same build). Pages are Markdown (MyST); the API
+(``tests/docs/conftest.py`` runs the same build for the tests). Pages are Markdown (MyST); the API
 reference is generated from the docstrings (Google style, read by napoleon). The offline panel
 exports shown in the pages are written at build time by ``_ext/panel_exports.py``.
 """
@@ -27,6 +27,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "panel_exports",
+    "bench_figures",
 ]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
@@ -59,5 +60,31 @@ def _escape_absolute_values(app, what, name, obj, options, lines: list[str]) -> 
         lines[index] = "``".join(parts)
 
 
+# napoleon reads an attribute docstring's first line as "type: description" and renders the part
+# before the first colon as "Type: ..." (``"""``flagged``: sink heads were found"""`` became
+# Type ``flagged``, and the sentence lost its subject). Our attribute types come from the
+# annotations, never from the docstring, so after napoleon (priority 500) put the line back.
+_INLINE_TYPE = ":type: "
+
+
+def _restore_attribute_first_line(app, what, name, obj, options, lines: list[str]) -> None:
+    if what not in ("attribute", "data", "property"):
+        return
+    typed = [i for i, line in enumerate(lines) if line.startswith(_INLINE_TYPE)]
+    if not typed:
+        return
+    head = lines[typed[0]][len(_INLINE_TYPE) :]
+    body = [line for i, line in enumerate(lines) if i != typed[0]]
+    while body and not body[-1].strip():
+        body.pop()
+    first = next((i for i, line in enumerate(body) if line.strip()), None)
+    if first is None:
+        body = [head]
+    else:
+        body[first] = f"{head}: {body[first]}"
+    lines[:] = body
+
+
 def setup(app) -> None:
     app.connect("autodoc-process-docstring", _escape_absolute_values)
+    app.connect("autodoc-process-docstring", _restore_attribute_first_line, priority=600)

@@ -10,4 +10,5 @@ scaler=accelerator.scaler)`` takes what ``accelerator.prepare`` returns (docs/in
 Importing this package imports no framework; importing a submodule imports its own.
 """
 
-__all__: list[str] = []
+__all__ = ["lightning", "transformers"]
+"""The submodules, one per trainer (a star import of this package imports both frameworks)."""

@@ -42,6 +42,9 @@ else:
     pl = import_framework("lightning.pytorch", extra="lightning")
 
 
+__all__ = ["ChecksCallback"]
+
+
 class ChecksCallback(pl.Callback):
     """Training checks on a ``lightning.Trainer``: raise before a non-finite gradient is written,
     the skip ledger, the live dashboard, the batch kept for ``err.investigate()``.

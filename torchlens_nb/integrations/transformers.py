@@ -58,6 +58,9 @@ _GUARD = "_torchlens_nb_checks_callback"
 """Attribute marking a trainer's ``train`` as wrapped by a callback (the callback it names)."""
 
 
+__all__ = ["ChecksCallback"]
+
+
 class ChecksCallback(transformers.TrainerCallback):
     """Training checks on a Hugging Face ``Trainer``: raise before a non-finite gradient is
     written, the skip ledger, the live dashboard.

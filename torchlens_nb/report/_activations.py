@@ -123,6 +123,7 @@ class RangeStat:
     label: str
     """Trace label of the op whose output was observed, e.g. ``"relu_1"``."""
     module: str
+    """Innermost module address (``""`` is the root module)."""
     low: float
     """Declared lower bound (inclusive)."""
     high: float
@@ -140,6 +141,7 @@ class RangeStat:
     observed_min: float
     """Smallest finite element seen (NaN when none was finite)."""
     observed_max: float
+    """Largest finite element seen (NaN when none was finite)."""
 
     @property
     def is_violated(self) -> bool:
@@ -152,9 +154,13 @@ class LivenessStat:
     """Zero fraction and running maxima of one site (statistics, not a unit verdict)."""
 
     label: str
+    """Trace label of the op whose output was observed."""
     module: str
+    """Innermost module address (``""`` is the root module)."""
     calls: int
+    """How many values the site produced."""
     numel: int
+    """Elements inspected in total."""
     zero_fraction: float
     """Fraction of all elements seen that were exactly 0."""
     running_max: float
@@ -174,16 +180,23 @@ class DeadUnits:
     """Units of one op that were exactly zero in every sample given to ``tl.dead``."""
 
     label: str
+    """Trace label of the op whose units were counted."""
     module: str
+    """Innermost module address (``""`` is the root module)."""
     func: str
+    """The torch function the op called."""
     unit_dim: int
+    """Axis read as units."""
     units: int
+    """Size of that axis."""
     dead: int
     """Units zero in every element of every sample seen (an upper bound on truly dead units)."""
     dead_indices: tuple[int, ...]
     """The first :data:`MAX_LISTED_INDICES` such unit indices."""
     file: str | None = None
+    """Path of the file holding the op's own source line."""
     line: int | None = None
+    """Line number of that source line."""
 
 
 @dataclass(frozen=True)
@@ -191,21 +204,33 @@ class RangeViolation:
     """One saved op whose output holds values outside ``within`` (``tl.threshold``)."""
 
     label: str
+    """Trace label of the op."""
     module: str
+    """Innermost module address (``""`` is the root module)."""
     func: str
+    """The torch function the op called."""
     shape: tuple[int, ...]
+    """Shape of the op's output."""
     below: int
+    """Elements below ``low``."""
     above: int
+    """Elements above ``high``."""
     nonfinite: int
+    """NaN or +-Inf elements."""
     observed_min: float
+    """Smallest finite element (NaN when none is finite)."""
     observed_max: float
+    """Largest finite element (NaN when none is finite)."""
     first_index: tuple[int, ...]
     """Index of the first out-of-range element in row-major order."""
     first_value: float
+    """Value of the first out-of-range element."""
     is_origin: bool
     """True when no saved parent op was itself outside the range: the violation starts here."""
     file: str | None = None
+    """Path of the file holding the op's own source line."""
     line: int | None = None
+    """Line number of that source line."""
 
 
 def range_rows(stats: Sequence[RangeStat]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -316,6 +341,7 @@ class RangeReport(Report):
     status: RangeStatus
     """``no_sites``: no selected site produced a value, so nothing was observed."""
     stats: tuple[RangeStat, ...] = ()
+    """One entry per declared site, with what it observed."""
 
 
 LivenessStatus = Literal["measured", "no_sites"]
@@ -329,7 +355,9 @@ class LivenessReport(Report):
     report_type = "liveness"
     status_tones = tones({"measured": "info", "no_sites": "warning"})
     status: LivenessStatus
+    """``measured``, or ``no_sites`` when no selected site produced a value."""
     stats: tuple[LivenessStat, ...] = ()
+    """One entry per observed site."""
 
 
 DeadStatus = Literal["found", "none_found", "partial", "unavailable"]
@@ -346,6 +374,7 @@ class DeadReport(Report):
     )
     payload_properties = ("units_total",)
     status: DeadStatus
+    """``found``, ``none_found``, ``partial`` (some ops were not comparable) or ``unavailable``."""
     samples: int = 0
     """Traces (forward passes) compared."""
     batch_rows: int = 0
@@ -375,14 +404,19 @@ class ThresholdReport(Report):
     )
     payload_properties = ("violations_total",)
     status: ThresholdStatus
+    """``found``, ``clean``, ``partial`` (some matching ops were not saved) or ``unavailable``."""
     low: float = -math.inf
+    """Lower bound of ``within=(low, high)`` (inclusive)."""
     high: float = math.inf
+    """Upper bound of ``within=(low, high)`` (inclusive)."""
     ops_scanned: int = 0
+    """Saved ops whose output was checked."""
     ops_unsaved: int = 0
     """Ops of the trace (matching the selector) whose output was not saved: not scanned."""
     violations: tuple[RangeViolation, ...] = field(
         default=(), metadata=payload_head(MAX_PAYLOAD_ITEMS)
     )
+    """Each saved op with values outside the range, in execution order."""
 
     @property
     def violations_total(self) -> int:
@@ -406,10 +440,14 @@ class DeadNeuronsReport(Report):
     dim: int | None
     """The unit axis forced by the caller, or None for the per-op rules."""
     max_activation: float
+    """A unit is dead when every element of its slice has ``|x| <= max_activation`` (0.0 by default:
+    exactly zero)."""
     num_rows: int
+    """Rows of the table: one per op a module (or the model) returned."""
     num_counted: int
     """Rows whose output was saved and floating point (the others have no count)."""
     total_dead: int
+    """Dead units summed over the counted rows."""
 
 
 DTypeRangeStatus = Literal["found", "clean", "unknown"]
@@ -423,12 +461,17 @@ class DTypeRangeReport(Report):
     report_type = "dtype_range"
     status_tones = tones({"found": "findings", "clean": "ok", "unknown": "warning"})
     status: DTypeRangeStatus
+    """``found``, ``clean``, or ``unknown`` (no saved floating-point output to audit)."""
     num_audited_ops: int
     """Ops whose saved floating-point output was inspected."""
     num_ops: int
     """Every op of the trace (unsaved and non-float outputs are counted here, not audited)."""
     max_fraction: float
+    """A finite magnitude at least this fraction of the dtype's maximum is ``near_max`` (0.9 by
+    default)."""
     subnormal_fraction_threshold: float
+    """A tensor with at least this fraction of subnormal elements is ``subnormal_heavy`` (0.1 by
+    default)."""
 
 
 __all__ = [

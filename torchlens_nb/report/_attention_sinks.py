@@ -32,6 +32,7 @@ class SinkHead:
     label: str
     """Trace label of the attention-probability op (e.g. ``"softmax_3"``)."""
     head: int
+    """Head index within the layer (from 0)."""
     position: int
     """Key position (index along the key axis) that receives the mass."""
     mass: float
@@ -45,6 +46,7 @@ class OutlierDim:
     label: str
     """Trace label of the op that produced the residual value (the block output)."""
     dim: int
+    """Index of the dimension in the residual stream (from 0)."""
     factor: float
     """Mean |value| of ``dim`` over scored tokens divided by that of the median dimension."""
 
@@ -57,6 +59,7 @@ class UnseenAttention:
     """Trace label of the fused op (e.g. ``"scaled_dot_product_attention_1"``); the op name when
     the call ran outside any capture."""
     module: str
+    """Address of the module that made the call (``""`` is the root module)."""
     func: str
     """``scaled_dot_product_attention`` or ``multi_head_attention_forward``."""
     calls: int
@@ -169,11 +172,21 @@ class AttentionSinksReport(Report):
     sample: int = 0
     """Batch index whose patterns and tokens are shown (statistics pool the whole batch)."""
     layers: tuple[AttentionLayer, ...] = ()
+    """Per scored attention site, in execution order (index = the layer of ``pattern(layer,
+    head)``): each head's top key position, its mass and the sink flag."""
     residual: tuple[ResidualLayer, ...] = field(default=(), metadata=payload_as("residual_summary"))
+    """Per scored residual site: mean |value| per dimension and the outlier dimensions (the payload
+    carries ``residual_summary``, the values travel as a binary array)."""
     sink_heads: tuple[SinkHead, ...] = ()
+    """Every flagged head (mass on one key position over both thresholds), across layers."""
     outlier_dims: tuple[OutlierDim, ...] = ()
+    """Every flagged residual dimension (mean |value| at least ``outlier_factor`` times the median
+    dimension's), across sites."""
     thresholds: Mapping[str, float] = field(default_factory=frozen_mapping)
+    """The thresholds applied: ``sink_mass``, ``sink_uniform_ratio``, ``outlier_factor``."""
     patterns: PatternBlock | None = field(default=None, metadata=payload_as("pattern_summary"))
+    """The shown sample's patterns, quantized and compressed (``pattern(layer, head)`` decodes one);
+    None when the probabilities were not observed."""
 
     def pattern(self, layer: int, head: int) -> list[list[float]]:
         """The shown sample's attention pattern of ``head`` in attention layer ``layer``."""

@@ -20,9 +20,13 @@ class CheckOutcome:
     check: str
     """Diagnostic name, e.g. ``"dtype_range"``."""
     report_type: str
+    """``report_type`` of the diagnostic's own report."""
     status: str
+    """That report's status."""
     lead: str
+    """That report's lead sentence."""
     num_findings: int
+    """How many findings that report made."""
 
 
 HealthStatus = Literal["found", "clean", "partial"]
@@ -43,7 +47,9 @@ class HealthReport(Report):
     status: HealthStatus
     """``partial``: clean where checked, some values were not (an unsaved op, no backward)."""
     checks_run: tuple[str, ...] = ()
+    """The diagnostics that ran on this trace, in order."""
     outcomes: tuple[CheckOutcome, ...] = ()
+    """How each diagnostic that ran ended."""
 
     @property
     def skipped(self) -> tuple[Unavailable, ...]:

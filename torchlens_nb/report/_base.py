@@ -119,8 +119,11 @@ class Unavailable:
     """A check that could not run, and why (always shown: never counted as a pass)."""
 
     check: str
+    """The check that could not run (e.g. ``"magnitude"``)."""
     reason: str
+    """Why, and what would make it possible, in one sentence."""
     code: str = "unavailable"
+    """A stable word for the reason, to branch on instead of the message."""
 
 
 @dataclass(frozen=True)
@@ -148,8 +151,11 @@ class Table:
     """A named table: column names and rows of plain values, plus table-level facts."""
 
     name: str
+    """The table's name, unique within its report (``report.table(name)``)."""
     columns: tuple[str, ...]
+    """Column names, in display order."""
     rows: tuple[tuple[Any, ...], ...]
+    """One tuple of plain values per row, in the order of ``columns``."""
     attrs: Mapping[str, Any] = field(default_factory=frozen_mapping)
     """Facts about the whole table (thresholds, coverage); copied to ``DataFrame.attrs``."""
 
@@ -259,11 +265,17 @@ class Report:
     lead: str
     """The card's first line: the verdict in one sentence."""
     findings: tuple[Finding, ...] = ()
+    """What the analysis found, most severe first: each with a severity, a code, where it happened
+    and what to do."""
     tables: tuple[Table, ...] = ()
+    """The report's tables (``to_pandas(name)`` gives one as a DataFrame); empty for a report with
+    no table."""
     disclosures: tuple[str, ...] = ()
     """What the verdict does not cover (scope, sampling, AMP limits)."""
     unavailable: tuple[Unavailable, ...] = ()
+    """What could not be checked, and why; a report with any entry is never ``clean``."""
     exits: tuple[Exit, ...] = ()
+    """Suggested next steps (the card's "next" line and the panel's buttons), in order."""
     actions: Mapping[str, Callable[..., Report]] = field(
         default_factory=frozen_mapping, compare=False, repr=False
     )

@@ -56,7 +56,9 @@ class CheckRun:
     site: Site
     """The site whose evidence the check judges."""
     action: Action
+    """What the check does when it fires: ``raise``, ``warn`` or ``collect``."""
     state: CheckState
+    """``clean``, ``collecting``, ``warned``, ``raised`` or ``unavailable`` (see ``CheckState``)."""
     evaluations: int
     """How many attempts (or scans) the check judged."""
     findings: int
@@ -96,10 +98,18 @@ class CheckReport(Report):
         {"clean": "ok", "found": "findings", "raised": "critical", "incomplete": "warning"}
     )
     status: CheckStatus
+    """``clean`` only when every registered check was evaluated and found nothing; ``found``,
+    ``raised`` (the session stopped a step) or ``incomplete``."""
     schema_version: int = CHECK_REPORT_SCHEMA_VERSION
+    """Version of this record's shape (``counters``, ``ledgers``, ``checks_run``)."""
     checks_run: tuple[CheckRun, ...] = ()
+    """Each registered check and where it stands (``report.check(name)`` finds one)."""
     counters: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    """Attempt and hook counts (the keys are listed in the class docstring above),
+    ``accumulation_factor`` and ``step_provenance``."""
     ledgers: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    """``scale``: the skip ledger (GradScaler scale decrements); ``steps``: the per-attempt records
+    (bounded; ``steps_truncated`` counts what was dropped)."""
     is_final: bool = False
     """True once the session's scope exited (normally or by an exception)."""
     exit_reason: str | None = None
@@ -156,14 +166,18 @@ class SessionOverhead:
     scan_ms: float
     """Best of the repeated scan-kernel runs over the parameters and their gradients."""
     scanned_tensors: int
+    """Tensors the scan kernel read (parameters and their gradients)."""
     scanned_bytes: int
+    """Bytes the scan kernel read."""
     snapshot_bytes: int
     """Bytes one update-ratio snapshot copies."""
     site_ms: float
     """Time spent so far in the session's S-B, S-C and S-D callbacks (S-D's batched norm
     included; S-A's counting is not timed)."""
     attempts: int
+    """Optimizer attempts the session has seen so far."""
     site_ms_per_attempt: float | None
+    """``site_ms / attempts`` (None before the first attempt)."""
 
 
 def _number(value: float | None) -> float:
@@ -205,24 +219,37 @@ class ParamHealthRow:
     """One tensor of a ``param_health`` scan (scanned, or skipped with its reason)."""
 
     name: str
+    """The tensor's name (parameter or buffer address, or the mapping's key)."""
     kind: ParamHealthKind
+    """``parameter``, ``buffer`` or ``tensor`` (an entry of a mapping)."""
     status: ParamHealthStatus
+    """``scanned``, or ``skipped`` with its ``skip_reason``."""
     skip_reason: str | None
     """``"meta"``, ``"sparse"``, ``"quantized"``, ``"not_a_tensor"`` or ``"none"``."""
     dtype: str | None
+    """The tensor's dtype, e.g. ``float16`` (None when not a tensor)."""
     shape: tuple[int, ...] | None
+    """The tensor's shape (None when not a tensor)."""
     numel: int
+    """Number of elements."""
     device: str | None
+    """The tensor's device, e.g. ``cpu`` (None when not a tensor)."""
     coverage: float
     """Fraction of the tensor's elements the scan read: 1.0 when scanned, 0.0 when skipped."""
     nan_count: int = 0
+    """Elements that are NaN."""
     posinf_count: int = 0
+    """Elements that are +inf."""
     neginf_count: int = 0
+    """Elements that are -inf."""
     zero_count: int = 0
+    """Elements that are exactly zero."""
     subnormal_count: int = 0
+    """Nonzero elements smaller in magnitude than the dtype's smallest normal number."""
     finite_min: float | None = None
     """Smallest finite value (None when no element is finite)."""
     finite_max: float | None = None
+    """Largest finite value (None when no element is finite)."""
     absmax: float | None = None
     """Largest finite magnitude."""
     dtype_max: float | None = None
@@ -258,6 +285,8 @@ class ParamHealthReport(Report):
     """``tensors_scanned``, ``tensors_skipped``, ``elements_scanned``, ``elements_total`` and
     ``fraction`` (elements scanned / elements total)."""
     thresholds: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    """The rule thresholds of the scan: ``max_fraction`` (dtype headroom) and
+    ``subnormal_fraction_threshold``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

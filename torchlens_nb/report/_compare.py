@@ -211,10 +211,13 @@ class CompareReport(_SideBySideReport):
     """``incomplete``: nothing observed differs, but some tensors could not be compared (meta
     tensors hold no values; each is listed in ``unavailable``)."""
     rtol: float
+    """Relative tolerance of the value comparison (``torch.allclose`` semantics)."""
     atol: float
+    """Absolute tolerance of the value comparison."""
     first_divergence: str | None = None
     """Label of the first execution-order op where the runs separate, or None."""
     first_divergence_status: RowStatus | None = None
+    """Row status of the first divergence (e.g. ``value_diverged``, ``shape_diverged``), or None."""
     counts: Mapping[str, int] = field(default_factory=frozen_mapping)
     """Rows per status plus ``compared`` (value comparisons made) and ``matched`` (aligned)."""
     alignment: Mapping[str, int] = field(default_factory=frozen_mapping)
@@ -245,8 +248,11 @@ class CompareParamsReport(Report):
     """``incomplete``: nothing observed differs, but some tensors could not be compared (meta
     tensors hold no values; each is listed in ``unavailable``)."""
     rtol: float
+    """Relative tolerance of the value comparison."""
     atol: float
+    """Absolute tolerance of the value comparison."""
     include_buffers: bool
+    """Whether buffers were compared too (``include_buffers=True``)."""
     counts: Mapping[str, int] = field(default_factory=frozen_mapping)
     """``matched`` (names in both), ``compared``, ``value_diverged``, ``skipped``,
     ``only_in_a``, ``only_in_b``."""
@@ -257,21 +263,31 @@ class PrecisionRow:
     """One op of ``bisect_precision``: native output vs the high-precision reference."""
 
     op: str
+    """Trace label of the op."""
     func: str
+    """The torch function the op called."""
     module: str
+    """Innermost module address (``""`` is the root module)."""
     dtype: str
     """Native output dtype; the tolerances derive from it."""
     rtol: float
+    """Relative tolerance the op was judged with (``eps ** 0.5`` of its dtype)."""
     atol: float
+    """Absolute tolerance the op was judged with (``eps * 10`` of its dtype)."""
     max_abs_err: float
+    """Largest absolute difference from the reference."""
     max_rel_err: float
+    """Largest relative difference from the reference."""
     mismatched: int
     """Elements beyond ``atol + rtol * |reference|``."""
     numel: int
+    """Elements compared."""
     is_diverged: bool
+    """True when some element is beyond the tolerance."""
     is_stochastic: bool
     """The op draws random numbers (dropout, rand*, bernoulli, ...)."""
     source_line: str | None
+    """The op's own source line as ``file:line`` (None when unknown)."""
 
 
 @dataclass(frozen=True)
@@ -279,7 +295,9 @@ class SkippedOp:
     """An op a comparison could not make, and why."""
 
     op: str
+    """Trace label of the op."""
     reason: str
+    """Why it was not compared."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -293,15 +311,19 @@ class BisectPrecisionReport(_SideBySideReport):
     """``inconclusive``: no op diverged, but some ops hold NaN/Inf in both runs, and agreeing
     non-finite values say nothing about precision (listed in ``skipped`` and ``unavailable``)."""
     found: bool
+    """True when an op diverged."""
     op: str | None = None
     """Label of the first diverged op."""
     func_name: str | None = None
     """Its function name, e.g. ``"sub"`` for ``a - b``."""
     module: str | None = None
+    """Innermost module address of the first diverged op."""
     is_stochastic: bool = False
     """The first divergence is a random op: likely a mask mismatch, not precision loss."""
     reference_dtype: str = "float64"
+    """The dtype of the reference run's floating state (``float64``)."""
     seed: int = 0
+    """The seed both runs were started from."""
     rows: tuple[PrecisionRow, ...] = field(default=(), metadata=PAYLOAD_EXCLUDED)
     """Every compared op in execution order (the panel reads them as the table)."""
     skipped: tuple[SkippedOp, ...] = ()
@@ -329,9 +351,13 @@ class RngOp:
     """An op that consumes (or may consume) the global RNG, attributed to itself."""
 
     op: str
+    """Trace label of the op."""
     func: str
+    """The torch function the op called (e.g. ``dropout``)."""
     module: str
+    """Innermost module address (``""`` is the root module)."""
     source_line: str | None
+    """The op's own source line as ``file:line`` (None when unknown)."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -347,21 +373,31 @@ class DeterminismReport(_SideBySideReport):
         }
     )
     status: Verdict
+    """The verdict (the same word as ``verdict``)."""
     verdict: Verdict
+    """``repeatable_under_test``, ``nondeterminism_observed`` or ``inconclusive``; never
+    "deterministic"."""
     seed_verdict: SeedVerdict = "not_run"
+    """With ``seed_sensitivity=True``: does one differently seeded run change the outputs;
+    ``not_run`` otherwise."""
     runs: int = 2
+    """Same-seed runs compared (``runs=``)."""
     seed: int = 0
+    """The seed every same-seed run started from."""
     total_runs: int = 0
     """Forward passes actually executed (``runs``, plus one with ``seed_sensitivity``)."""
     rtol: float | None = None
+    """Relative tolerance (None: bitwise comparison)."""
     atol: float | None = None
     """None: bitwise comparison (NaN equal to NaN)."""
     first_divergence: str | None = None
+    """Label of the first execution-order op where a run differs from run 0, or None."""
     divergent_runs: tuple[int, ...] = ()
     """Run indices (1-based after the reference run 0) that differ from run 0."""
     environment: Mapping[str, Any] = field(default_factory=frozen_mapping)
     """Witnesses: deterministic algorithms, cuDNN flags, CUBLAS_WORKSPACE_CONFIG, threads."""
     rng_ops: tuple[RngOp, ...] = ()
+    """Ops that consume (or may consume) the global RNG."""
 
     @property
     def view(self) -> dict[str, Any]:

@@ -57,8 +57,12 @@ class HotPathReport(Report):
     report_type = "hot_path"
     status_tones = tones({"ranked": "info", "empty": "info"})
     status: Literal["ranked", "empty"]
+    """``ranked``, or ``empty`` when no op had the metric and a source line."""
     metric: Metric
+    """What the lines are ranked by: ``flops``, ``memory``, ``duration`` or
+    ``device_time``."""
     unit: str
+    """Unit of the metric's values: ``flop``, ``byte`` or ``ns`` (``METRIC_UNITS``)."""
     total: float
     """Sum of the metric over the ranked ops."""
     excluded: int
@@ -72,9 +76,11 @@ class RecomputeReport(Report):
     report_type = "recompute"
     status_tones = tones({"ranked": "findings", "empty": "info"})
     status: Literal["ranked", "empty"]
+    """``ranked``, or ``empty`` when no op could be ranked."""
     total_bytes: int
     """Activation bytes of every recorded op (the forward's activation footprint)."""
     budget_bytes: int | None = None
+    """The memory budget the greedy set aims for (``budget_gb`` in bytes; None without one)."""
     selected_bytes: int = 0
     """Bytes freed by recomputing the selected ops."""
     selected_flops: int = 0
@@ -99,14 +105,21 @@ class FlopsVsDispatchReport(Report):
     report_type = "flops_vs_dispatch"
     status_tones = tones({"agree": "ok", "disagree": "warning", "refused": "critical"})
     status: Literal["agree", "disagree", "refused"]
+    """``agree`` (``comparable_delta`` is 0), ``disagree``, or ``refused`` (the witness failed: the
+    runs computed different outputs)."""
     witness: WitnessState
     """Whether the raw run reproduced the captured run's outputs bitwise."""
     ours_total: int | None = None
     """Our FLOPs over ops with a formula (None when the witness failed)."""
     native_total: int | None = None
+    """FlopCounterMode's FLOPs for the same forward (None when the witness failed)."""
     delta: int | None = None
+    """``ours_total - native_total`` over every op (ours also counts element-wise ops)."""
     comparable_ours: int | None = None
+    """Our FLOPs over the families the native registry covers (matmul, conv, attention)."""
     comparable_delta: int | None = None
+    """``comparable_ours - native_total``: the figure to compare."""
     unknown_ops: int = 0
     """Ops without a formula of ours: listed in the ``unknown_ops`` table, counted as unknown."""
     family_totals: Mapping[str, Any] = field(default_factory=frozen_mapping)
+    """Our FLOPs per op family (the ``families`` table shows them next to the native ones)."""

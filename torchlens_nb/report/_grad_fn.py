@@ -102,7 +102,9 @@ class GradFnEdge:
     """A forward-direction edge: ``src`` produced a tensor that ``dst`` consumed."""
 
     src: int
+    """``id`` of the node that produced the tensor."""
     dst: int
+    """``id`` of the node that consumed it."""
     slot: int
     """Index in ``dst``'s ``next_functions`` (which forward input of ``dst``)."""
     output_nr: int
@@ -114,6 +116,7 @@ class GradFnGroup:
     """A module address that owns nodes; groups nest by address (``a.b`` is inside ``a``)."""
 
     address: str
+    """The module address (e.g. ``transformer.h.0.attn``)."""
     parent: str
     """Enclosing group address, ``""`` at top level."""
     type_name: str | None
@@ -127,9 +130,13 @@ class GradFnOutput:
     """One walked output tensor and the node that produced it."""
 
     index: int
+    """Position of the tensor among the walked outputs."""
     node: int
+    """``id`` of the node that produced it (its ``grad_fn``)."""
     shape: tuple[int, ...]
+    """The tensor's shape."""
     dtype: str
+    """The tensor's dtype, e.g. ``float32``."""
 
 
 @dataclass(frozen=True)
@@ -155,12 +162,15 @@ class GradFnReport(Report):
     nodes: tuple[GradFnNode, ...] = field(default=(), metadata=PAYLOAD_EXCLUDED)
     """Every node (they travel as ``node_rows``, one row per node in ``node_columns`` order)."""
     edges: tuple[GradFnEdge, ...] = field(default=(), metadata=payload_as("edge_pairs"))
+    """Every edge, in forward direction (they travel as ``edge_pairs``)."""
     groups: tuple[GradFnGroup, ...] = ()
     """Every group, parents before children."""
     outputs: tuple[GradFnOutput, ...] = ()
+    """The walked tensors, each with the node that produced it."""
     truncated: bool = False
     """True exactly when the graph has more nodes than ``max_nodes``."""
     max_nodes: int = 0
+    """The walk's node cap (``max_nodes=``; 20,000 by default)."""
 
     def __post_init__(self) -> None:
         if not self.tables:

@@ -87,15 +87,23 @@ class GradHealthReport(Report):
     bwd: int
     """Index of the backward pass in ``trace.backward_passes``."""
     basis: Basis
+    """What the thresholds compare: ``total_norm`` (each gradient's L2 norm, the default) or ``rms``
+    (``norm / sqrt(numel)``, fair across widths)."""
     vanishing_threshold: float
+    """A nonzero gradient below it (on ``basis``) is ``vanishing`` (1e-7 by default)."""
     exploding_threshold: float
+    """A gradient above it (on ``basis``) is ``exploding`` (1e4 by default)."""
     grad_scale: float | None
     """The loss scale the gradients were divided by (None when not known)."""
     scale_provenance: ScaleProvenance
+    """What scale the saved gradients carry: ``unscaled``, ``gradscaler``, ``explicit`` or
+    ``unknown``."""
     stage: Stage
+    """Where the gradients were read (``trace.backward`` reads them before any clipping)."""
     frontier: tuple[str, ...] = ()
     """Labels of the frontier ops, in execution order."""
     verdict_counts: Mapping[str, int] = field(default_factory=frozen_mapping)
+    """Verdict -> number of rows with it."""
 
     @property
     def verdicts(self) -> tuple[Verdict, ...]:

@@ -50,11 +50,14 @@ class InputFault:
     op: str
     """Its input op in the trace (``input_2``)."""
     kind: NonfiniteKind
+    """``nan``, ``inf``, ``-inf`` or ``mixed``."""
     rows: tuple[int, ...]
     """Indices along the first dimension holding a non-finite element (the first
     :data:`MAX_ROWS`; ``num_rows`` counts them all). Empty for a 0-d tensor."""
     num_rows: int
+    """How many rows along the first dimension hold a non-finite element."""
     stats: ValueStats
+    """Counts and finite-value statistics of the tensor."""
 
 
 MAX_ROWS = 16
@@ -77,6 +80,8 @@ class InvestigationReport(Report, ScanFields, OriginFields):
     )
     payload_properties = ("op", "is_certain")
     status: InvestigationStatus
+    """``found``, ``nonfinite_input``, ``not_reproduced`` or ``incomplete`` (see
+    ``InvestigationStatus``)."""
     phase: Phase | None
     """``forward`` (an op of the forward or of the loss) or ``backward`` (a grad_fn fire)."""
     loss_source: LossSource | None
@@ -84,6 +89,8 @@ class InvestigationReport(Report, ScanFields, OriginFields):
     loss: float | None
     """The replayed loss value (None when the forward raised before it)."""
     rng: RngSource
+    """``kept``: the replay ran under the ``rng_state`` passed in; ``current``: under the current
+    RNG state."""
     nonfinite_inputs: tuple[InputFault, ...] = ()
     """Tensors of the batch that already held a NaN, or an Inf that matters."""
     likely_reasons: tuple[str, ...] = ()

@@ -33,27 +33,39 @@ class LineageNode:
     """One op in a lineage walk."""
 
     label: str
+    """Trace label of the op (e.g. ``linear_2``)."""
     index: int
     """Position of the op in execution order."""
     func: str
+    """The torch function the op called."""
     module: str
+    """Innermost module address (``""`` is the root module)."""
     relation: Relation
+    """``root``, ``ancestor`` or ``descendant`` of the walk's root."""
     depth: int
     """Edges from the root (0 for the root itself)."""
     file: str | None
+    """Path of the file holding the op's own source line."""
     line: int | None
+    """Line number of that source line."""
     code: str | None
+    """Text of the op's own source line."""
     shape: tuple[int, ...] | None
+    """Shape of the op's output (None when not a tensor)."""
     dtype: str | None
+    """Dtype of the op's output (None when not a tensor)."""
     finiteness: Finiteness
+    """``finite``, ``nonfinite`` or ``unknown`` (the value was neither saved nor checked live)."""
     checked_by: CheckedBy | None
     """None when finiteness is ``unknown`` (value not saved, not checked live)."""
     parents: tuple[str, ...]
     """Every parent label in the trace (not only those in this report)."""
     children: tuple[str, ...]
+    """Every child label in the trace (not only those in this report)."""
     is_frontier: bool
     """It has neighbours in the walk's direction that this report does not include."""
     stats: ValueStats | None = None
+    """Value statistics of the output, when its value was checked."""
 
     def where(self) -> Where:
         return Where(
@@ -72,9 +84,13 @@ class LineageReport(Report):
     status: LineageStatus
     """``found``: a non-finite value is among the nodes; ``partial``: some were not checked."""
     root: str
+    """Label of the op the walk started from."""
     direction: Direction
+    """``ancestors``, ``descendants`` or ``both``."""
     max_depth: int | None
+    """The depth limit of the walk in edges from the root (None: unlimited)."""
     nodes: tuple[LineageNode, ...] = field(metadata=payload_head(MAX_PAYLOAD_NODES))
+    """The walked ops, root first, then ring by ring."""
     message: str
     """One sentence: how many ancestors/descendants within which depth."""
     highlight: str | None = None

@@ -41,12 +41,17 @@ class ValueStats:
     """Counts and finite-value statistics of one tensor (several outputs: all of them)."""
 
     numel: int
+    """Number of elements examined."""
     nan_count: int
+    """Elements that are NaN."""
     posinf_count: int
+    """Elements that are +inf."""
     neginf_count: int
+    """Elements that are -inf."""
     finite_min: float | None
     """Smallest finite element (None when no element is finite)."""
     finite_max: float | None
+    """Largest finite element (None when no element is finite)."""
     finite_mean: float | None
     """Mean over the finite elements only."""
 
@@ -91,13 +96,17 @@ class FirstBadThing:
     phase: Phase
     """``forward``: an op output; ``backward``: a gradient a grad_fn fire sent on."""
     kind: NonfiniteKind
+    """``nan``, ``inf``, ``-inf`` or ``mixed`` (several kinds in one value)."""
     op: str | None
     """Trace label of the forward op (for backward: the op the grad_fn differentiates)."""
     func: str | None
+    """The torch function the op called (e.g. ``log``)."""
     module: str | None
     """Innermost module address (``""`` is the root module)."""
     file: str | None
+    """Path of the file holding the op's own source line."""
     line: int | None
+    """Line number of that source line in ``file``."""
     code: str | None
     """Text of the op's own source line."""
     is_proven: bool
@@ -132,7 +141,11 @@ class ScanFields:
     found: bool
     """A non-finite value that matters was seen."""
     kind: NonfiniteKind | None
+    """Kind of the first non-finite value (``nan``, ``inf``, ``-inf``, ``mixed``); None when none
+    was found."""
     first_bad_thing: FirstBadThing | None
+    """The first non-finite value the scan found, with its op, module and source line (None when
+    clean)."""
     mode: Literal["live", "saved"]
     """``live``: values checked while the forward ran; ``saved``: a trace's saved payloads."""
     num_ops: int
@@ -144,6 +157,8 @@ class ScanFields:
     num_exact: int
     """Integer and bool outputs: finite by dtype, no check needed."""
     coverage: Coverage
+    """``full``, ``partial`` or ``none``: how much of the forward's floating-point values could be
+    checked."""
     uncertainty_zone: tuple[str, ...] = ()
     """Unchecked ops any of which, instead of ``first_bad_thing.op``, may be the origin."""
     lineage_nodes: tuple[LineageNode, ...] = ()
@@ -204,6 +219,7 @@ class NonfiniteScanReport(Report, ScanFields):
     status_tones = SCAN_TONES
     payload_properties = ("op", "is_certain")
     status: ScanStatus
+    """The verdict: ``found``, ``clean``, ``partial`` or ``unchecked`` (see ``ScanStatus``)."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -239,13 +255,18 @@ class TransitionRow:
     """One grad_fn fire of a backward pass and how it changed finiteness."""
 
     order: int
+    """Position of the fire in the measured fire order of the backward pass (from 1)."""
     node: str
+    """grad_fn class name of the fire, e.g. ``SqrtBackward0``."""
     transition: Transition
+    """How the fire changed finiteness: ``clean``, ``birth``, ``propagated``, ``healed``,
+    ``root_seed`` or ``unchecked``."""
     ops: tuple[str, ...]
     """Forward ops the node differentiates (empty for internal nodes such as AccumulateGrad)."""
     incoming: Literal["finite", "nonfinite", "unknown", "none"]
     """Finiteness of the gradients flowing in (``none``: no incoming tensor)."""
     outgoing: Literal["finite", "nonfinite", "unknown", "none"]
+    """Finiteness of the gradients it sent on (``none``: no outgoing tensor)."""
     kind: NonfiniteKind | None
     """Kind of the outgoing non-finite values, when there are any."""
 
@@ -261,10 +282,13 @@ class BackwardNanReport(Report):
     status_tones = SCAN_TONES
     payload_properties = ("birth_order",)
     status: ScanStatus
+    """The verdict on the backward pass, in the vocabulary of the forward scans."""
     bwd: int
     """Index of the backward pass in ``trace.backward_passes``."""
     found: bool
+    """True when a non-finite gradient was found."""
     kind: NonfiniteKind | None
+    """Kind of the first bad gradient (None when clean)."""
     first_bad_thing: FirstBadThing | None
     """The earliest provable birth (or a non-finite root seed), joined to its forward op."""
     transitions: tuple[TransitionRow, ...] = dataclasses.field(metadata=PAYLOAD_EXCLUDED)
@@ -272,6 +296,7 @@ class BackwardNanReport(Report):
     counts: Mapping[str, int] = dataclasses.field(default_factory=frozen_mapping)
     """Transition -> number of fires (every transition present, zeros included)."""
     coverage: Coverage = "full"
+    """``full``, ``partial`` or ``none``: how much of the backward's gradients could be read."""
     grad_scale: float | None = None
     """The loss scale the caller disclosed (``scaler.get_scale()``), if any."""
     amp_hint: str = ""

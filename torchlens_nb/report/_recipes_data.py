@@ -72,15 +72,21 @@ class TensorStats:
     """Moments and counts of one tensor (NaN where undefined, e.g. the std of one element)."""
 
     numel: int
+    """Number of elements."""
     mean: float
     """Mean of the finite elements."""
     std: float
     """Sample standard deviation (Bessel-corrected, like ``Tensor.std``) of the finite elements."""
     min: float
+    """Smallest finite element."""
     max: float
+    """Largest finite element."""
     abs_max: float
+    """Largest finite magnitude."""
     nan_count: int
+    """Elements that are NaN."""
     inf_count: int
+    """Elements that are +inf or -inf."""
     zero_fraction: float
     """Share of elements exactly equal to zero."""
 
@@ -90,7 +96,9 @@ class Histogram:
     """Counts of the finite elements in equal-width bins between ``edges[0]`` and ``edges[-1]``."""
 
     edges: tuple[float, ...]
+    """Bin edges, one more than ``counts``."""
     counts: tuple[int, ...]
+    """Finite elements per bin."""
 
 
 def chart(
@@ -146,6 +154,7 @@ class FieldSummary:
     name: str
     """Dict key, or the position in a tuple batch (``"0"``, ``"1"``)."""
     role: FieldRole
+    """``input`` or ``target``."""
     type_name: str
     """The field's Python type: ``Tensor``, an array type converted and analysed (``ndarray``),
     or the type of a field that was not analysed (its ``stats`` is None, and the report lists
@@ -153,11 +162,13 @@ class FieldSummary:
     shape: tuple[int, ...] | None
     """Shape in the first batch (None for a non-tensor field)."""
     dtype: str | None
+    """The field's dtype (None for a non-tensor field)."""
     stats: TensorStats | None
     """Statistics over every element of every sampled batch (None for a non-tensor field)."""
     distinct: int | None
     """Number of distinct values of an integer or bool field (None otherwise)."""
     histogram: Histogram | None
+    """Value histogram of the field (None for a non-tensor field)."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -166,6 +177,7 @@ class DataSanityReport(RecipeReport):
 
     report_type = "data_sanity"
     fields: tuple[FieldSummary, ...] = ()
+    """One summary per field of the batch (dict key or tuple position)."""
     num_batches: int = 1
     """How many batches the statistics cover."""
 
@@ -185,8 +197,11 @@ class ClassCount:
     """How often one class occurs."""
 
     label: int
+    """The class index."""
     count: int
+    """How many times it occurs."""
     fraction: float
+    """Its share of ``total`` (0..1)."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -198,10 +213,13 @@ class ClassBalanceReport(RecipeReport):
     counts: tuple[ClassCount, ...] = ()
     """Every class, most frequent first (classes of ``num_classes`` never seen count 0)."""
     total: int = 0
+    """Labels counted (positives, for multi-label targets)."""
     ratio: float = 1.0
     """Majority count over minority count (inf when a class of ``num_classes`` never occurs)."""
     warn_ratio: float = 10.0
+    """A majority:minority ratio above it warns (10:1)."""
     critical_ratio: float = 100.0
+    """A ratio above it fails (100:1)."""
     is_multilabel: bool = False
     """True when counts are per-class positives of 2-D 0/1 targets."""
 
@@ -249,18 +267,24 @@ class InitLossReport(RecipeReport):
     report_type = "init_loss"
     payload_properties = ("charts",)
     loss: float
+    """The loss of the untrained model on the batch."""
     expected: float | None
     """The loss of uninformed predictions (None for an unknown loss family)."""
     basis: str
     """How ``expected`` was derived, e.g. ``"ln(10): uniform over 10 classes"``."""
     loss_kind: LossKind
+    """The loss family it was read as (``cross_entropy``, ``nll``, ``bce``, ``bce_logits``, ``mse``,
+    ``l1`` or ``unknown``)."""
     ratio: float | None
     """``loss / expected``."""
     band: tuple[float, float] | None
     """The tolerated range ``(expected / factor, expected * factor)``."""
     num_classes: int | None
+    """Number of classes the expected value assumes (None when not a classification loss)."""
     output_shape: tuple[int, ...]
+    """Shape of the model's output."""
     target_shape: tuple[int, ...]
+    """Shape of the batch's target."""
 
     def figure(self) -> go.Figure:
         """The observed loss beside the expected value and its tolerated band."""
@@ -304,14 +328,17 @@ class RandomInputReport(RecipeReport):
     report_type = "random_input_test"
     payload_properties = ("charts",)
     real_loss: float
+    """The loss on the real inputs."""
     noise_loss: float
     """Mean over the noise trials."""
     noise_losses: tuple[float, ...]
+    """The loss of each noise trial."""
     relative_gap: float
     """``(noise_loss - real_loss) / max(|real_loss|, |noise_loss|)``: > 0 when real data helps."""
     chance_loss: float | None
     """The loss of uninformed predictions (init_loss's expected value), None if unknown."""
     loss_kind: LossKind
+    """The loss family it was read as (see ``InitLossReport.loss_kind``)."""
     output_change: float
     """Largest absolute change of any model output when the input is replaced by noise."""
     is_input_constant: bool
@@ -348,10 +375,13 @@ class ConfidentError:
     """One wrong prediction, ranked by the model's confidence in it."""
 
     rank: int
+    """1 for the most confident mistake, then in decreasing confidence."""
     index: int
     """Position of the example in iteration order over the loader (0-based)."""
     predicted: int
+    """The class the model predicted."""
     target: int
+    """The true class."""
     confidence: float
     """Probability of the predicted class."""
     target_prob: float
@@ -368,8 +398,11 @@ class ConfidentErrorsReport(RecipeReport):
         "accuracy",
     )
     errors: tuple[ConfidentError, ...]
+    """The most confident mistakes, most confident first."""
     num_examples: int
+    """Examples the model was run on."""
     num_errors: int
+    """How many of them it got wrong."""
 
     @property
     def accuracy(self) -> float:

@@ -29,6 +29,7 @@ class Leak:
     """One output index that depends on input indices it must not see."""
 
     output_index: int
+    """The output index (along the checked dimension)."""
     input_indices: tuple[int, ...]
     """The forbidden input indices with a non-zero gradient, ascending."""
     max_grad: float
@@ -41,6 +42,7 @@ class DependencyReport(RecipeReport):
 
     report_type = "dependency"
     check: DependencyCheck
+    """``batch_independence`` or ``causal_dependency`` (see ``DependencyCheck``)."""
     size: int
     """Number of indices along the checked dimension (batch size or sequence length)."""
     dim: int
@@ -50,6 +52,7 @@ class DependencyReport(RecipeReport):
     matrix: tuple[tuple[float, ...], ...] | None
     """``matrix[i][j]``: max |d output_i / d input_j|; None above ``MATRIX_MAX`` indices."""
     leaks: tuple[Leak, ...]
+    """Every output index that reads input indices it must not see."""
     blind: tuple[int, ...]
     """Output indices with zero gradient on their own input index."""
     rtol: float
@@ -104,7 +107,9 @@ class StageResult:
     """What the dye did at one pipeline stage (outputs compared with the undyed run)."""
 
     name: str
+    """The stage's name (its step name in the pipeline)."""
     index: int
+    """Position of the stage in the pipeline (from 0)."""
     rows_out: int | None
     """Rows of the stage's X output on the undyed data."""
     past_rows: int | None
@@ -130,11 +135,15 @@ class LeakageReport(RecipeReport):
 
     report_type = "leakage_poison"
     verdict: LeakageVerdict
+    """``leak``, ``suspect``, ``clean`` or ``inconclusive`` (see ``LeakageVerdict``)."""
     stages: tuple[StageResult, ...]
+    """What the dye did at each pipeline stage, in order."""
     cutoff: int
     """Rows ``[cutoff:]`` of X and y were poisoned; rows ``[:cutoff]`` must stay untouched."""
     num_rows: int
+    """Rows of X."""
     sentinel: float
+    """The magnitude of the +/- sentinel written into the forbidden rows."""
 
 
 # ----- prime_dims ------------------------------------------------------------------------------
@@ -147,7 +156,9 @@ class ShapeBreak:
     file: str | None
     """The user's source frame closest to the failure."""
     line: int | None
+    """Line number in ``file``."""
     code: str | None
+    """Text of that line."""
     after_op: str | None
     """Label of the last op recorded before the failure."""
     module: str | None
@@ -160,13 +171,21 @@ class BroadcastSite:
     different axes of the same size were broadcast against each other (an outer product)."""
 
     op: str
+    """Trace label of the elementwise op."""
     func: str
+    """The torch function the op called."""
     module: str
+    """Innermost module address (``""`` is the root module)."""
     file: str | None
+    """Path of the file holding the op's own source line."""
     line: int | None
+    """Line number of that source line."""
     code: str | None
+    """Text of that source line."""
     input_shapes: tuple[tuple[int, ...], ...]
+    """Shapes of the op's tensor inputs in the prime-sized run."""
     output_shape: tuple[int, ...]
+    """Shape of its output in the prime-sized run."""
     dims: tuple[str, ...]
     """The free dimensions that were crossed (e.g. ``("batch",)`` for ``(7, 1) + (7,)``)."""
 
@@ -177,12 +196,17 @@ class PrimeDimsReport(RecipeReport):
 
     report_type = "prime_dims"
     baseline_sizes: tuple[tuple[str, int], ...] = field(metadata=payload_as("baseline_size_map"))
+    """Dimension name and size of the ordinary run."""
     prime_sizes: tuple[tuple[str, int], ...] = field(metadata=payload_as("prime_size_map"))
+    """Dimension name and distinct prime size of the probe run."""
     is_baseline_ok: bool
+    """True when the ordinary run completed."""
     is_prime_ok: bool
+    """True when the prime-sized run completed."""
     broke: ShapeBreak | None
     """Where the prime-sized run raised (None when it ran)."""
     broadcasts: tuple[BroadcastSite, ...]
+    """Elementwise ops that crossed two different free dimensions (silent broadcasts)."""
     output_dims: tuple[str, ...]
     """The prime run's output shape with each free size replaced by its name (``"batch"``)."""
 

@@ -34,9 +34,12 @@ class OverfitReport(RecipeReport):
         "steps_run",
     )
     verdict: OverfitVerdict
+    """``memorised``, ``decreasing``, ``stuck``, ``diverged`` or ``running`` (see
+    ``OverfitVerdict``)."""
     steps: int
     """Steps requested."""
     lr: float
+    """Learning rate of the copy's optimizer."""
     losses: tuple[float, ...]
     """Loss before each step's update, one per step run."""
     grad_norms: tuple[float, ...]
@@ -44,6 +47,7 @@ class OverfitReport(RecipeReport):
     target_loss: float
     """The loss counted as "about zero": ``initial loss * zero_fraction``."""
     elapsed_s: float
+    """Wall time of the run, in seconds."""
 
     @property
     def steps_run(self) -> int:
@@ -95,16 +99,26 @@ class ParamGrad:
     """The gradient one parameter received from one backward of the loss."""
 
     name: str
+    """The parameter's name in ``model.named_parameters()``."""
     module: str
+    """Address of the module that owns it."""
     shape: tuple[int, ...]
+    """The parameter's shape."""
     verdict: ParamGradVerdict
+    """``ok``, ``disconnected`` (no gradient), ``frozen``, ``zero``, ``vanishing``, ``exploding`` or
+    ``nonfinite``."""
     norm: float | None
+    """Total L2 norm of the gradient (None when there is none)."""
     rms: float | None
     """``norm / sqrt(numel)``: comparable across layers of different sizes."""
     mean: float | None
+    """Mean of the gradient's elements (None when there is none)."""
     std: float | None
+    """Standard deviation of the gradient's elements (None when there is none)."""
     max_abs: float | None
+    """Largest absolute element of the gradient (None when there is none)."""
     zero_fraction: float | None
+    """Fraction of the gradient's elements that are exactly 0 (None when there is none)."""
 
 
 @dataclass(frozen=True)
@@ -112,9 +126,13 @@ class FrontierOp:
     """A grad_health frontier op: flagged, while no consumer of its output shares the flag."""
 
     op: str
+    """Trace label of the frontier op."""
     module: str
+    """Innermost module address (``""`` is the root module)."""
     verdict: str
+    """Its grad_health verdict (``zero``, ``vanishing`` or ``exploding``)."""
     grad_norm: float | None
+    """Total norm of the gradient at its output (None when not recorded)."""
     params: tuple[str, ...]
     """Parameters the op reads (where the flagged cone starts)."""
 
@@ -126,10 +144,15 @@ class GradientFlowReport(RecipeReport):
     report_type = "gradient_flow"
     payload_properties = ("charts",)
     loss: float
+    """The loss value of the one backward."""
     params: tuple[ParamGrad, ...]
+    """Every parameter's gradient statistics and verdict."""
     frontier: tuple[FrontierOp, ...]
+    """Where the gradient dies (grad_health's frontier), with the parameters each op reads."""
     vanishing_threshold: float
+    """A nonzero gradient norm below it is ``vanishing``."""
     exploding_threshold: float
+    """A gradient norm above it is ``exploding``."""
     spread_decades: float | None
     """log10(max rms / min rms) over parameters with a finite, non-zero gradient."""
 
@@ -186,11 +209,18 @@ class ParamWeights:
     """Statistics and histogram of one parameter tensor."""
 
     name: str
+    """The parameter's name in ``model.named_parameters()``."""
     shape: tuple[int, ...]
+    """The parameter's shape."""
     dtype: str
+    """The parameter's dtype, e.g. ``float32``."""
     stats: TensorStats
+    """Its element statistics."""
     histogram: Histogram
+    """Its value histogram (the panel's chart)."""
     verdict: WeightVerdict
+    """``ok``, ``nonfinite``, ``all_zero``, ``all_same``, ``huge``, ``collapsed`` or
+    ``unusual_scale``."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -200,9 +230,13 @@ class WeightDistributionReport(RecipeReport):
     report_type = "weight_distribution"
     payload_properties = ("charts",)
     params: tuple[ParamWeights, ...]
+    """Every parameter's statistics, histogram and verdict."""
     huge_abs: float
+    """Above this |w| a weight is ``huge`` (100: standard initialisations stay below about 3)."""
     collapsed_std: float
+    """A matrix whose values differ by less than this has ``collapsed`` (1e-6)."""
     usual_std: tuple[float, float]
+    """Where weight standard deviations usually sit after standard inits (information only)."""
 
     def chart_specs(self) -> list[dict[str, Any]]:
         """Standard deviation per parameter (log scale)."""
@@ -239,11 +273,13 @@ class LayerRatio:
     """log10(||update|| / ||weight||) of one parameter (or param group) per sampled step."""
 
     name: str
+    """Parameter (or param group) name."""
     log10_ratios: tuple[float, ...]
     """One per sampled step (NaN where the ratio was undefined; -inf for a zero update)."""
     median: float
     """Median over the judged steps (the first step is skipped: Adam's is lr-sized)."""
     verdict: RatioVerdict
+    """``ok``, ``too_high``, ``too_low`` or ``unknown`` (see ``RatioVerdict``)."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -253,8 +289,11 @@ class UpdateRatioReport(RecipeReport):
     report_type = "update_ratio"
     payload_properties = ("charts",)
     layers: tuple[LayerRatio, ...]
+    """One entry per parameter (or param group), with its ratios and verdict."""
     target_log10: float
+    """The target log10 ratio (-3: Karpathy's 1e-3)."""
     tolerance_decades: float
+    """How many decades a median may sit from the target before it is flagged."""
     steps: tuple[int, ...]
     """The sampled attempts (x axis)."""
 

@@ -375,7 +375,7 @@ def _forward_lineage(
     exits = (
         Exit(
             "Show forward lineage",
-            f"tl.debug.lineage(trace, {label!r}, direction='both', max_depth=1)",
+            f"report.run_action('lineage', label={label!r})",  # the replay left no trace to name
             action="lineage",
             args={"label": label},
         ),

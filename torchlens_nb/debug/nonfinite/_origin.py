@@ -103,10 +103,16 @@ def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]
             f"whether the value of {label} reaches the output is not known: it flows only "
             "into values that were not checked, or the forward ended before it was consumed."
         )
+    # A live run leaves the user no trace to pass: its next step is the report's own action.
+    call = (
+        f"tl.debug.lineage(trace, {label!r}, direction='both', max_depth=1)"
+        if facts.mode == "saved"
+        else f"report.run_action('lineage', label={label!r})"
+    )
     exits.append(
         Exit(
             "Show lineage",
-            f"tl.debug.lineage(trace, {label!r}, direction='both', max_depth=1)",
+            call,
             action="lineage",
             args={"label": label},
         )
