@@ -30,6 +30,8 @@ from ._tensors import tensors_in
 from ._trace import PartialTrace, Trace
 
 _set_grad_enabled = torch._C._set_grad_enabled
+_DEFAULT_OPTIONS = CaptureOptions()
+"""Shared by every call without ``capture=`` (a frozen record; building one costs ~2 us)."""
 
 
 def call_arguments(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -40,6 +42,8 @@ def call_arguments(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     Raises:
         InputFormError: ``inputs`` is a string or None (tokenize text first).
     """
+    if isinstance(inputs, torch.Tensor):  # the common case first: Mapping is a slow ABC check
+        return (inputs,), {}
     if isinstance(inputs, str):
         raise InputFormError(
             f"inputs is the string {inputs[:40]!r}; tokenize it first and pass the tensors "
@@ -76,7 +80,9 @@ def validate_model(model: Any, what: str = "model") -> nn.Module:
 
 
 def _unwrap_compiled(model: nn.Module) -> nn.Module:
-    original = getattr(model, "_orig_mod", None)
+    # a Module attribute lives in _modules; getattr(model, "_orig_mod", None) on any other model
+    # raised (and caught) an AttributeError, 1-2 us of every call
+    original = model._modules.get("_orig_mod")
     if isinstance(original, nn.Module):
         warnings.warn(
             "the model is torch.compile'd; capturing its eager original under "
@@ -138,7 +144,7 @@ def run_capture(
         pause_gc(undo)
         model = _unwrap_compiled(validate_model(model))
         save = _check_save(save)
-        options = capture if capture is not None else CaptureOptions()
+        options = capture if capture is not None else _DEFAULT_OPTIONS
         if not isinstance(options, CaptureOptions):
             raise CaptureOptionsError(
                 f"capture must be tl.options.CaptureOptions(...), got {type(options).__name__}."
