@@ -20,7 +20,6 @@ instants, no hook, mode or collector state left, each reaching the caller as
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -62,15 +61,6 @@ class Undo:
                 self.error = exc
             return False
         return True
-
-
-def remove_hook(registry: dict[Any, Any], hook: object, *extra: dict[Any, Any]) -> None:
-    """Remove every entry of ``registry`` whose value is ``hook``, and its key from ``extra``
-    (the ``always_called`` / ``with_kwargs`` flag dicts torch keeps beside a hook dict)."""
-    for key in [key for key, value in registry.items() if value is hook]:
-        for flags in extra:  # first: an interrupt here leaves the hook, found again on retry
-            flags.pop(key, None)
-        del registry[key]
 
 
 def pop_mode(mode: object) -> None:

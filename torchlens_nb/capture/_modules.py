@@ -25,9 +25,9 @@ from torch.nn.modules.module import (
     register_module_forward_pre_hook,
 )
 
+from .._hooks import remove_hook
 from ..options import Site
 from ._blind_spots import describe, is_opaque
-from ._installs import remove_hook
 from ._op import HookKind
 from ._recorder import Recorder
 from ._selectors import canonical_address
