@@ -89,6 +89,7 @@ def process_state(model: nn.Module) -> dict[str, Any]:
         "gc enabled": gc.isenabled(),
         "gc freeze count": gc.get_freeze_count(),
         "vmap entry point": getattr(apis, "vmap_impl", None),
+        "compile stance": getattr(sys.modules.get("torch._dynamo.eval_frame"), "_stance", None),
         "capture in this thread": _scope.active_recorder(),
         "captures in the process": _scope.running_captures(),
         "grad enabled": torch.is_grad_enabled(),

@@ -43,7 +43,7 @@ class _ProcessState:
         self.vmap_original: Any = None
         """The ``torch.vmap`` entry point found before (None: not routed)."""
         self.stance: Any = None
-        """The ``set_stance`` object whose exit restores the stance found before (or None)."""
+        """The ``torch.compile`` stance found before the first capture (None: not changed)."""
 
 
 _state = _ProcessState()
@@ -104,10 +104,13 @@ def _acquire(recorder: Recorder) -> None:
         if not _state.holders:
             _state.vmap_original = _route_vmap()
         _state.holders.add(id(recorder))
-        if _state.stance is None and "torch._dynamo" in sys.modules:
+        eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+        if _state.stance is None and eval_frame is not None:
             # only when dynamo is loaded: importing it costs seconds, and without it nothing
-            # is compiled; raises inside a compiled region (then _release undoes the rest)
-            _state.stance = torch.compiler.set_stance("force_eager")
+            # is compiled. The stance found is kept first, so _release restores it however far
+            # set_stance got; raises inside a compiled region (then _release undoes the rest)
+            _state.stance = eval_frame._stance
+            torch.compiler.set_stance("force_eager")
 
 
 def _release(recorder: Recorder) -> None:
@@ -118,8 +121,8 @@ def _release(recorder: Recorder) -> None:
         original, _state.vmap_original = _state.vmap_original, None
         if original is not None:
             sys.modules["torch._functorch.apis"].vmap_impl = original  # type: ignore[attr-defined]
-        if _state.stance is not None:
-            _state.stance.__exit__(None, None, None)  # restores the stance: safe to repeat
+        if _state.stance is not None:  # setting the stance found again is safe to repeat
+            sys.modules["torch._dynamo.eval_frame"]._set_stance(_state.stance)
             _state.stance = None
 
 
