@@ -10,13 +10,14 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "torchlens_nb"
 
 # layer -> the layers of our own code it may import
-BASE = {"errors", "_jsonsafe", "_validate", "_version"}
+BASE = {"errors", "_jsonsafe", "_validate", "_version", "_hooks"}
 """Layer-free modules every layer may import."""
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_jsonsafe": set(),
     "_validate": {"errors"},
     "_version": set(),
+    "_hooks": set(),
     "options": BASE | {"errors"},
     "capture": BASE | {"options"},
     "report": BASE,

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 import torch
+import transformers as hf
 from torch import nn
 from torch.nn.modules import module as torch_module
 
 import torchlens_nb as tl
-from tests.zoo.archs import archs
+from tests.zoo.archs import ENCODER_CONFIG, archs
 from torchlens_nb.options import CaptureOptions
 
 pytestmark = pytest.mark.zoo
@@ -119,3 +120,17 @@ def test_grad_health_runs_and_no_hook_is_left(zoo, name: str) -> None:
     assert rows.attrs["coverage"]["num_not_reached"] < len(rows)
     assert set(report.frontier) <= set(rows.op)
     assert hooks(model) == before == (0, 0, 0, 0, 0)
+
+
+def test_xlm_roberta_after_roberta_names_its_own_source_file() -> None:
+    """transformers generates modeling_xlm_roberta.py from RoBERTa's: byte-identical code in two
+    files, whose code objects compare equal. After a RoBERTa capture, XLM-RoBERTa's ops still
+    name modeling_xlm_roberta.py (75 of 78 named modeling_roberta.py before)."""
+    torch.manual_seed(0)
+    roberta = hf.RobertaModel(hf.RobertaConfig(**ENCODER_CONFIG)).eval()
+    xlm = hf.XLMRobertaModel(hf.XLMRobertaConfig(**ENCODER_CONFIG)).eval()
+    ids = {"input_ids": torch.tensor([[0, 5, 6, 7, 2]])}
+    tl.trace(roberta, ids, save=False)
+    files = [op.file.rsplit("/", 1)[-1] for op in tl.trace(xlm, ids, save=False) if op.file]
+    modeling = [name for name in files if name.startswith("modeling_")]
+    assert modeling and set(modeling) == {"modeling_xlm_roberta.py"}

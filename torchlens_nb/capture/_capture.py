@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 from ..errors import (
@@ -17,13 +19,18 @@ from ..errors import (
 )
 from ..options import CaptureOptions
 from ._blind_spots import blind_spots
-from ._gc_pause import paused_gc
+from ._gc_pause import pause_gc
+from ._installs import Undo
 from ._modules import ModelNames, ModuleTracker
 from ._recorder import Recorder, Tripwire, _StopCapture
-from ._scope import capture_scope
+from ._scope import enter_scope
 from ._selectors import Selector
 from ._tensors import tensors_in
 from ._trace import PartialTrace, Trace
+
+_set_grad_enabled = torch._C._set_grad_enabled
+_DEFAULT_OPTIONS = CaptureOptions()
+"""Shared by every call without ``capture=`` (a frozen record; building one costs ~2 us)."""
 
 
 def call_arguments(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -34,6 +41,8 @@ def call_arguments(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     Raises:
         InputFormError: ``inputs`` is a string or None (tokenize text first).
     """
+    if isinstance(inputs, torch.Tensor):  # the common case first: Mapping is a slow ABC check
+        return (inputs,), {}
     if isinstance(inputs, str):
         raise InputFormError(
             f"inputs is the string {inputs[:40]!r}; tokenize it first and pass the tensors "
@@ -70,7 +79,9 @@ def validate_model(model: Any, what: str = "model") -> nn.Module:
 
 
 def _unwrap_compiled(model: nn.Module) -> nn.Module:
-    original = getattr(model, "_orig_mod", None)
+    # a Module attribute lives in _modules; getattr(model, "_orig_mod", None) on any other model
+    # raised (and caught) an AttributeError, 1-2 us of every call
+    original = model._modules.get("_orig_mod")
     if isinstance(original, nn.Module):
         warn(
             "the model is torch.compile'd; capturing its eager original under "
@@ -117,10 +128,16 @@ def run_capture(
     Returns a ``Trace``, or a ``PartialTrace`` when the tripwire stopped the run (the recorder's
     ``stopped_at`` op is its last op).
     """
-    with paused_gc():  # a with block, not a decorator: no frame between the caller and here
+    # One frame, no context managers: every install registers its undo in `undo` before it
+    # runs, and the finally below finishes the undo whatever instant an interrupt arrives at
+    # (_installs). Warnings from here use stacklevel=4: warn, helper, run_capture, trace.
+    undo = Undo()
+    grad_enabled, is_complete = torch.is_grad_enabled(), False
+    try:
+        pause_gc(undo)
         model = _unwrap_compiled(validate_model(model))
         save = _check_save(save)
-        options = capture if capture is not None else CaptureOptions()
+        options = capture if capture is not None else _DEFAULT_OPTIONS
         if not isinstance(options, CaptureOptions):
             raise CaptureOptionsError(
                 f"capture must be tl.options.CaptureOptions(...), got {type(options).__name__}."
@@ -136,48 +153,84 @@ def run_capture(
             # Inside the try: a tripwire may stop the capture at an input (a NaN fed to the model),
             # and then the forward never runs.
             recorder.record_inputs(args, kwargs)
-            with capture_scope(recorder, tracker), tracker.own_hook_markers(model):
-                output = model(*args, **kwargs)
+            enter_scope(recorder, tracker, undo)
+            output = model(*args, **kwargs)
         except _StopCapture as stop:
             if stop.recorder is not recorder:  # an enclosing capture's stop: not ours to end
                 raise
         except Exception as exc:  # the user's forward raised: keep what was recorded
             error = exc
-        output_layers = tuple(
-            dict.fromkeys(
-                label
-                for label in map(recorder.producer_of, tensors_in(output))
-                if label is not None
-            )
+        recorder.suspended += 1  # the forward is over: nothing below is recorded
+        recorder.paused += 1
+        result = _result(model, recorder, tracker, options, save, output, error)
+        is_complete = True  # no signal check between _result's return and this store
+        return result
+    except KeyboardInterrupt as interrupt:
+        # torch enters `_pop_mode_temporarily` (a generator context manager) around our mode's
+        # __torch_function__ for Python-level functions (F.relu): interrupted inside its
+        # __enter__, it stays suspended in the traceback and pushes the mode back whenever the
+        # traceback is freed. Freeing the finished frames' locals closes it now, before the
+        # undo below pops the mode (the forward's locals are dropped from the traceback).
+        traceback.clear_frames(interrupt.__traceback__)
+        raise
+    finally:
+        while True:  # until everything is undone, then raise the first interrupt seen
+            try:
+                if not is_complete:
+                    # an interrupt inside a hook's `with torch.no_grad():` (a tripwire's, a
+                    # probe's) skips its exit, and torch's grad mode would stay off
+                    _set_grad_enabled(grad_enabled)
+                if undo.run():
+                    break
+            except BaseException as exc:  # one that arrived at run's first line
+                undo.error = undo.error or exc
+        if undo.error is not None:
+            raise undo.error
+
+
+def _result(
+    model: nn.Module,
+    recorder: Recorder,
+    tracker: ModuleTracker,
+    options: CaptureOptions,
+    save: bool | Selector,
+    output: Any,
+    error: BaseException | None,
+) -> Trace:
+    """The trace of a finished forward (a ``PartialTrace`` if it raised or was stopped)."""
+    output_layers = tuple(
+        dict.fromkeys(
+            label for label in map(recorder.producer_of, tensors_in(output)) if label is not None
         )
-        for label in output_layers:
-            recorder.by_label[label].is_output = True
-        common: dict[str, Any] = dict(
-            model_type=type(model).__name__,
-            output=output if options.keep_output else None,
-            output_layers=output_layers,
-            save_all=save is True,
-            options=options,
-            blind_spots=blind_spots(recorder.blind_spots, tracker.opaque_types),
-            by_label=recorder.by_label,
+    )
+    for label in output_layers:
+        recorder.by_label[label].is_output = True
+    common: dict[str, Any] = dict(
+        model_type=type(model).__name__,
+        output=output if options.keep_output else None,
+        output_layers=output_layers,
+        save_all=save is True,
+        options=options,
+        blind_spots=blind_spots(recorder.blind_spots, tracker.opaque_types),
+        by_label=recorder.by_label,
+    )
+    if error is not None or recorder.stopped_at is not None:
+        partial = PartialTrace(
+            recorder.ops,
+            tracker.calls,
+            recorder.grad_fns,
+            exception=error or _StopCapture(None),
+            **common,
         )
-        if error is not None or recorder.stopped_at is not None:
-            partial = PartialTrace(
-                recorder.ops,
-                tracker.calls,
-                recorder.grad_fns,
-                exception=error or _StopCapture(None),
-                **common,
-            )
-            if error is not None:
-                raise ForwardError(
-                    f"the model's forward raised {type(error).__name__}: {error} "
-                    f"(after {len(recorder.ops)} recorded ops; the exception's partial_trace holds "
-                    "them, and tl.debug helpers accept it).",
-                    partial,
-                ) from error
-            return partial
-        return Trace(recorder.ops, tracker.calls, recorder.grad_fns, **common)
+        if error is not None:
+            raise ForwardError(
+                f"the model's forward raised {type(error).__name__}: {error} "
+                f"(after {len(recorder.ops)} recorded ops; the exception's partial_trace holds "
+                "them, and tl.debug helpers accept it).",
+                partial,
+            ) from error
+        return partial
+    return Trace(recorder.ops, tracker.calls, recorder.grad_fns, **common)
 
 
 def trace(

@@ -12,16 +12,20 @@ once the module's own forward hooks have run, so their ops belong to the module 
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-from collections.abc import Iterator
 from threading import get_ident
 from typing import Any, NamedTuple
 
 import torch
+import torch.nn.modules.module as _module_globals
 from torch import nn
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 
+from .._hooks import remove_hook
 from ..options import Site
 from ._blind_spots import describe, is_opaque
 from ._op import HookKind
@@ -63,7 +67,11 @@ class ModelNames:
         """``id`` -> type name of the TorchScript modules (recorded as one op each)."""
         self.compiled: list[str] = []
         """Addresses of the ``torch.compile`` wrappers inside the model."""
+        self.hooked: list[nn.Module] = []
+        """The modules with own forward (pre-)hooks (the tracker marks where theirs end)."""
         for address, module in model.named_modules():
+            if module._forward_pre_hooks or module._forward_hooks:
+                self.hooked.append(module)
             spelled = canonical_address(address)
             if _is_compile_wrapper(module):
                 self.modules[id(module)] = _SKIP
@@ -112,22 +120,50 @@ class ModuleTracker:
         """Depth of an open opaque call -> its tensor inputs and start time."""
         self._special = set(names.opaque)
         """Ids that need more than a push on entry (marked pre-hooks, opaque modules)."""
+        self._marked: list[nn.Module] = []
+        # bound once: the hook registries are searched for these very objects on removal
+        self._enter_hook = self.enter
+        self._exit_hook = self.exit
+        self._pre_marker = self._pre_hooks_done
+        self._post_marker = self._hooks_done
 
-    @contextlib.contextmanager
-    def own_hook_markers(self, model: nn.Module) -> Iterator[None]:
-        """Append a marker after the own forward (pre-)hooks of every module that has some."""
-        with contextlib.ExitStack() as handles:
-            for module in model.modules():
-                if module._forward_pre_hooks:
-                    handles.enter_context(module.register_forward_pre_hook(self._pre_hooks_done))
-                    self._pre_marked.add(id(module))
-                    self._special.add(id(module))
-                if module._forward_hooks:
-                    handles.enter_context(
-                        module.register_forward_hook(self._hooks_done, always_call=True)
-                    )
-                    self._post_marked.add(id(module))
-            yield
+    def install_hooks(self) -> None:
+        """Register the global module hook pair, then a marker after the own forward (pre-)hooks
+        of every module that had some when the capture started (``ModelNames.hooked``).
+
+        ``remove_hooks`` undoes it from any point (registered before this runs, see
+        ``_installs``): it looks the hooks up by identity, so a hook whose handle an interrupt
+        lost is found too.
+        """
+        register_module_forward_pre_hook(self._enter_hook)
+        register_module_forward_hook(self._exit_hook, always_call=True)
+        for module in self.names.hooked:
+            self._marked.append(module)  # first: remove_hooks looks in every marked module
+            if module._forward_pre_hooks:
+                self._pre_marked.add(id(module))
+                self._special.add(id(module))
+                module.register_forward_pre_hook(self._pre_marker)
+            if module._forward_hooks:
+                self._post_marked.add(id(module))
+                module.register_forward_hook(self._post_marker, always_call=True)
+
+    def remove_hooks(self) -> None:
+        """Remove what ``install_hooks`` registered, however far it got (idempotent)."""
+        remove_hook(_module_globals._global_forward_pre_hooks, self._enter_hook)
+        remove_hook(
+            _module_globals._global_forward_hooks,
+            self._exit_hook,
+            _module_globals._global_forward_hooks_always_called,
+            _module_globals._global_forward_hooks_with_kwargs,
+        )
+        for module in self._marked:
+            remove_hook(module._forward_pre_hooks, self._pre_marker)
+            remove_hook(
+                module._forward_hooks,
+                self._post_marker,
+                module._forward_hooks_always_called,
+                module._forward_hooks_with_kwargs,
+            )
 
     # ----- module hooks ---------------------------------------------------------------------
     def enter(self, module: nn.Module, args: tuple[Any, ...]) -> None:

@@ -17,17 +17,15 @@ ops and the inner one never sees the outer's; vmap calls go to the innermost cap
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch import nn
 
+from ._installs import Undo, pop_mode, push_mode
 from ._modules import ModuleTracker
 from ._recorder import Recorder
 from ._tensors import arg_tensors, tensors_in
@@ -40,10 +38,12 @@ class _ProcessState:
     """The globals the captures share while at least one is running (guarded by ``_lock``)."""
 
     def __init__(self) -> None:
-        self.captures = 0
-        self.handles: contextlib.ExitStack | None = None
+        self.holders: set[int] = set()
+        """``id`` of the recorder of every running capture."""
+        self.vmap_original: Any = None
+        """The ``torch.vmap`` entry point found before (None: not routed)."""
         self.stance: Any = None
-        """The ``set_stance`` object whose exit restores the stance found before (or None)."""
+        """The ``torch.compile`` stance found before the first capture (None: not changed)."""
 
 
 _state = _ProcessState()
@@ -62,92 +62,80 @@ def active_recorder() -> Recorder | None:
     return stack[-1] if stack else None
 
 
-@contextlib.contextmanager
-def capture_scope(recorder: Recorder, tracker: ModuleTracker) -> Iterator[None]:
+def enter_scope(recorder: Recorder, tracker: ModuleTracker, undo: Undo) -> None:
     """Make ``recorder`` this thread's active capture and its mode the innermost one.
 
     The tracker's module hooks are registered for this capture only (their first check is the
     thread, so a forward in another thread costs them one comparison); an enclosing capture of
-    this thread is suspended and paused until this one ends.
+    this thread is suspended and paused until this one ends. Each step's undo goes to ``undo``
+    before the step runs (``_installs``): ``undo.run()`` ends the scope, whatever instant an
+    interrupt stopped the steps at.
     """
-    _acquire()
+    undo.add(functools.partial(_release, recorder))
+    _acquire(recorder)
     stack = _thread_stack()
     outer = stack[-1] if stack else None
-    try:
+    undo.add(functools.partial(_leave_thread, stack, recorder, outer))
+    if outer is not None:  # no signal check between these stores and the append's return
+        outer.suspended += 1
+        outer.paused += 1
+    stack.append(recorder)
+    undo.add(tracker.remove_hooks)
+    tracker.install_hooks()
+    undo.add(functools.partial(pop_mode, recorder))
+    push_mode(recorder)
+
+
+def _leave_thread(stack: list[Recorder], recorder: Recorder, outer: Recorder | None) -> None:
+    if recorder in stack:
         if outer is not None:
-            outer.suspended += 1
-            outer.paused += 1
-        stack.append(recorder)
-        try:
-            with contextlib.ExitStack() as hooks:
-                hooks.enter_context(
-                    nn.modules.module.register_module_forward_pre_hook(tracker.enter)
-                )
-                hooks.enter_context(
-                    nn.modules.module.register_module_forward_hook(tracker.exit, always_call=True)
-                )
-                with recorder:
-                    yield
-        finally:
-            stack.pop()
-            if outer is not None:
-                outer.suspended -= 1
-                outer.paused -= 1
-    finally:
-        _release()
+            outer.suspended -= 1
+            outer.paused -= 1
+        stack.remove(recorder)
 
 
-def _acquire() -> None:
+def running_captures() -> int:
+    """How many captures are running in the process (all threads)."""
+    return len(_state.holders)
+
+
+def _acquire(recorder: Recorder) -> None:
     with _lock:
-        if _state.captures == 0:
-            handles = contextlib.ExitStack()
-            handles.enter_context(_vmap_recorded())
-            _state.handles = handles
-        _state.captures += 1
-        try:
-            if _state.stance is None and "torch._dynamo" in sys.modules:
-                # only when dynamo is loaded: importing it costs seconds, and without it
-                # nothing is compiled
-                _state.stance = torch.compiler.set_stance("force_eager")
-        except BaseException:  # e.g. a capture started inside a compiled region
-            _release_locked()
-            raise
+        if not _state.holders:
+            _state.vmap_original = _route_vmap()
+        _state.holders.add(id(recorder))
+        eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+        if _state.stance is None and eval_frame is not None:
+            # only when dynamo is loaded: importing it costs seconds, and without it nothing
+            # is compiled. The stance found is kept first, so _release restores it however far
+            # set_stance got; raises inside a compiled region (then _release undoes the rest)
+            _state.stance = eval_frame._stance
+            torch.compiler.set_stance("force_eager")
 
 
-def _release() -> None:
+def _release(recorder: Recorder) -> None:
     with _lock:
-        _release_locked()
+        _state.holders.discard(id(recorder))
+        if _state.holders:
+            return
+        original, _state.vmap_original = _state.vmap_original, None
+        if original is not None:
+            sys.modules["torch._functorch.apis"].vmap_impl = original  # type: ignore[attr-defined]
+        if _state.stance is not None:  # setting the stance found again is safe to repeat
+            sys.modules["torch._dynamo.eval_frame"]._set_stance(_state.stance)
+            _state.stance = None
 
 
-def _release_locked() -> None:
-    _state.captures -= 1
-    if _state.captures:
-        return
-    handles, _state.handles = _state.handles, None
-    stance, _state.stance = _state.stance, None
-    try:
-        if handles is not None:
-            handles.close()
-    finally:
-        if stance is not None:
-            stance.__exit__(None, None, None)
-
-
-@contextlib.contextmanager
-def _vmap_recorded() -> Iterator[None]:
+def _route_vmap() -> Any:
     """Route ``torch.vmap`` calls through ``_record_vmap`` (``torch.vmap``, ``torch.func.vmap``
     and earlier ``from torch import vmap`` aliases all call ``torch._functorch.apis.vmap_impl``
-    at call time). If this torch has no such entry point, vmap calls are not intercepted."""
+    at call time); returns the original entry point, or None if this torch has none (then
+    vmap calls are not intercepted)."""
     apis = sys.modules.get("torch._functorch.apis")
     original = getattr(apis, "vmap_impl", None)
-    if original is None:
-        yield
-        return
-    apis.vmap_impl = functools.partial(_record_vmap, original)  # type: ignore[union-attr]
-    try:
-        yield
-    finally:
-        apis.vmap_impl = original  # type: ignore[union-attr]
+    if original is not None:
+        apis.vmap_impl = functools.partial(_record_vmap, original)  # type: ignore[union-attr]
+    return original
 
 
 def _record_vmap(original: Any, func: Any, *args: Any, **kwargs: Any) -> Any:

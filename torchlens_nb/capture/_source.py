@@ -2,7 +2,12 @@
 
 The internal/external verdict is cached per code object for the whole process (the roots never
 change), so the walk costs one dict lookup per frame: one frame for a call written in a user
-forward, about five for a call inside ``nn.Linear.forward`` reached from one.
+forward, about five for a call inside ``nn.Linear.forward`` reached from one. The cache is keyed
+by the code object's identity, not by the code object: code objects compare equal across files
+(their ``__eq__`` ignores ``co_filename``), so byte-identical functions in two files, such as
+transformers' modular copies ``modeling_roberta.py`` / ``modeling_xlm_roberta.py``, got the
+first file's name (``tests/capture/test_source_lines.py``). Each entry holds its code object, so
+an id is never reused while it is cached.
 """
 
 from __future__ import annotations
@@ -22,21 +27,19 @@ MAX_CACHED_CODES = 100_000
 """The verdict cache is emptied past this many code objects (a notebook that redefines its
 functions creates new code objects each time; the cache must not grow without bound)."""
 
-_INTERNAL = ("", "")
-"""Cache value of an internal code object (an external one maps to ``(file, function)``)."""
-
-_codes: dict[CodeType, tuple[str, str]] = {}
+_codes: dict[int, tuple[CodeType, str | None, str]] = {}
+"""``id(code)`` -> (the code object, its file or None when it is internal, its function)."""
 
 Location = tuple[str | None, int | None, str | None]
 NO_LOCATION: Location = (None, None, None)
 
 
-def _classify(code: CodeType) -> tuple[str, str]:
+def _classify(code: CodeType) -> tuple[CodeType, str | None, str]:
     if len(_codes) >= MAX_CACHED_CODES:
         _codes.clear()
-    internal = code.co_filename.startswith(_INTERNAL_ROOTS)
-    verdict = _codes[code] = _INTERNAL if internal else (code.co_filename, code.co_name)
-    return verdict
+    file = None if code.co_filename.startswith(_INTERNAL_ROOTS) else code.co_filename
+    entry = _codes[id(code)] = (code, file, code.co_name)
+    return entry
 
 
 def locate(frame: FrameType | None) -> Location:
@@ -45,8 +48,8 @@ def locate(frame: FrameType | None) -> Location:
     codes = _codes
     while frame is not None:
         code = frame.f_code
-        verdict = codes.get(code) or _classify(code)
-        if verdict is not _INTERNAL:
-            return verdict[0], frame.f_lineno, verdict[1]
+        entry = codes.get(id(code)) or _classify(code)
+        if entry[1] is not None:
+            return entry[1], frame.f_lineno, entry[2]
         frame = frame.f_back
     return NO_LOCATION

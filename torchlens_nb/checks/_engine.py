@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from .._hooks import remove_hook
 from ..report import Finding
 from ..report._checks import ScaleProvenance, SkipCause, Stage
 from ._check import Check
@@ -183,8 +184,12 @@ class Engine:
         """Install S-A on every roster parameter and S-B / S-C on the optimizer; every handle
         goes to ``stack``."""
         self._sites.install(stack)
-        stack.callback(self._optimizer.register_step_pre_hook(self._on_step_pre).remove)
-        stack.callback(self._optimizer.register_step_post_hook(self._on_step_post).remove)
+        optimizer, pre, post = self._optimizer, self._on_step_pre, self._on_step_post
+        # each removal before its hook: an interrupt in between leaves nothing (_hooks)
+        stack.callback(remove_hook, optimizer._optimizer_step_pre_hooks, pre)
+        optimizer.register_step_pre_hook(pre)
+        stack.callback(remove_hook, optimizer._optimizer_step_post_hooks, post)
+        optimizer.register_step_post_hook(post)
 
     @property
     def is_in_step(self) -> bool:

@@ -20,6 +20,7 @@ closure steps evaluated where their gradients can still be judged.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -76,8 +77,11 @@ class AttachedSessions:
             weakref.WeakKeyDictionary()
         )
 
-    def claim(self, optimizer: torch.optim.Optimizer, owner: str) -> Callable[[], None]:
-        """Mark ``optimizer`` as watched by ``owner``; return the release callback.
+    def claim(
+        self, optimizer: torch.optim.Optimizer, owner: str, stack: contextlib.ExitStack
+    ) -> None:
+        """Mark ``optimizer`` as watched by ``owner`` until ``stack`` closes (the release is
+        registered first, so an interrupt between the two leaves no claim behind).
 
         Raises:
             DiagnosticArgumentError: another attached session watches it.
@@ -89,12 +93,12 @@ class AttachedSessions:
                 f"ChecksSession ({other}); a second session cannot see the evidence the first "
                 "one stops on. Register the checks on that session, or detach it first."
             )
+        stack.callback(self._release, optimizer, owner)
         self._owners[optimizer] = owner
 
-        def release() -> None:
-            self._owners.pop(optimizer, None)
-
-        return release
+    def _release(self, optimizer: torch.optim.Optimizer, owner: str) -> None:
+        if self._owners.get(optimizer) is owner:
+            del self._owners[optimizer]
 
 
 ATTACHED = AttachedSessions()

@@ -404,13 +404,14 @@ class ChecksSession:
         if self._hooks is not None:
             raise DiagnosticArgumentError("this session is already attached.")
         stack = contextlib.ExitStack()
+        self._hooks = stack  # first: an interrupt at any later instant is rolled back below
         try:
-            stack.callback(ATTACHED.claim(self._optimizer, self._subject))
+            ATTACHED.claim(self._optimizer, self._subject, stack)
             self._engine.install(stack)
         except BaseException:
+            self._hooks = None
             stack.close()  # roll back a half-installed set
             raise
-        self._hooks = stack
         return self
 
     def detach(self, exit_reason: str = "completed") -> CheckReport:

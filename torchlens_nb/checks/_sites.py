@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 
+from .._hooks import remove_hook
 from ._norms import DeviceNorms, NormPlan
 from ._params import Roster
 
@@ -183,9 +184,9 @@ class GradSites:
         if not tensor.requires_grad:
             self._unhookable.add(index)
             return
-        handle = tensor.register_post_accumulate_grad_hook(partial(self._on_grad_arrival, index))
-        self._stack.callback(handle.remove)
-        self._handles[index] = handle
+        hook = partial(self._on_grad_arrival, index)
+        self._stack.callback(_unhook, tensor, hook)  # first: an interrupt leaves no hook
+        self._handles[index] = tensor.register_post_accumulate_grad_hook(hook)
 
     @property
     def is_lean(self) -> bool:
@@ -388,3 +389,9 @@ class GradSites:
         self._unhookable = set()
         self._last_fired, self._repeats = None, 0
         self.forget()
+
+
+def _unhook(tensor: torch.Tensor, hook: object) -> None:
+    hooks = tensor._post_accumulate_grad_hooks
+    if hooks:
+        remove_hook(hooks, hook)

@@ -88,9 +88,8 @@ def preserved_model_state(model: nn.Module) -> Iterator[None]:
         with preserved_rng_state():
             yield
     finally:
-        with torch.no_grad():
-            for buffer, value in saved:
-                buffer.copy_(value)
+        for buffer, value in saved:  # through a detached alias: no `with torch.no_grad()`,
+            buffer.detach().copy_(value)  # whose __enter__ an interrupt can leave grad off
 
 
 def seed_all(seed: int) -> None:

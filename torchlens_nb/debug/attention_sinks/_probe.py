@@ -42,6 +42,7 @@ import torch
 
 from ..._validate import check_number
 from ...capture import Selector, func
+from ...capture._installs import pop_mode
 from ...errors import DiagnosticArgumentError
 from ...options import HookPlan, Site
 from ...report._attention_sinks import (
@@ -222,15 +223,20 @@ class SinkProbe:
             )
         self._is_entered = True
         if self.fused_attention == "recompute":
-            self._mode = FusedAttentionMode(self._on_fused_call)
-            self._mode.__enter__()
+            mode = self._mode = FusedAttentionMode(self._on_fused_call)
+            try:
+                mode.__enter__()
+            except BaseException:  # an interrupt after the push: the with block never starts
+                self._mode, self._is_entered = None, False
+                pop_mode(mode)
+                raise
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         mode, self._mode, self._is_entered = self._mode, None, False
         self._claim_nothing()
         if mode is not None:
-            mode.__exit__(*exc_info)
+            pop_mode(mode)  # only if it is still ours on top (never "pop from empty stack")
 
     def _on_fused_call(self, call: FusedCall) -> None:
         self._claim_nothing()

@@ -1,0 +1,70 @@
+"""Installs that an interrupt cannot leave half done: each undo is registered before its install.
+
+A Ctrl-C raises ``KeyboardInterrupt`` at the next point where CPython runs signal handlers (a
+Python function's entry, a loop's back edge, the return of a C call), so it can land between
+any two steps of an install (after ``register_module_forward_hook`` stored the hook, before the
+handle reached an ``ExitStack``) or of a removal (between the two dicts a ``RemovableHandle``
+deletes from). ``contextlib`` context managers do not survive that: an interrupt inside
+``__enter__`` skips ``__exit__``, and one at the entry of ``__exit__`` skips its body.
+
+So every undo here is *state-based and idempotent* (it looks at the registry and removes what is
+there, doing nothing when nothing is), and it is registered in an :class:`Undo` **before** the
+install it undoes runs: whatever instant an interrupt arrives at, the undo is already known and
+finds the install done, half done or not done. ``Undo.run`` retries an undo that was itself
+interrupted; the caller's ``finally`` retries ``run`` until it completes and then raises the
+first interrupt (``tests/faults/test_interrupts.py``: thousands of interrupts at random
+instants, no hook, mode or collector state left, each reaching the caller as
+``KeyboardInterrupt``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+_stack_len = torch._C._len_torch_function_stack
+_stack_at = torch._C._get_function_stack_at
+_stack_pop = torch._C._pop_torch_function_stack
+push_mode = torch._C._push_on_torch_function_stack
+"""What ``TorchFunctionMode.__enter__`` does, without its Python frame (a signal check)."""
+
+
+class Undo:
+    """Undo actions, run last-registered first; each one state-based and idempotent."""
+
+    __slots__ = ("_actions", "error")
+
+    def __init__(self) -> None:
+        self._actions: list[Callable[[], None]] = []
+        self.error: BaseException | None = None
+        """The first exception (an interrupt) that arrived while undoing; the caller raises it
+        once everything is undone."""
+
+    def add(self, action: Callable[[], None]) -> None:
+        """Register ``action``; call this *before* the install that ``action`` undoes."""
+        self._actions.append(action)
+
+    def run(self) -> bool:
+        """Run the pending actions; False when one was interrupted (call again to finish).
+
+        An action is dropped only after it returned, so an interrupted one runs again (it is
+        idempotent). The interrupt is kept in ``error``.
+        """
+        actions = self._actions
+        try:
+            while actions:
+                actions[-1]()
+                actions.pop()
+        except BaseException as exc:
+            if self.error is None:
+                self.error = exc
+            return False
+        return True
+
+
+def pop_mode(mode: object) -> None:
+    """Take ``mode`` off this thread's torch-function mode stack if it is on top of it."""
+    depth = _stack_len()
+    if depth and _stack_at(depth - 1) is mode:
+        _stack_pop()
