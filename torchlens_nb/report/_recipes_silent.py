@@ -18,6 +18,7 @@ class EvalDeterminismReport(RecipeReport):
 
     report_type = "eval_determinism"
     passes: int
+    """Forward passes compared (the ``passes`` argument, >= 2)."""
     max_abs_diff: float
     """Largest elementwise difference between the passes' outputs (0.0: bitwise the same)."""
     first_module: str | None
@@ -30,7 +31,9 @@ class DuplicateSamplesReport(RecipeReport):
 
     report_type = "duplicate_samples"
     batches: int
+    """Batches read from the loader."""
     rows: int
+    """Rows (samples) hashed over those batches."""
     duplicate_rows: int
     """Rows whose bytes equal an earlier row's."""
     duplicate_batches: int
@@ -43,6 +46,7 @@ class AutocastCoverageReport(RecipeReport):
 
     report_type = "autocast_coverage"
     dtype: str
+    """The autocast dtype the forward ran under (``"bfloat16"`` or ``"float16"``)."""
     eligible_ops: int
     """Ops of autocast's lower-precision list seen (matmuls, convolutions, linear)."""
     float32_ops: int
