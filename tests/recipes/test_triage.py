@@ -78,12 +78,11 @@ def test_downstream_findings_name_the_finding_they_follow_from(
         ("overfit_one_batch", "cannot_overfit", "gradient_flow.grad_zero"),
         ("random_input_test", "model_ignores_input", "gradient_flow.grad_zero"),
         ("batch_independence", "no_input_gradient", "gradient_flow.grad_zero"),
-        ("update_ratio", "update_ratio_too_low", "gradient_flow.grad_zero"),
-    ]
+    ]  # update_ratio's low ratios are an info hint: its short run at the user's lr trains
     root = report.root_cause
     assert root is not None and (root.cause, root.severity) == ("dead_layer", "critical")
     assert "Follows from gradient_flow's grad_zero" in report.findings[1].message
-    assert report.lead.startswith("root cause in gradient_flow; 4 findings follow from it: ")
+    assert report.lead.startswith("root cause in gradient_flow; 3 findings follow from it: ")
 
 
 def test_the_double_softmax_is_said_by_name(

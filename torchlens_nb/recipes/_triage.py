@@ -30,6 +30,7 @@ from ._batches import (
     split_batch,
     trainable_copy,
 )
+from ._optimizer_spec import read_optimizer
 from ._triage_checks import (
     CHECKS,
     OVERFIT_LR,
@@ -37,7 +38,6 @@ from ._triage_checks import (
     Skipped,
     TriageRun,
     key_of,
-    resolve_optimizer,
     run_check,
 )
 from ._triage_progress import TriageProgress
@@ -138,7 +138,7 @@ def triage(
     check_int("steps", steps, low=1)
     _check_options(seq_dim, num_classes)
     names = _selected(checks, seq_dim)
-    choice = resolve_optimizer(optimizer, lr)
+    choice = read_optimizer(optimizer, lr, model)
     progress = TriageProgress(live)
     first = first_batch(batch)
     split_batch(first)  # the batch form is checked before anything runs

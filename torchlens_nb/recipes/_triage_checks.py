@@ -8,19 +8,16 @@ number a row shows.
 
 from __future__ import annotations
 
-import inspect
 import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 
-from .._validate import check_number
 from ..capture import iter_tensors
-from ..errors import DiagnosticArgumentError, ForwardError, TorchlensNbError
+from ..errors import ForwardError, TorchlensNbError
 from ..report import Report
 from ..report._recipes_data import (
     DataSanityReport,
@@ -41,8 +38,10 @@ from ._data import data_sanity
 from ._dependency import batch_independence, causal_dependency
 from ._gradients import gradient_flow
 from ._loss import init_loss, random_input_test
+from ._optimizer_spec import OptimizerSpec
 from ._output_vs_loss import output_vs_loss
 from ._overfit import memorise_batch
+from ._step_size import probe_and_judge
 from ._update_ratio import update_ratio
 from ._weights import weight_distribution
 
@@ -82,62 +81,6 @@ class Skipped(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class OptimizerChoice:
-    """The optimizer update_ratio judges: what the recipe receives, and how it is described."""
-
-    optimizer: Callable[..., torch.optim.Optimizer] | None
-    """An optimizer class (trained at ``lr``), a factory, or None (Adam at ``lr``)."""
-    lr: float | None
-    label: str
-    """E.g. ``"Adam lr=0.0003"``."""
-
-
-def resolve_optimizer(optimizer: Any, lr: Any) -> OptimizerChoice | None:
-    """What update_ratio trains with, from ``triage``'s ``optimizer=`` and ``lr=``.
-
-    An optimizer instance gives its class, its defaults and its first group's lr (it is read,
-    never stepped); a class gets ``lr`` or its own default lr; a factory sets its own lr; no
-    optimizer but an ``lr`` means Adam. None when neither is given: the step size is not judged.
-
-    Raises:
-        DiagnosticArgumentError: an ``optimizer`` of another kind, ``lr`` with a factory, a
-            class with no default lr and no ``lr``, or an ``lr`` that is not > 0.
-    """
-    if lr is not None:
-        lr = check_number("lr", lr, low=0, low_open=True)
-    if optimizer is None:
-        return None if lr is None else OptimizerChoice(None, lr, f"Adam lr={lr:g}")
-    if isinstance(optimizer, torch.optim.Optimizer):
-        cls = type(optimizer)
-        defaults = dict(optimizer.defaults)
-        rate = lr if lr is not None else float(optimizer.param_groups[0]["lr"])
-        defaults["lr"] = rate
-        return OptimizerChoice(
-            lambda groups: cls(groups, **defaults), rate, f"{cls.__name__} lr={rate:g}"
-        )
-    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
-        if lr is None:
-            default = inspect.signature(optimizer).parameters.get("lr")
-            if default is None or not isinstance(default.default, (int, float)):
-                raise DiagnosticArgumentError(
-                    f"{optimizer.__name__} has no default lr; pass lr= with it."
-                )
-            lr = float(default.default)
-        return OptimizerChoice(optimizer, lr, f"{optimizer.__name__} lr={lr:g}")
-    if callable(optimizer):
-        if lr is not None:
-            raise DiagnosticArgumentError(
-                "lr= goes with an optimizer class or instance; a factory sets its own lr "
-                "(e.g. lambda groups: torch.optim.SGD(groups, lr=0.1))."
-            )
-        return OptimizerChoice(optimizer, None, f"factory {getattr(optimizer, '__name__', '')}")
-    raise DiagnosticArgumentError(
-        f"optimizer must be your optimizer, its class or a factory groups -> Optimizer, got "
-        f"{type(optimizer).__name__}."
-    )
-
-
 @dataclass
 class TriageRun:
     """What every check reads: copies only (the caller's objects never reach a recipe)."""
@@ -148,7 +91,7 @@ class TriageRun:
     """A clone of the caller's first batch."""
     loss_fn: Any
     steps: int
-    optimizer: OptimizerChoice | None
+    optimizer: OptimizerSpec | None
     seq_dim: int | None
     num_classes: int | None
     loss_kind: LossKind | None
@@ -195,20 +138,23 @@ def _random_input(run: TriageRun) -> Report:
 
 
 def _update_ratio(run: TriageRun) -> Report:
-    choice = run.optimizer
-    if choice is None:
+    spec = run.optimizer
+    if spec is None:
         raise Skipped(
             "no optimizer given: pass optimizer= (yours, its class or a factory) and lr= to "
             "judge your step size"
         )
-    return update_ratio(
+    if spec.unbuildable is not None:
+        raise Skipped(spec.unbuildable)
+    report = update_ratio(
         run.model,
         run.batch,
         run.loss_fn,
         steps=STEP_SIZE_STEPS,
-        lr=choice.lr if choice.lr is not None else 1e-3,  # a factory ignores it
-        optimizer=choice.optimizer,
+        lr=spec.lr if spec.lr is not None else 1e-3,  # the rebuilt optimizer sets its own
+        optimizer=spec.build,
     )
+    return probe_and_judge(run.model, run.batch, run.loss_fn, spec, report)
 
 
 ADAPTERS: dict[str, Callable[[TriageRun], Report]] = {
