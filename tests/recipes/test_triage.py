@@ -104,10 +104,12 @@ def test_one_row_per_check_in_run_order_with_the_key_number(
     assert list(frame.columns) == [
         "check", "status", "lead", "key", "value", "elapsed_s", "root_cause", "reason",
     ]  # fmt: skip
-    init = report.rows[1]
+    init = report.rows[2]
     assert init.key == f"{init.value:.4g} vs 2.303 expected" and init.value > 30  # ln(10) = 2.303
     json.dumps(report.to_dict(), allow_nan=False)
-    assert len(report.card().splitlines()) <= 1 + 5 + 1 + len(report.unavailable) + 4 + 1
+    card = report.card().splitlines()
+    assert len(card) <= 1 + 5 + 1 + len(report.unavailable) + 4 + 1 + len(report.not_checked)
+    assert card[-1].startswith("  not checked by this call: loss masking of padding: ")
 
 
 def test_without_an_optimizer_the_step_size_is_skipped_never_passed() -> None:
@@ -116,8 +118,14 @@ def test_without_an_optimizer_the_step_size_is_skipped_never_passed() -> None:
     row = next(r for r in report.rows if r.check == "update_ratio")
     assert row.status == "skipped" and "pass optimizer=" in (row.reason or "")
     assert report.status == "incomplete"
-    assert report.lead.startswith("8 of 9 checks passed and none failed; not judged: update_ratio")
-    assert [u.check for u in report.unavailable] == ["update_ratio"]
+    assert report.lead == (
+        "8 of 10 checks passed and none failed; not judged: training_setup (inconclusive), "
+        "update_ratio (skipped)."
+    )  # without an optimizer instance its param groups are not read either
+    assert [u.check for u in report.unavailable] == [
+        "update_ratio",
+        "training_setup: optimizer param groups",
+    ]
 
 
 def test_a_batch_of_one_skips_batch_independence_with_the_reason() -> None:
@@ -184,6 +192,7 @@ def test_a_keyboard_interrupt_returns_the_partial_report() -> None:
     report = run_untouched({**args, "loss_fn": InterruptAfter(3 + 20)}, loss_kind="cross_entropy")
     assert report.status == "interrupted"
     assert [(r.check, r.status) for r in report.rows] == [
+        ("training_setup", "pass"),
         ("data_sanity", "pass"),
         ("init_loss", "pass"),
         ("output_vs_loss", "pass"),
@@ -194,11 +203,11 @@ def test_a_keyboard_interrupt_returns_the_partial_report() -> None:
         ("update_ratio", "skipped"),
         ("weight_distribution", "skipped"),
     ]
-    assert report.rows[5].reason == "interrupted while it ran"
+    assert report.rows[6].reason == "interrupted while it ran"
     assert report.lead.startswith(
-        "interrupted during overfit_one_batch: 5 of 9 checks finished; root cause in gradient_flow"
+        "interrupted during overfit_one_batch: 6 of 10 checks finished; root cause in gradient_flow"
     )
-    assert list(report.reports) == [r.check for r in report.rows[:5]]
+    assert list(report.reports) == [r.check for r in report.rows[:6]]
 
 
 def test_outside_a_notebook_a_text_line_shows_the_progress(capsys: pytest.CaptureFixture) -> None:

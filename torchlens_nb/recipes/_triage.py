@@ -31,6 +31,7 @@ from ._batches import (
     trainable_copy,
 )
 from ._optimizer_spec import read_optimizer
+from ._setup import training_setup
 from ._triage_checks import (
     CHECKS,
     OVERFIT_LR,
@@ -85,7 +86,8 @@ def triage(
 ) -> TriageReport:
     """Run the cheap checks of a model that will not train, in order, and name the root cause.
 
-    The order (``CHECKS``): ``data_sanity``, ``init_loss``, ``output_vs_loss`` (outputs already
+    The order (``CHECKS``): ``training_setup`` (the model's modes, the optimizer's roster and
+    param groups, read from what you handed over), ``data_sanity``, ``init_loss``, ``output_vs_loss`` (outputs already
     probabilities fed to a loss that expects logits: double softmax), ``gradient_flow``,
     ``batch_independence`` (and ``causal_dependency`` with ``seq_dim=``),
     ``overfit_one_batch`` (Adam at ``OVERFIT_LR``), ``random_input_test`` (on the copy that
@@ -154,6 +156,7 @@ def triage(
             num_classes,
             loss_kind,
             on_overfit=lambda _: None,
+            setup=training_setup(model, choice) if "training_setup" in names else None,
         )
         runner = _Runner(names, run, progress, type(model).__name__, started)
         return runner.run()
@@ -277,7 +280,8 @@ class _Runner:
             for name, action in report.actions.items()
         }
         exits: tuple[Exit, ...] = ()
-        if root is not None and root.check in self.reports:  # the root check's follow-ups
+        if root is not None and root.check in self.reports and root.cause != "step_size":
+            # the root check's follow-ups (a step-size cause has its remedy: the lr factor)
             exits = tuple(
                 Exit(e.label, e.code, f"{root.check}.{e.action}" if e.action else None, e.args)
                 for e in self.reports[root.check].exits
@@ -300,12 +304,14 @@ class _Runner:
 
 
 def _mark_root(row: TriageRow, root: RootCause | None) -> TriageRow:
+    """The root cause's row, marked, with its badge at the root finding's severity (the chain's
+    worst: a warning whose chain holds a critical finding is shown as fail)."""
     if root is None or row.check != root.check:
         return row
     return TriageRow(
         row.index,
         row.check,
-        row.status,
+        "fail" if root.severity == "critical" else "warn",
         row.lead,
         row.key,
         row.value,

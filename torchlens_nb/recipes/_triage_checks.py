@@ -32,7 +32,7 @@ from ..report._recipes_training import (
     UpdateRatioReport,
     WeightDistributionReport,
 )
-from ..report._triage import OutputLossReport
+from ..report._triage import OutputLossReport, SetupReport
 from ._batches import split_batch
 from ._data import data_sanity
 from ._dependency import batch_independence, causal_dependency
@@ -46,6 +46,7 @@ from ._update_ratio import update_ratio
 from ._weights import weight_distribution
 
 CHECKS: tuple[str, ...] = (
+    "training_setup",
     "data_sanity",
     "init_loss",
     "output_vs_loss",
@@ -57,7 +58,7 @@ CHECKS: tuple[str, ...] = (
     "update_ratio",
     "weight_distribution",
 )
-"""The run order: the data, the loss at init (and the outputs' form against it), whether the
+"""The run order: what the model and optimizer say (modes, roster, param groups), the data, the loss at init (and the outputs' form against it), whether the
 gradient reaches every layer and examples stay independent, memorising one batch, whether the
 memorised model uses its input, the step size, the weights."""
 OVERFIT_LR = 3e-3
@@ -96,6 +97,8 @@ class TriageRun:
     num_classes: int | None
     loss_kind: LossKind | None
     on_overfit: Callable[[OverfitReport], None]
+    setup: SetupReport | None = None
+    """training_setup's report, read from the caller's model and optimizer before the run."""
     trained: nn.Module | None = None
     """The copy overfit_one_batch trained, when it memorised or kept falling (released once
     random_input_test has read it)."""
@@ -157,7 +160,14 @@ def _update_ratio(run: TriageRun) -> Report:
     return probe_and_judge(run.model, run.batch, run.loss_fn, spec, report)
 
 
+def _setup(run: TriageRun) -> Report:
+    if run.setup is None:
+        raise Skipped("the caller's model was not read")
+    return run.setup
+
+
 ADAPTERS: dict[str, Callable[[TriageRun], Report]] = {
+    "training_setup": _setup,
     "data_sanity": lambda run: data_sanity(run.batch, num_classes=run.num_classes),
     "init_loss": lambda run: init_loss(
         run.model, run.batch, run.loss_fn, num_classes=run.num_classes, loss_kind=run.loss_kind
@@ -203,6 +213,8 @@ def key_of(report: Report) -> tuple[str | None, float | None]:
         bad = stats.nan_count + stats.inf_count
         extra = f", {stats.nan_count} NaN, {stats.inf_count} Inf" if bad else ""
         return f"input mean {stats.mean:.3g}, std {stats.std:.3g}{extra}", stats.mean
+    if isinstance(report, SetupReport):
+        return f"{len(report.findings)} setup finding(s)", float(len(report.findings))
     if isinstance(report, InitLossReport):
         if report.expected is None:
             return f"loss {report.loss:.4g}", report.loss

@@ -95,6 +95,25 @@ CAUSES: tuple[Cause, ...] = (
         "every later check reads this batch",
     ),
     Cause(
+        "training_setup",
+        (
+            (
+                "training_setup",
+                _codes(
+                    "model_in_eval",
+                    "frozen_params_in_optimizer",
+                    "trainable_params_not_in_optimizer",
+                    "weight_decay_on_norm",
+                ),
+            ),
+        ),
+        {
+            "update_ratio": _codes("update_ratio_too_low", "lr_too_low"),
+            "weight_distribution": _codes("weights_collapsed"),
+        },
+        "what the model and optimizer were handed decides what can train",
+    ),
+    Cause(
         "nonfinite_weights",
         (("weight_distribution", _codes("param_nonfinite")),),
         {ALL_CHECKS: EVERY},
@@ -245,8 +264,13 @@ CAUSES: tuple[Cause, ...] = (
     ),
     Cause(
         "step_size",
-        (("update_ratio", _codes("update_ratio_too_high", "update_ratio_too_low")),),
-        {},
+        (
+            (
+                "update_ratio",
+                _codes("lr_too_high", "lr_too_low", "update_ratio_too_high", "update_ratio_too_low"),
+            ),
+        ),
+        {"update_ratio": _codes("loss_nonfinite")},
         "one learning rate sets every layer's step",
     ),
     Cause(

@@ -96,7 +96,7 @@ from ._recipes_training import (
     UpdateRatioReport,
     WeightDistributionReport,
 )
-from ._triage import OutputLossReport, RootCause, TriageReport, TriageRow
+from ._triage import OutputLossReport, RootCause, SetupReport, TriageReport, TriageRow
 
 __all__ = [
     "SCHEMA",
@@ -159,6 +159,7 @@ __all__ = [
     "NonfiniteScanReport",
     "OutlierDim",
     "OutputLossReport",
+    "SetupReport",
     "OverfitReport",
     "ParamGrad",
     "ParamHealthReport",
