@@ -1,5 +1,5 @@
-"""tl.recipes.triage: the bug zoo (each bug beside its healthy twin), copies only, skipped checks
-never counted as a pass, progress, and the partial report of an interrupted run."""
+"""tl.recipes.triage: copies only, skipped checks never counted as a pass, progress, the partial
+report of an interrupted run, and bad arguments refused (the bug zoo is tests/recipes/test_zoo.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch import nn
 
 import torchlens_nb as tl
 from tests.recipes.state import assert_untouched, snapshot
-from tests.recipes.zoo import MLP, ZOO, Bug, batch
+from tests.recipes.zoo import MLP, batch
 from torchlens_nb.errors import DiagnosticArgumentError, InputFormError, ModelTypeError
 from torchlens_nb.report import TriageReport
 
@@ -30,86 +30,6 @@ def run_untouched(args: dict[str, Any], **options: Any) -> TriageReport:
     assert optimizer.state_dict() == state
     assert torch.equal(x, data[0]) and torch.equal(y, data[1])
     return report
-
-
-@pytest.fixture(scope="module")
-def zoo_reports() -> dict[tuple[str, bool], TriageReport]:
-    torch.set_num_threads(1)
-    return {
-        (bug.name, broken): run_untouched(bug.call(broken))
-        for bug in ZOO
-        for broken in (True, False)
-    }
-
-
-@pytest.mark.parametrize("bug", ZOO, ids=lambda b: b.name)
-def test_the_bug_is_caught_by_its_check_and_named_first(
-    zoo_reports: dict[tuple[str, bool], TriageReport], bug: Bug
-) -> None:
-    report = zoo_reports[(bug.name, True)]
-    row = next(r for r in report.rows if r.check == bug.catching_check)
-    assert row.status != "pass" and row.is_root_cause
-    assert report.findings[0].fields["check"] == bug.catching_check
-    assert report.findings[0].fields["is_root_cause"] is True
-    assert report.root_cause is not None and report.root_cause.check == bug.catching_check
-    assert report.status in ("fail", "warn")
-    for finding in report.findings[1:]:  # each other finding is a cause or follows from one
-        assert finding.fields["check"] in tl.recipes.TRIAGE_CHECKS
-        assert "follows_from" in finding.fields or "cause" in finding.fields
-
-
-@pytest.mark.parametrize("bug", ZOO, ids=lambda b: b.name)
-def test_the_healthy_twin_has_no_fail_or_warn_row(
-    zoo_reports: dict[tuple[str, bool], TriageReport], bug: Bug
-) -> None:
-    report = zoo_reports[(bug.name, False)]
-    assert [(r.check, r.status) for r in report.rows if r.status in ("fail", "warn")] == []
-    assert report.status == "pass" and report.findings == () and report.root_cause is None
-
-
-def test_downstream_findings_name_the_finding_they_follow_from(
-    zoo_reports: dict[tuple[str, bool], TriageReport],
-) -> None:
-    report = zoo_reports[("dead_layer", True)]
-    # the dead layer stops the gradient: overfitting fails, the output ignores the input, the
-    # dead layers barely update, and batch independence cannot be judged
-    assert [(f.fields["check"], f.code, f.fields.get("follows_from")) for f in report.findings] == [
-        ("gradient_flow", "grad_zero", None),
-        ("overfit_one_batch", "cannot_overfit", "gradient_flow.grad_zero"),
-        ("random_input_test", "model_ignores_input", "gradient_flow.grad_zero"),
-        ("batch_independence", "no_input_gradient", "gradient_flow.grad_zero"),
-    ]  # update_ratio's low ratios are an info hint: its short run at the user's lr trains
-    root = report.root_cause
-    assert root is not None and (root.cause, root.severity) == ("dead_layer", "critical")
-    assert "Follows from gradient_flow's grad_zero" in report.findings[1].message
-    assert report.lead.startswith("root cause in gradient_flow; 3 findings follow from it: ")
-
-
-def test_the_double_softmax_is_said_by_name(
-    zoo_reports: dict[tuple[str, bool], TriageReport],
-) -> None:
-    report = zoo_reports[("double_softmax", True)]
-    assert report.findings[0].code == "double_softmax"
-    assert report.check_report("output_vs_loss").output_form == "probabilities"
-    assert report.root_cause is not None
-    assert "remove the final Softmax" in (report.root_cause.remedy or "")
-
-
-def test_one_row_per_check_in_run_order_with_the_key_number(
-    zoo_reports: dict[tuple[str, bool], TriageReport],
-) -> None:
-    report = zoo_reports[("head_init_x100", True)]
-    frame = report.to_pandas()
-    assert list(frame["check"]) == [c for c in tl.recipes.TRIAGE_CHECKS if c != "causal_dependency"]
-    assert list(frame.columns) == [
-        "check", "status", "lead", "key", "value", "elapsed_s", "root_cause", "reason",
-    ]  # fmt: skip
-    init = report.rows[2]
-    assert init.key == f"{init.value:.4g} vs 2.303 expected" and init.value > 30  # ln(10) = 2.303
-    json.dumps(report.to_dict(), allow_nan=False)
-    card = report.card().splitlines()
-    assert len(card) <= 1 + 5 + 1 + len(report.unavailable) + 4 + 1 + len(report.not_checked)
-    assert card[-1].startswith("  not checked by this call: loss masking of padding: ")
 
 
 def test_without_an_optimizer_the_step_size_is_skipped_never_passed() -> None:
