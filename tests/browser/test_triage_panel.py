@@ -38,7 +38,7 @@ def test_the_root_cause_leads_and_every_check_is_a_row_in_run_order(
     cause = root.get_by_role("region", name="Root cause")
     expect(cause).to_contain_text("Root cause: gradient_flow grad_zero")
     expect(cause).to_contain_text("Remedy: start at the frontier op")
-    expect(cause).to_contain_text("3 other findings follow from it")
+    expect(cause).to_contain_text("4 other findings follow from it")
     rows = root.locator(".tln-triage-list > li")
     assert rows.evaluate_all("els => els.map(e => [e.dataset.check, e.dataset.status])") == [
         [r.check, r.status] for r in dead_layer.rows

@@ -3,7 +3,6 @@ report of an interrupted run, and bad arguments refused (the bug zoo is tests/re
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 import pytest
@@ -228,3 +227,128 @@ def test_in_a_notebook_one_live_panel_is_displayed_and_updated_in_place(
     (widget,) = shown  # tl.report.live_panel's widget, displayed once
     assert (widget.panel, widget.report) == ("triage", final)
     assert widget.payload["status"] == "pass" and widget.payload["data"]["progress"]["done"] == 2
+
+
+class OtherModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(20, 10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"loss_kind": "bogus"}, DiagnosticArgumentError, r"loss_kind must be None or one of"),
+        ({"seq_dim": 2}, DiagnosticArgumentError, r"seq_dim=2 but the input has 2 dimensions"),
+        (
+            {"optimizer": torch.optim.Adam(OtherModel().parameters())},
+            DiagnosticArgumentError,
+            r"none is a parameter of this model",
+        ),
+        (
+            {"loss_fn": lambda out, y: float(CE(out, y))},
+            DiagnosticArgumentError,
+            r"loss_fn returned float .* do not call .item\(\)",
+        ),
+        (
+            {"loss_fn": lambda out, y: (out.argmax(1) != y).sum()},
+            DiagnosticArgumentError,
+            r"loss_fn returned a torch.int64 tensor of shape \(\)",
+        ),
+        ({"batch": (torch.zeros(0, 20), torch.zeros(0, dtype=torch.long))}, InputFormError,
+         r"the batch holds 0 examples"),
+    ],
+    ids=["loss-kind-bogus", "seq-dim-out-of-range", "optimizer-of-another-model",
+         "loss-returns-float", "loss-returns-int-tensor", "empty-batch"],
+)  # fmt: skip
+def test_bad_input_is_refused_with_an_error_naming_the_argument(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    model = MLP()
+    before = snapshot(model)
+    args = {"batch": batch(), "loss_fn": CE, **kwargs}
+    with pytest.raises(error, match=match):
+        tl.recipes.triage(model, live=False, **args)
+    assert_untouched(before, model)
+
+
+def test_an_adamw_instance_is_rebuilt_from_its_groups_and_its_constructor() -> None:
+    model = MLP()
+    groups = [
+        {"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.05},
+        {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=5e-4)  # its defaults hold decoupled_weight_decay
+    report = run_untouched(
+        {"model": model, "batch": batch(), "loss_fn": CE, "optimizer": optimizer},
+        checks=["training_setup", "update_ratio"],
+    )
+    assert [(r.check, r.status) for r in report.rows] == [
+        ("training_setup", "pass"),
+        ("update_ratio", "pass"),
+    ]
+    assert "update_ratio judged AdamW lr=0.0005 over 10 steps" in report.disclosures
+    setup = report.check_report("training_setup")
+    assert [g["weight_decay"] for g in setup.table("param_groups").dicts()] == [0.05, 0.0]
+
+
+class NeedsClosure(torch.optim.Optimizer):
+    """An optimizer whose constructor takes a required argument its groups do not carry."""
+
+    def __init__(self, params: Any, schedule: Any, lr: float = 0.1) -> None:
+        super().__init__(params, {"lr": lr})
+        self.schedule = schedule
+
+
+def test_an_optimizer_that_cannot_be_rebuilt_is_a_skipped_row_with_the_reason() -> None:
+    model = MLP()
+    optimizer = NeedsClosure(model.parameters(), schedule=lambda step: 1.0)
+    report = tl.recipes.triage(
+        model, batch(), CE, optimizer=optimizer, checks=["update_ratio"], live=False
+    )
+    (row,) = report.rows
+    assert row.status == "skipped"
+    assert (row.reason or "").startswith("NeedsClosure could not be rebuilt from its param groups")
+    assert "pass optimizer= a factory" in (row.reason or "")
+
+
+def test_wrapped_optimizers_are_read_through_their_wrapper() -> None:
+    from lightning.pytorch.core.optimizer import LightningOptimizer
+
+    model = MLP()
+    inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    report = tl.recipes.triage(
+        model,
+        batch(),
+        CE,
+        optimizer=LightningOptimizer(inner),
+        checks=["update_ratio"],
+        live=False,
+    )
+    assert "update_ratio judged SGD lr=0.05 over 10 steps" in report.disclosures
+
+
+def test_a_trained_model_below_chance_is_compared_with_a_reinitialised_copy() -> None:
+    from tests.recipes.planted import teacher_classifier
+
+    trained, x, y = teacher_classifier()  # it IS the labelling rule: its loss is far below ln 3
+    report = tl.recipes.triage(trained, (x, y), CE, checks=["init_loss"], live=False)
+    (row,) = report.rows
+    assert row.status == "pass" and report.findings == ()
+    assert "a re-initialised copy scores" in row.lead and "not a shortcut" in row.lead
+
+
+class LabelInInputs(nn.Module):
+    """An untrained model that reads the label off its input: a real shortcut."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.one_hot(x[:, 0].long(), 3).float() * 10
+
+
+def test_a_model_below_chance_even_when_reinitialised_is_still_a_shortcut() -> None:
+    from tests.recipes.planted import teacher_classifier
+
+    _, x, y = teacher_classifier()
+    leaky = torch.cat([y[:, None].float(), x], dim=1)
+    report = tl.recipes.triage(LabelInInputs(), (leaky, y), CE, checks=["init_loss"], live=False)
+    assert report.root_cause is not None and report.root_cause.code == "loss_far_below_expected"

@@ -35,7 +35,11 @@ def triage_untouched(args: dict[str, Any]) -> TriageReport:
     model, optimizer, data = args["model"], args["optimizer"], args["batch"]
     inputs, targets = split_batch(data)
     args["loss_fn"](primary_output(call_model(model, inputs)), targets).backward()
-    before, state, kept = snapshot(model), copy.deepcopy(optimizer.state_dict()), copy.deepcopy(data)
+    before, state, kept = (
+        snapshot(model),
+        copy.deepcopy(optimizer.state_dict()),
+        copy.deepcopy(data),
+    )
     report = tl.recipes.triage(**args, live=False)
     assert_untouched(before, model)
     assert _tensors_equal(optimizer.state_dict(), state)
@@ -89,19 +93,19 @@ def test_downstream_findings_name_the_finding_they_follow_from(
     reports: dict[str, TriageReport],
 ) -> None:
     report = reports["dead_layer"]
-    # the dead layer stops the gradient: overfitting fails, the output ignores the input, and
-    # batch independence cannot be judged (the low update ratios are an info hint: the short
-    # run at the user's lr still trains the head)
+    # the dead layer stops the gradient: overfitting fails, the output ignores the input,
+    # batch independence cannot be judged, and the step-size probe stalls at the user's lr
     assert [(f.fields["check"], f.code, f.fields.get("follows_from")) for f in report.findings] == [
         ("gradient_flow", "grad_zero", None),
         ("overfit_one_batch", "cannot_overfit", "gradient_flow.grad_zero"),
         ("random_input_test", "model_ignores_input", "gradient_flow.grad_zero"),
         ("batch_independence", "no_input_gradient", "gradient_flow.grad_zero"),
+        ("update_ratio", "lr_too_low", "gradient_flow.grad_zero"),
     ]
     root = report.root_cause
     assert root is not None and (root.cause, root.severity) == ("dead_layer", "critical")
     assert "Follows from gradient_flow's grad_zero" in report.findings[1].message
-    assert report.lead.startswith("root cause in gradient_flow; 3 findings follow from it: ")
+    assert report.lead.startswith("root cause in gradient_flow; 4 findings follow from it: ")
 
 
 def test_the_double_softmax_is_said_by_name(reports: dict[str, TriageReport]) -> None:

@@ -79,7 +79,7 @@ def unwrap(optimizer: Any) -> Any:
 
 def _accepted(cls: type) -> tuple[set[str], bool]:
     """The keyword names ``cls.__init__`` takes besides ``params``, and whether it has **kwargs."""
-    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
+    parameters = list(inspect.signature(cls).parameters.values())  # bound: no self
     names = {
         p.name
         for p in parameters[1:]  # drop params
@@ -93,7 +93,7 @@ def _hyper(group: Mapping[str, Any], accepted: set[str]) -> dict[str, Any]:
 
 
 def _from_instance(optimizer: torch.optim.Optimizer, model: nn.Module, lr: float | None) -> Factory:
-    cls = type(optimizer)
+    cls: Any = type(optimizer)  # a subclass: its constructor's signature is read, not assumed
     accepted, _ = _accepted(cls)
     by_param = {
         id(p): _hyper(group, accepted) for group in optimizer.param_groups for p in group["params"]
@@ -156,7 +156,7 @@ def read_optimizer(optimizer: Any, lr: Any, model: nn.Module) -> OptimizerSpec |
     optimizer = unwrap(optimizer)
     if isinstance(optimizer, torch.optim.Optimizer):
         _check_holds(optimizer, model)
-        cls = type(optimizer)
+        cls: Any = type(optimizer)
         rate = lr if lr is not None else float(optimizer.param_groups[0]["lr"])
         make = _from_instance(optimizer, model, lr)
         label = f"{cls.__name__} lr={rate:g}"
@@ -180,7 +180,9 @@ def read_optimizer(optimizer: Any, lr: Any, model: nn.Module) -> OptimizerSpec |
         if lr is None:
             default = inspect.signature(cls).parameters.get("lr")
             if default is None or not isinstance(default.default, (int, float)):
-                raise DiagnosticArgumentError(f"{cls.__name__} has no default lr; pass lr= with it.")
+                raise DiagnosticArgumentError(
+                    f"{cls.__name__} has no default lr; pass lr= with it."
+                )
             lr = float(default.default)
         rate = lr
         return OptimizerSpec(

@@ -68,10 +68,7 @@ def _optimizer_findings(
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad and id(p) in held]
     missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in held]
     norm_params = {
-        id(p)
-        for m in model.modules()
-        if isinstance(m, NORMS)
-        for p in m.parameters(recurse=False)
+        id(p) for m in model.modules() if isinstance(m, NORMS) for p in m.parameters(recurse=False)
     }
     decayed = [
         names[i]
@@ -125,7 +122,7 @@ def training_setup(model: nn.Module, spec: OptimizerSpec | None) -> SetupReport:
     frozen: list[str] = []
     missing: list[str] = []
     decayed: list[str] = []
-    unavailable = ()
+    unavailable: tuple[Unavailable, ...] = ()
     if spec is not None and spec.instance is not None:
         more, frozen, missing, decayed = _optimizer_findings(model, spec)
         findings += more

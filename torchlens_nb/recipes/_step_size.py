@@ -91,7 +91,9 @@ class ProbeRun:
         return f"at {at} the loss went {self.losses[0]:.3g} -> {self.losses[-1]:.3g}{rise}"
 
 
-def _probe(model: nn.Module, batch: Any, loss_fn: Any, spec: OptimizerSpec, scale: float) -> ProbeRun:
+def _probe(
+    model: nn.Module, batch: Any, loss_fn: Any, spec: OptimizerSpec, scale: float, steps: int
+) -> ProbeRun:
     inputs, targets = split_batch(first_batch(batch))
     clone = trainable_copy(model, "triage")
     device = model_device(clone)
@@ -101,7 +103,7 @@ def _probe(model: nn.Module, batch: Any, loss_fn: Any, spec: OptimizerSpec, scal
     losses: list[float] = []
     with preserved_rng_state():
         clone.train()
-        for _ in range(PROBE_STEPS):
+        for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(primary_output(call_model(clone, inputs)), targets)
             losses.append(loss_value(loss))
@@ -113,18 +115,18 @@ def _probe(model: nn.Module, batch: Any, loss_fn: Any, spec: OptimizerSpec, scal
 
 
 def probe_step_size(
-    model: nn.Module, batch: Any, loss_fn: Any, spec: OptimizerSpec
+    model: nn.Module, batch: Any, loss_fn: Any, spec: OptimizerSpec, steps: int = PROBE_STEPS
 ) -> tuple[ProbeRun, ...]:
     """Your lr first, then lr / 10 and lr / 100 while the smaller ones do not train, or lr x 10
-    when yours stalls. Cost: 2 to 3 runs of :data:`PROBE_STEPS` steps on a deep copy each."""
-    runs = [_probe(model, batch, loss_fn, spec, 1.0)]
+    when yours stalls. Cost: 1 to 3 runs of ``steps`` steps on a deep copy each."""
+    runs = [_probe(model, batch, loss_fn, spec, 1.0, steps)]
     if runs[0].outcome == "diverges":
         for scale in (0.1, 0.01):
-            runs.append(_probe(model, batch, loss_fn, spec, scale))
+            runs.append(_probe(model, batch, loss_fn, spec, scale, steps))
             if runs[-1].outcome == "trains":
                 break
     elif runs[0].outcome == "stalls":
-        runs.append(_probe(model, batch, loss_fn, spec, 10.0))
+        runs.append(_probe(model, batch, loss_fn, spec, 10.0, steps))
     return tuple(runs)
 
 
@@ -138,8 +140,7 @@ def _verdict(runs: tuple[ProbeRun, ...], lr: float | None, family: str) -> Findi
         return Finding(
             "lr_too_high",
             "critical",
-            f"the step size diverges: {yours.text(lr)} with {family}, while "
-            f"{better.text(lr)}.",
+            f"the step size diverges: {yours.text(lr)} with {family}, while {better.text(lr)}.",
             remedy=f"lower the learning rate by {factor}x (measured: the run at lr / {factor} "
             "trains), or clip gradients.",
             fields={"factor": factor, "family": family, "losses": list(yours.losses)},
@@ -150,8 +151,7 @@ def _verdict(runs: tuple[ProbeRun, ...], lr: float | None, family: str) -> Findi
             return Finding(
                 "lr_too_low",
                 "warning",
-                f"the step size stalls: {yours.text(lr)} with {family}, while "
-                f"{faster.text(lr)}.",
+                f"the step size stalls: {yours.text(lr)} with {family}, while {faster.text(lr)}.",
                 remedy="raise the learning rate (measured: 10x trains), or check that the "
                 "optimizer holds the layers that should train.",
                 fields={"factor": 10, "family": family},
@@ -197,7 +197,7 @@ def judge_step_size(
             for r in runs
         ],
         ("lr_scale", "outcome", "first_loss", "last_loss", "steps"),
-        {"probe_steps": PROBE_STEPS},
+        {"probe_steps": max(len(r.losses) for r in runs)},
     )
     return dataclasses.replace(
         report,
@@ -208,7 +208,8 @@ def judge_step_size(
         exits=() if verdict is not None else report.exits,
         disclosures=(
             *report.disclosures,
-            f"the step-size verdict comes from {PROBE_STEPS}-step runs of {spec.label} rebuilt "
+            f"the step-size verdict comes from {max(len(r.losses) for r in runs)}-step runs of "
+            f"{spec.label} rebuilt "
             "on copies, at your lr and at lr / 10 (lr / 100, or lr x 10 when yours stalls); "
             "the ratio's 1e-3 target is a hint",
         ),
@@ -216,8 +217,14 @@ def judge_step_size(
 
 
 def probe_and_judge(
-    model: nn.Module, batch: Any, loss_fn: Any, spec: OptimizerSpec, report: UpdateRatioReport
+    model: nn.Module,
+    batch: Any,
+    loss_fn: Any,
+    spec: OptimizerSpec,
+    report: UpdateRatioReport,
+    steps: int = PROBE_STEPS,
 ) -> UpdateRatioReport:
     """:func:`probe_step_size` then :func:`judge_step_size`, with grad mode on."""
     with torch.enable_grad():
-        return judge_step_size(report, probe_step_size(model, batch, loss_fn, spec), spec)
+        runs = probe_step_size(model, batch, loss_fn, spec, steps)
+        return judge_step_size(report, runs, spec)

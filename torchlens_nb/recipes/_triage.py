@@ -32,10 +32,11 @@ from ._batches import (
 )
 from ._optimizer_spec import read_optimizer
 from ._setup import training_setup
+from ._triage_args import check_batch_and_loss, check_options
 from ._triage_checks import (
     CHECKS,
     OVERFIT_LR,
-    STEP_SIZE_STEPS,
+    Budget,
     Skipped,
     TriageRun,
     key_of,
@@ -61,13 +62,6 @@ def _selected(checks: Sequence[str] | None, seq_dim: int | None) -> tuple[str, .
             f"unknown checks {unknown} (or none given); the checks are {list(CHECKS)}."
         )
     return tuple(c for c in CHECKS if c in checks)  # always in run order
-
-
-def _check_options(seq_dim: Any, num_classes: Any) -> None:
-    if seq_dim is not None:
-        check_int("seq_dim", seq_dim, low=1, expect="None or an int >= 1 (dim 0 is the batch)")
-    if num_classes is not None:
-        check_int("num_classes", num_classes, low=1)
 
 
 def triage(
@@ -117,7 +111,10 @@ def triage(
         ``to_pandas()``), ``root_cause``, ``reports`` (each check's own report).
 
     Raises:
-        ModelTypeError, InputFormError, DiagnosticArgumentError: bad arguments (nothing ran).
+        ModelTypeError, InputFormError, DiagnosticArgumentError: bad arguments (nothing ran;
+            ``_triage_args``): e.g. an unknown ``loss_kind``, a ``seq_dim`` the input lacks,
+            an optimizer over another model's parameters, a loss_fn returning a number or an
+            integer tensor, an empty batch.
         ForwardError: the model's forward raised on the batch (a copy's; nothing was changed).
 
     Example:
@@ -138,7 +135,7 @@ def triage(
     check_model(model)
     check_loss_fn(loss_fn)
     check_int("steps", steps, low=1)
-    _check_options(seq_dim, num_classes)
+    check_options(seq_dim, num_classes, loss_kind)
     names = _selected(checks, seq_dim)
     choice = read_optimizer(optimizer, lr, model)
     progress = TriageProgress(live)
@@ -146,8 +143,10 @@ def triage(
     split_batch(first)  # the batch form is checked before anything runs
     started = time.monotonic()
     with preserved_rng_state():
+        working = trainable_copy(model, "triage")
+        check_batch_and_loss(working, first, loss_fn, seq_dim)
         run = TriageRun(
-            trainable_copy(model, "triage"),
+            working,
             clone_input_tree(first),
             loss_fn,
             steps,
@@ -157,6 +156,7 @@ def triage(
             loss_kind,
             on_overfit=lambda _: None,
             setup=training_setup(model, choice) if "training_setup" in names else None,
+            budget=Budget.for_model(model, steps),
         )
         runner = _Runner(names, run, progress, type(model).__name__, started)
         return runner.run()
@@ -403,9 +403,14 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
         "findings are ranked by written cause rules (torchlens_nb/recipes/_triage_rank.py): "
         "root cause first, the others name the finding they follow from",
     ]
+    budget = run.budget or Budget(run.steps)
+    shortened = budget.note(run.steps)
+    if shortened is not None:
+        notes.append(shortened)
     if "overfit_one_batch" in names:
         notes.append(
-            f"overfit_one_batch trains Adam at lr={OVERFIT_LR:g} for {run.steps} steps (it asks "
+            f"overfit_one_batch trains Adam at lr={OVERFIT_LR:g} for {budget.overfit_steps} steps "
+            "(it asks "
             "whether the model can fit one batch, not whether your optimizer does)"
         )
     if "random_input_test" in names:
@@ -415,7 +420,7 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
             else "random_input_test ran on the untrained copy (overfit_one_batch did not fit)"
         )
     if "update_ratio" in names and run.optimizer is not None:
-        notes.append(f"update_ratio judged {run.optimizer.label} over {STEP_SIZE_STEPS} steps")
+        notes.append(f"update_ratio judged {run.optimizer.label} over {budget.ratio_steps} steps")
     if "causal_dependency" not in names:
         notes.append("causal_dependency runs when seq_dim= names the sequence axis")
     return tuple(notes)
