@@ -248,7 +248,7 @@ class OtherModel(nn.Module):
         (
             {"loss_fn": lambda out, y: float(CE(out, y))},
             DiagnosticArgumentError,
-            r"loss_fn returned float .* do not call .item\(\)",
+            r"loss_fn returned float .*do not call .item\(\)",
         ),
         (
             {"loss_fn": lambda out, y: (out.argmax(1) != y).sum()},
