@@ -344,7 +344,8 @@ def _lead(
     cause = ""
     if root is not None:
         follow = len(root.explains)
-        also = f"; {follow} finding{'s' if follow != 1 else ''} follow from it" if follow else ""
+        verb = "finding follows" if follow == 1 else "findings follow"
+        also = f"; {follow} {verb} from it" if follow else ""
         cause = f"root cause in {root.check}{also}: {root.message}"
     if status == "interrupted":
         done = sum(r.status not in ("skipped", "pending", "running") for r in rows)
