@@ -17,13 +17,22 @@ Measured on the shared 2-core CPU box (2026-12-01): MLP triage 499 ms min / 617 
 376 / 419 ms for the 200 plain steps (1.33x / 1.47x); GPT-2 2-layer triage 2.72 / 2.83 s vs
 2.19 / 2.64 s (1.24x / 1.07x).
 
-Run: ``.venv/bin/python benchmarks/bench_triage.py`` (about a minute).
+Then the bug zoo (tests/recipes/zoo.py): one row per bug with the triage's lead, whether the
+cause came first (``cause_right``: the root cause from the bug's catching check), whether its
+twin is clean (no warn or fail row) and the wall time, then the totals. Last, GPT-2 small
+(124M, random init, a 2 x 64 batch of input_ids/labels, a shifted cross-entropy, AdamW 3e-4):
+its wall time on 2 threads, peak RSS and verdict (``--no-gpt2-small`` skips it; it needs about
+1.5 GB and a minute).
+
+Run: ``.venv/bin/python benchmarks/bench_triage.py`` (a few minutes).
 """
 
 from __future__ import annotations
 
 import copy
+import resource
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -102,6 +111,76 @@ def cases() -> list[tuple[str, list[tuple[str, object]]]]:
     ]
 
 
+def _bad_rows(report: tl.report.TriageReport) -> list[str]:
+    return [r.check for r in report.rows if r.status in ("warn", "fail")]
+
+
+def zoo_table() -> tuple[list[dict[str, object]], dict[str, object]]:
+    """One row per zoo bug: lead, cause right, twin clean, wall time; and the totals."""
+    twins: dict[str, tuple[bool, float]] = {}
+    for name, twin in zoo.TWINS.items():
+        began = time.perf_counter()
+        report = tl.recipes.triage(**twin.arguments(), live=False)
+        twins[name] = (not _bad_rows(report), time.perf_counter() - began)
+    rows: list[dict[str, object]] = []
+    walls: list[float] = []
+    for bug in zoo.ZOO:
+        began = time.perf_counter()
+        report = tl.recipes.triage(**bug.call(broken=True), live=False)
+        wall = time.perf_counter() - began
+        walls.append(wall)
+        root = report.root_cause
+        rows.append(
+            {
+                "bug": bug.name,
+                "cause_right": root is not None and root.check == bug.catching_check,
+                "twin_clean": twins[bug.twin.name][0],
+                "wall_s": wall,
+                "lead": report.lead[:90],
+            }
+        )
+    totals: dict[str, object] = {
+        "bugs": len(rows),
+        "cause_first": sum(bool(r["cause_right"]) for r in rows),
+        "twins": len(twins),
+        "twins_clean": sum(clean for clean, _ in twins.values()),
+        "bug_wall_s": sum(walls),
+        "twin_wall_s": sum(wall for _, wall in twins.values()),
+    }
+    return rows, totals
+
+
+def gpt2_small() -> dict[str, object]:
+    """Triage of GPT-2 small (124M, random init) on a 2 x 64 batch, 2 threads: wall, peak RSS."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(attn_implementation="eager")).train()
+    ids = torch.randint(0, 50257, (2, 64), generator=torch.Generator().manual_seed(0))
+    optimizer = torch.optim.AdamW(zoo.decay_groups(model, 0.01), lr=3e-4)
+    torch.set_num_threads(2)
+    began = time.perf_counter()
+    report = tl.recipes.triage(
+        model,
+        {"input_ids": ids, "labels": ids.clone()},
+        next_token_loss,
+        optimizer=optimizer,
+        loss_kind="cross_entropy",
+        num_classes=50257,
+        live=False,
+    )
+    wall = time.perf_counter() - began
+    torch.set_num_threads(1)
+    return {
+        "case": "gpt2 small 124M, 2x64, AdamW 3e-4",
+        "wall_s": wall,
+        "peak_rss_GB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        "status": report.status,
+        "warn_or_fail_rows": ",".join(_bad_rows(report)) or "none",
+        "notes": " | ".join(n for n in report.disclosures if n.startswith("shortened")),
+    }
+
+
 def main() -> int:
     torch.set_num_threads(1)
     rows = []
@@ -109,7 +188,15 @@ def main() -> int:
         timings = _timing.interleaved(contenders, rounds=ROUNDS, warmup=WARMUP)  # type: ignore[arg-type]
         rows += _timing.ratio_rows(timings, "200 plain Adam steps", case=case)
     _timing.print_table(rows)
-    print("\nno target: the triage's cost is mostly its 200 overfit steps (the baseline)")
+    print("\nno target: the triage's cost is mostly its 200 overfit steps (the baseline)\n")
+    bugs, totals = zoo_table()
+    _timing.print_table(bugs)
+    print()
+    _timing.print_table([totals])
+    print("\ntargets: every twin clean; the cause first on >= 90% of the bugs\n")
+    if "--no-gpt2-small" not in sys.argv:
+        _timing.print_table([gpt2_small()])
+        print("\ntarget: about a minute on 2 threads, no warn or fail row (a healthy model)")
     return 0
 
 

@@ -136,8 +136,20 @@ function view(payload, ctx) {
     running ? null : h("div", { class: "tln-triage-ranked" },
       h("h3", null, "Findings, root cause first"),
       findingsSection(payload.findings, ctx, payload.findings_total ?? payload.findings.length)),
+    running ? null : notCheckedSection(data.not_checked ?? []),
     disclosureSection(payload),
     exitsSection(payload.exits, ctx));
+}
+
+/**
+ * What one call cannot see, each with its one-line hand check (Python wrote the list).
+ * @param {{ what: string, how: string }[]} items
+ */
+function notCheckedSection(items) {
+  if (items.length === 0) return null;
+  return h("section", { class: "tln-triage-not-checked", "aria-label": "Not checked by this call" },
+    h("h3", null, "Not checked by this call"),
+    h("ul", null, items.map((item) => h("li", null, h("strong", null, item.what), ": ", item.how))));
 }
 
 function render(/** @type {any} */ props) {

@@ -181,6 +181,11 @@ export interface GradFnOutput {
   dtype: string;
 }
 
+export interface HandCheck {
+  what: string;
+  how: string;
+}
+
 export interface Histogram {
   edges: number[];
   counts: number[];
@@ -981,6 +986,16 @@ export type ReportData = {};
 
 export type ReportPayload = Envelope<"report", "clean" | "found" | "info" | "ok" | "warn", ReportData>;
 
+export interface SetupReportData {
+  model_training: boolean;
+  eval_modules: string[];
+  frozen_held: string[];
+  trainable_missing: string[];
+  decayed_norm_params: string[];
+}
+
+export type SetupReportPayload = Envelope<"training_setup", "pass" | "warn" | "fail" | "inconclusive" | "running", SetupReportData>;
+
 export interface ThresholdReportData {
   low: number;
   high: number;
@@ -999,6 +1014,7 @@ export interface TriageReportData {
   current: string | null;
   live_chart: Record<string, unknown> | null;
   elapsed_s: number;
+  not_checked: HandCheck[];
   progress: Record<string, unknown>;
 }
 
@@ -1070,6 +1086,7 @@ export interface PayloadByType {
   "recipe": RecipeReportPayload;
   "recompute": RecomputeReportPayload;
   "report": ReportPayload;
+  "training_setup": SetupReportPayload;
   "threshold": ThresholdReportPayload;
   "triage": TriageReportPayload;
   "update_ratio": UpdateRatioReportPayload;

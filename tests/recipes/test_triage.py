@@ -1,9 +1,8 @@
-"""tl.recipes.triage: the bug zoo (each bug beside its healthy twin), copies only, skipped checks
-never counted as a pass, progress, and the partial report of an interrupted run."""
+"""tl.recipes.triage: copies only, skipped checks never counted as a pass, progress, the partial
+report of an interrupted run, and bad arguments refused (the bug zoo is tests/recipes/test_zoo.py)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 import pytest
@@ -12,7 +11,7 @@ from torch import nn
 
 import torchlens_nb as tl
 from tests.recipes.state import assert_untouched, snapshot
-from tests.recipes.zoo import MLP, ZOO, Bug, batch
+from tests.recipes.zoo import MLP, batch
 from torchlens_nb.errors import DiagnosticArgumentError, InputFormError, ModelTypeError
 from torchlens_nb.report import TriageReport
 
@@ -32,93 +31,20 @@ def run_untouched(args: dict[str, Any], **options: Any) -> TriageReport:
     return report
 
 
-@pytest.fixture(scope="module")
-def zoo_reports() -> dict[tuple[str, bool], TriageReport]:
-    torch.set_num_threads(1)
-    return {
-        (bug.name, broken): run_untouched(bug.call(broken))
-        for bug in ZOO
-        for broken in (True, False)
-    }
-
-
-@pytest.mark.parametrize("bug", ZOO, ids=lambda b: b.name)
-def test_the_bug_is_caught_by_its_check_and_named_first(
-    zoo_reports: dict[tuple[str, bool], TriageReport], bug: Bug
-) -> None:
-    report = zoo_reports[(bug.name, True)]
-    row = next(r for r in report.rows if r.check == bug.catching_check)
-    assert row.status != "pass" and row.is_root_cause
-    assert report.findings[0].fields["check"] == bug.catching_check
-    assert report.findings[0].fields["is_root_cause"] is True
-    assert report.root_cause is not None and report.root_cause.check == bug.catching_check
-    assert report.status in ("fail", "warn")
-    for finding in report.findings[1:]:  # each other finding is a cause or follows from one
-        assert finding.fields["check"] in tl.recipes.TRIAGE_CHECKS
-        assert "follows_from" in finding.fields or "cause" in finding.fields
-
-
-@pytest.mark.parametrize("bug", ZOO, ids=lambda b: b.name)
-def test_the_healthy_twin_has_no_fail_or_warn_row(
-    zoo_reports: dict[tuple[str, bool], TriageReport], bug: Bug
-) -> None:
-    report = zoo_reports[(bug.name, False)]
-    assert [(r.check, r.status) for r in report.rows if r.status in ("fail", "warn")] == []
-    assert report.status == "pass" and report.findings == () and report.root_cause is None
-
-
-def test_downstream_findings_name_the_finding_they_follow_from(
-    zoo_reports: dict[tuple[str, bool], TriageReport],
-) -> None:
-    report = zoo_reports[("dead_layer", True)]
-    # the dead layer stops the gradient: overfitting fails, the output ignores the input, the
-    # dead layers barely update, and batch independence cannot be judged
-    assert [(f.fields["check"], f.code, f.fields.get("follows_from")) for f in report.findings] == [
-        ("gradient_flow", "grad_zero", None),
-        ("overfit_one_batch", "cannot_overfit", "gradient_flow.grad_zero"),
-        ("random_input_test", "model_ignores_input", "gradient_flow.grad_zero"),
-        ("batch_independence", "no_input_gradient", "gradient_flow.grad_zero"),
-        ("update_ratio", "update_ratio_too_low", "gradient_flow.grad_zero"),
-    ]
-    root = report.root_cause
-    assert root is not None and (root.cause, root.severity) == ("dead_layer", "critical")
-    assert "Follows from gradient_flow's grad_zero" in report.findings[1].message
-    assert report.lead.startswith("root cause in gradient_flow; 4 findings follow from it: ")
-
-
-def test_the_double_softmax_is_said_by_name(
-    zoo_reports: dict[tuple[str, bool], TriageReport],
-) -> None:
-    report = zoo_reports[("double_softmax", True)]
-    assert report.findings[0].code == "double_softmax"
-    assert report.check_report("output_vs_loss").output_form == "probabilities"
-    assert report.root_cause is not None
-    assert "remove the final Softmax" in (report.root_cause.remedy or "")
-
-
-def test_one_row_per_check_in_run_order_with_the_key_number(
-    zoo_reports: dict[tuple[str, bool], TriageReport],
-) -> None:
-    report = zoo_reports[("head_init_x100", True)]
-    frame = report.to_pandas()
-    assert list(frame["check"]) == [c for c in tl.recipes.TRIAGE_CHECKS if c != "causal_dependency"]
-    assert list(frame.columns) == [
-        "check", "status", "lead", "key", "value", "elapsed_s", "root_cause", "reason",
-    ]  # fmt: skip
-    init = report.rows[1]
-    assert init.key == f"{init.value:.4g} vs 2.303 expected" and init.value > 30  # ln(10) = 2.303
-    json.dumps(report.to_dict(), allow_nan=False)
-    assert len(report.card().splitlines()) <= 1 + 5 + 1 + len(report.unavailable) + 4 + 1
-
-
 def test_without_an_optimizer_the_step_size_is_skipped_never_passed() -> None:
     model = MLP()
     report = tl.recipes.triage(model, batch(), CE, live=False)
     row = next(r for r in report.rows if r.check == "update_ratio")
     assert row.status == "skipped" and "pass optimizer=" in (row.reason or "")
     assert report.status == "incomplete"
-    assert report.lead.startswith("8 of 9 checks passed and none failed; not judged: update_ratio")
-    assert [u.check for u in report.unavailable] == ["update_ratio"]
+    assert report.lead == (
+        "8 of 10 checks passed and none failed; not judged: training_setup (inconclusive), "
+        "update_ratio (skipped)."
+    )  # without an optimizer instance its param groups are not read either
+    assert [u.check for u in report.unavailable] == [
+        "update_ratio",
+        "training_setup: optimizer param groups",
+    ]
 
 
 def test_a_batch_of_one_skips_batch_independence_with_the_reason() -> None:
@@ -185,6 +111,7 @@ def test_a_keyboard_interrupt_returns_the_partial_report() -> None:
     report = run_untouched({**args, "loss_fn": InterruptAfter(3 + 20)}, loss_kind="cross_entropy")
     assert report.status == "interrupted"
     assert [(r.check, r.status) for r in report.rows] == [
+        ("training_setup", "pass"),
         ("data_sanity", "pass"),
         ("init_loss", "pass"),
         ("output_vs_loss", "pass"),
@@ -195,11 +122,11 @@ def test_a_keyboard_interrupt_returns_the_partial_report() -> None:
         ("update_ratio", "skipped"),
         ("weight_distribution", "skipped"),
     ]
-    assert report.rows[5].reason == "interrupted while it ran"
+    assert report.rows[6].reason == "interrupted while it ran"
     assert report.lead.startswith(
-        "interrupted during overfit_one_batch: 5 of 9 checks finished; root cause in gradient_flow"
+        "interrupted during overfit_one_batch: 6 of 10 checks finished; root cause in gradient_flow"
     )
-    assert list(report.reports) == [r.check for r in report.rows[:5]]
+    assert list(report.reports) == [r.check for r in report.rows[:6]]
 
 
 def test_outside_a_notebook_a_text_line_shows_the_progress(capsys: pytest.CaptureFixture) -> None:
@@ -328,3 +255,128 @@ def test_a_loss_fn_that_raises_mid_run_ends_the_progress_in_a_final_report(
     assert final.rows[6].reason == (
         "not run: overfit_one_batch raised ValueError: labels out of range"
     )
+
+
+class OtherModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(20, 10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"loss_kind": "bogus"}, DiagnosticArgumentError, r"loss_kind must be None or one of"),
+        ({"seq_dim": 2}, DiagnosticArgumentError, r"seq_dim=2 but the input has 2 dimensions"),
+        (
+            {"optimizer": torch.optim.Adam(OtherModel().parameters())},
+            DiagnosticArgumentError,
+            r"none is a parameter of this model",
+        ),
+        (
+            {"loss_fn": lambda out, y: float(CE(out, y))},
+            DiagnosticArgumentError,
+            r"loss_fn returned float .*do not call .item\(\)",
+        ),
+        (
+            {"loss_fn": lambda out, y: (out.argmax(1) != y).sum()},
+            DiagnosticArgumentError,
+            r"loss_fn returned a torch.int64 tensor of shape \(\)",
+        ),
+        ({"batch": (torch.zeros(0, 20), torch.zeros(0, dtype=torch.long))}, InputFormError,
+         r"the batch holds 0 examples"),
+    ],
+    ids=["loss-kind-bogus", "seq-dim-out-of-range", "optimizer-of-another-model",
+         "loss-returns-float", "loss-returns-int-tensor", "empty-batch"],
+)  # fmt: skip
+def test_bad_input_is_refused_with_an_error_naming_the_argument(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    model = MLP()
+    before = snapshot(model)
+    args = {"batch": batch(), "loss_fn": CE, **kwargs}
+    with pytest.raises(error, match=match):
+        tl.recipes.triage(model, live=False, **args)
+    assert_untouched(before, model)
+
+
+def test_an_adamw_instance_is_rebuilt_from_its_groups_and_its_constructor() -> None:
+    model = MLP()
+    groups = [
+        {"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.05},
+        {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=5e-4)  # its defaults hold decoupled_weight_decay
+    report = run_untouched(
+        {"model": model, "batch": batch(), "loss_fn": CE, "optimizer": optimizer},
+        checks=["training_setup", "update_ratio"],
+    )
+    assert [(r.check, r.status) for r in report.rows] == [
+        ("training_setup", "pass"),
+        ("update_ratio", "pass"),
+    ]
+    assert "update_ratio judged AdamW lr=0.0005 over 10 steps" in report.disclosures
+    setup = report.check_report("training_setup")
+    assert [g["weight_decay"] for g in setup.table("param_groups").dicts()] == [0.05, 0.0]
+
+
+class NeedsClosure(torch.optim.Optimizer):
+    """An optimizer whose constructor takes a required argument its groups do not carry."""
+
+    def __init__(self, params: Any, schedule: Any, lr: float = 0.1) -> None:
+        super().__init__(params, {"lr": lr})
+        self.schedule = schedule
+
+
+def test_an_optimizer_that_cannot_be_rebuilt_is_a_skipped_row_with_the_reason() -> None:
+    model = MLP()
+    optimizer = NeedsClosure(model.parameters(), schedule=lambda step: 1.0)
+    report = tl.recipes.triage(
+        model, batch(), CE, optimizer=optimizer, checks=["update_ratio"], live=False
+    )
+    (row,) = report.rows
+    assert row.status == "skipped"
+    assert (row.reason or "").startswith("NeedsClosure could not be rebuilt from its param groups")
+    assert "pass optimizer= a factory" in (row.reason or "")
+
+
+def test_wrapped_optimizers_are_read_through_their_wrapper() -> None:
+    from lightning.pytorch.core.optimizer import LightningOptimizer
+
+    model = MLP()
+    inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    report = tl.recipes.triage(
+        model,
+        batch(),
+        CE,
+        optimizer=LightningOptimizer(inner),
+        checks=["update_ratio"],
+        live=False,
+    )
+    assert "update_ratio judged SGD lr=0.05 over 10 steps" in report.disclosures
+
+
+def test_a_trained_model_below_chance_is_compared_with_a_reinitialised_copy() -> None:
+    from tests.recipes.planted import teacher_classifier
+
+    trained, x, y = teacher_classifier()  # it IS the labelling rule: its loss is far below ln 3
+    report = tl.recipes.triage(trained, (x, y), CE, checks=["init_loss"], live=False)
+    (row,) = report.rows
+    assert row.status == "pass" and report.findings == ()
+    assert "a re-initialised copy scores" in row.lead and "not a shortcut" in row.lead
+
+
+class LabelInInputs(nn.Module):
+    """An untrained model that reads the label off its input: a real shortcut."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.one_hot(x[:, 0].long(), 3).float() * 10
+
+
+def test_a_model_below_chance_even_when_reinitialised_is_still_a_shortcut() -> None:
+    from tests.recipes.planted import teacher_classifier
+
+    _, x, y = teacher_classifier()
+    leaky = torch.cat([y[:, None].float(), x], dim=1)
+    report = tl.recipes.triage(LabelInInputs(), (leaky, y), CE, checks=["init_loss"], live=False)
+    assert report.root_cause is not None and report.root_cause.code == "loss_far_below_expected"

@@ -69,17 +69,24 @@ def _probed_tensor(x: Any) -> tuple[torch.Tensor, str | None]:
 
 @contextlib.contextmanager
 def _embedding_tap(model: nn.Module, ids: torch.Tensor) -> Iterator[list[tuple[str, Any]]]:
-    """Collect the outputs of embedding modules that embed ``ids`` (token ids have no grad)."""
+    """Collect the outputs of embedding modules that embed ``ids`` (token ids have no grad).
+
+    A frozen embedding (``requires_grad=False``) outputs a tensor without grad: the hook hands
+    the forward a leaf copy that requires grad instead, so the gradient still reaches the tap."""
     taps: list[tuple[str, Any]] = []
 
-    def hook(name: str, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+    def hook(name: str, module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
         if (
             args
             and isinstance(args[0], torch.Tensor)
             and args[0].shape == ids.shape
             and bool(torch.equal(args[0], ids))
         ):
+            if isinstance(output, torch.Tensor) and not output.requires_grad:
+                output = output.detach().requires_grad_(True)
             taps.append((name, output))
+            return output
+        return None
 
     with contextlib.ExitStack() as stack:
         for name, module in model.named_modules():

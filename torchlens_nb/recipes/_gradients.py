@@ -27,6 +27,7 @@ from ..report._base import Severity
 from ..report._recipes_data import recipe_status, worst_finding
 from ..report._recipes_training import FrontierOp, GradientFlowReport, ParamGrad, ParamGradVerdict
 from ._batches import (
+    call_model,
     check_loss_fn,
     check_loss_follows_outputs,
     check_model,
@@ -43,6 +44,41 @@ SPREAD_DECADES_MAX = 4.0
 """Parameters whose gradient RMS differ by more than 10^4 train at incompatible speeds under one
 learning rate (measured: default-initialised MLPs and small CNNs span under 2 decades,
 tests/recipes/test_gradients.py)."""
+
+
+BATCH_STAT_NORMS = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
+"""Normalisations that subtract a per-channel mean over the batch (and space): a per-channel
+bias added just before them cancels out, so its gradient is ~0 by construction."""
+
+
+def _biases_into_norms(model: nn.Module, inputs: Any) -> frozenset[str]:
+    """Names of biases whose module's output feeds a batch-statistics norm directly (one
+    forward in eval mode under no_grad; the caller restores modes and buffers)."""
+    produced: dict[int, str] = {}
+    fed: set[int] = set()
+
+    def record(name: str, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if isinstance(module, BATCH_STAT_NORMS):
+            fed.update(id(a) for a in args if isinstance(a, torch.Tensor))
+        elif isinstance(output, torch.Tensor) and isinstance(
+            getattr(module, "bias", None), nn.Parameter
+        ):
+            produced[id(output)] = f"{name}.bias" if name else "bias"
+
+    handles = [
+        module.register_forward_hook(lambda m, a, o, name=name: record(name, m, a, o))
+        for name, module in model.named_modules()
+    ]
+    try:
+        with torch.no_grad():
+            model.eval()
+            outputs = call_model(model, inputs)  # kept alive: ids stay unique until read
+            names = frozenset(name for key, name in produced.items() if key in fed)
+            del outputs
+    finally:
+        for handle in handles:
+            handle.remove()
+    return names
 
 
 def _param_grad(name: str, param: nn.Parameter, vanishing: float, exploding: float) -> ParamGrad:
@@ -126,6 +162,8 @@ def gradient_flow(
     inputs, targets = split_batch(first_batch(batch))
     device = model_device(model)
     inputs, targets = to_device(inputs, device), to_device(targets, device)
+    with preserved(model), preserved_rng_state():
+        absorbed = _biases_into_norms(model, inputs)
     with preserved(model, mode="train"), preserved_rng_state():
         recorded = trace(model, inputs, capture=CaptureOptions(save_grads=True))
         output = primary_output(recorded.output)
@@ -160,9 +198,9 @@ def gradient_flow(
         for f in frontier
     }
     del recorded  # releases the autograd graph the trace kept for backward
-    rms = [p.rms for p in params if p.rms and math.isfinite(p.rms)]
+    rms = [p.rms for p in params if p.rms and math.isfinite(p.rms) and p.name not in absorbed]
     spread = math.log10(max(rms) / min(rms)) if len(rms) > 1 else None
-    findings = _findings(params, frontier, wheres, spread)
+    findings = _findings(params, frontier, wheres, spread, absorbed)
     table = Table.from_dicts(
         "parameters",
         [
@@ -200,7 +238,7 @@ def gradient_flow(
         ],
         ("op", "module", "verdict", "grad_norm", "params"),
     )
-    flagged = sum(p.verdict not in ("ok", "frozen") for p in params)
+    flagged = sum(p.verdict not in ("ok", "frozen") and p.name not in absorbed for p in params)
     status = recipe_status(findings)
     if status == "pass":
         lead = f"no parameter flagged: all {len(params)} receive a gradient within the thresholds."
@@ -235,8 +273,23 @@ def _findings(
     frontier: tuple[FrontierOp, ...],
     wheres: dict[str, Where],
     spread: float | None,
+    absorbed: frozenset[str] = frozenset(),
 ) -> list[Finding]:
     findings = []
+    expected = [p.name for p in params if p.name in absorbed and p.verdict in ("vanishing", "zero")]
+    if expected:
+        findings.append(
+            Finding(
+                "grad_expected_small",
+                "info",
+                f"{len(expected)} bias(es) feed a BatchNorm / InstanceNorm directly, which "
+                f"subtracts their per-channel value again: a ~0 gradient is expected, not a "
+                f"fault ({', '.join(expected[:6])}{' ...' if len(expected) > 6 else ''}).",
+                remedy="nothing to fix; bias=False on these layers saves the parameters.",
+                fields={"params": expected},
+            )
+        )
+    params = [p for p in params if p.name not in expected]
     culprit = next((f for f in frontier if f.verdict == "zero"), None)
     groups: dict[str, tuple[Severity, str, str]] = {
         "disconnected": (

@@ -51,7 +51,16 @@ _REMEDY = {
     "nn.CrossEntropyLoss on these logits.",
     "double_sigmoid": "remove the final Sigmoid: nn.BCEWithLogitsLoss applies it itself (or keep "
     "it and use nn.BCELoss).",
+    "normalised_over_batch": "normalise over the class dimension, e.g. log_softmax(dim=-1) (or "
+    "dim=1 for (N, C, ...)), never dim=0.",
+    "labels_not_shifted": "shift once: cross_entropy(logits[:, :-1].flatten(0, 1), "
+    "labels[:, 1:].flatten()) (a Hugging Face model given labels= shifts them itself).",
+    "labels_shifted_twice": "shift once: either the labels (labels = input_ids[:, 1:]) or the "
+    "loss (logits[:, :-1] against labels[:, 1:]), not both.",
 }
+ONE_HOT_LOGIT = 30.0
+"""The logit of the chosen token in the probe outputs of the label-shift check (the others 0):
+a loss that rewards the probe is ~0, one that does not is ~30."""
 
 
 def _form(output: torch.Tensor, dim: int) -> tuple[OutputForm, float]:
@@ -72,6 +81,57 @@ def _class_dims(output: torch.Tensor) -> list[int]:
     if output.dim() < 2:
         return []
     return [1] if output.dim() == 2 else [1, -1]
+
+
+def _batch_normalised(output: torch.Tensor, form: OutputForm) -> OutputForm | None:
+    """The form the outputs have along dim 0 when they are normalised over the batch instead
+    of over the classes (None otherwise)."""
+    if form != "scores" or output.dim() < 2 or output.shape[0] < 2:
+        return None
+    over_batch, _ = _form(output, 0)
+    return over_batch if over_batch != "scores" else None
+
+
+def _token_ids(inputs: Any, targets: Any) -> torch.Tensor | None:
+    """The integer input of the targets' (B, T) shape (``input_ids``), if the batch has one."""
+    if not isinstance(targets, torch.Tensor) or targets.dim() != 2 or targets.is_floating_point():
+        return None
+    candidates = inputs.values() if isinstance(inputs, dict) else [inputs]
+    return next(
+        (
+            t
+            for t in candidates
+            if isinstance(t, torch.Tensor)
+            and not t.is_floating_point()
+            and t.shape == targets.shape
+            and bool((t >= 0).all())
+        ),
+        None,
+    )
+
+
+def label_shift(
+    loss_fn: Any, output: torch.Tensor, ids: torch.Tensor, targets: torch.Tensor
+) -> tuple[int, dict[int, float]] | None:
+    """Which shift of the input tokens the loss rewards: the losses of probe outputs that
+    predict token t + k at position t (k = 0, 1, 2) as one-hot logits, and the best k. None when
+    the outputs are not (B, T, V) over the ids' vocabulary or the loss cannot score them."""
+    if output.dim() != 3 or output.shape[:2] != ids.shape or int(ids.max()) >= output.shape[-1]:
+        return None
+    losses = {}
+    for k in (0, 1, 2):
+        probe = torch.nn.functional.one_hot(ids.roll(-k, dims=1), output.shape[-1])
+        try:
+            value = loss_fn(probe.to(output.dtype) * ONE_HOT_LOGIT, targets)
+        except Exception:  # a loss that cannot read (B, T, V) logits: nothing to probe
+            return None
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            return None
+        losses[k] = float(value)
+    best = min(losses, key=lambda k: losses[k])
+    return (
+        (best, losses) if losses[best] < 0.5 * min(losses[k] for k in losses if k != best) else None
+    )
 
 
 def output_vs_loss(
@@ -96,10 +156,14 @@ def output_vs_loss(
     check_model(model)
     check_loss_fn(loss_fn)
     kind = loss_kind or loss_kind_of(loss_fn)
-    inputs, _ = split_batch(first_batch(batch))
-    inputs = to_device(inputs, model_device(model))
+    inputs, targets = split_batch(first_batch(batch))
+    device = model_device(model)
+    inputs, targets = to_device(inputs, device), to_device(targets, device)
     with preserved(model, mode="eval"), torch.no_grad():
         output = primary_output(call_model(model, inputs)).detach()
+    ids = _token_ids(inputs, targets)
+    with torch.no_grad():
+        shift = label_shift(loss_fn, output, ids, targets) if ids is not None else None
     form: OutputForm = "unknown"
     class_dim, row_error = None, None
     for dim in _class_dims(output) if output.is_floating_point() else []:
@@ -107,8 +171,13 @@ def output_vs_loss(
         class_dim = dim
         if form != "scores":
             break
+    over_batch = _batch_normalised(output, form) if output.is_floating_point() else None
     findings = _findings(kind, form, output, class_dim)
-    judged = kind in ("cross_entropy", "nll", "bce_logits")
+    if over_batch is not None:
+        findings = [_batch_finding(over_batch, kind)]
+    if shift is not None and shift[0] != 1:
+        findings.insert(0, _shift_finding(*shift))
+    judged = kind in ("cross_entropy", "nll", "bce_logits") or shift is not None
     status = recipe_status(findings)
     unavailable: tuple[Unavailable, ...] = ()
     if status == "pass" and not judged:
@@ -145,7 +214,49 @@ def output_vs_loss(
         value_min=low,
         value_max=high,
         max_row_sum_error=row_error,
-        disclosures=("one batch, eval mode: the outputs of the untrained model",),
+        disclosures=(
+            "one batch, eval mode: the outputs of the untrained model",
+            *(
+                (
+                    "label alignment: probe outputs predicting token t, t+1 and t+2 at position "
+                    f"t scored {', '.join(f'{v:.3g}' for v in shift[1].values())}: the loss "
+                    f"rewards t+{shift[0]}",
+                )
+                if shift is not None
+                else ()
+            ),
+        ),
+    )
+
+
+def _batch_finding(over_batch: OutputForm, kind: LossKind) -> Finding:
+    what = over_batch.replace("_", " ")
+    return Finding(
+        "normalised_over_batch",
+        "critical",
+        f"the outputs are {what} over dim 0, the batch axis, not over the classes: a "
+        "softmax / log_softmax over dim 0 mixes the examples of the batch, so each output "
+        "depends on the others (batch_independence's batch leak follows from it).",
+        remedy=_REMEDY["normalised_over_batch"],
+        fields={"loss_kind": kind, "output_form": over_batch, "class_dim": 0},
+    )
+
+
+def _shift_finding(best: int, losses: dict[int, float]) -> Finding:
+    code = "labels_not_shifted" if best == 0 else "labels_shifted_twice"
+    what = (
+        "the loss scores position t on token t, its own input: an output that copies its input "
+        if best == 0
+        else "the labels are shifted twice: position t is scored on token t+2, so an output that "
+        "skips a token "
+    )
+    return Finding(
+        code,
+        "critical",
+        f"{what}scores {losses[best]:.3g} while a next-token predictor scores {losses[1]:.3g}; "
+        "the model learns that, not to predict the next token.",
+        remedy=_REMEDY[code],
+        fields={"rewarded_shift": best, "probe_losses": [losses[k] for k in sorted(losses)]},
     )
 
 

@@ -30,15 +30,16 @@ from ._batches import (
     split_batch,
     trainable_copy,
 )
-from ._loss import resolved_loss_kind
+from ._optimizer_spec import read_optimizer
+from ._setup import training_setup
+from ._triage_args import check_batch_and_loss, check_options
 from ._triage_checks import (
     CHECKS,
     OVERFIT_LR,
-    STEP_SIZE_STEPS,
+    Budget,
     Skipped,
     TriageRun,
     key_of,
-    resolve_optimizer,
     run_check,
 )
 from ._triage_progress import TriageProgress
@@ -63,13 +64,6 @@ def _selected(checks: Sequence[str] | None, seq_dim: int | None) -> tuple[str, .
     return tuple(c for c in CHECKS if c in checks)  # always in run order
 
 
-def _check_options(seq_dim: Any, num_classes: Any) -> None:
-    if seq_dim is not None:
-        check_int("seq_dim", seq_dim, low=1, expect="None or an int >= 1 (dim 0 is the batch)")
-    if num_classes is not None:
-        check_int("num_classes", num_classes, low=1)
-
-
 def triage(
     model: nn.Module,
     batch: Any,
@@ -86,7 +80,8 @@ def triage(
 ) -> TriageReport:
     """Run the cheap checks of a model that will not train, in order, and name the root cause.
 
-    The order (``CHECKS``): ``data_sanity``, ``init_loss``, ``output_vs_loss`` (outputs already
+    The order (``CHECKS``): ``training_setup`` (the model's modes, the optimizer's roster and
+    param groups, read from what you handed over), ``data_sanity``, ``init_loss``, ``output_vs_loss`` (outputs already
     probabilities fed to a loss that expects logits: double softmax), ``gradient_flow``,
     ``batch_independence`` (and ``causal_dependency`` with ``seq_dim=``),
     ``overfit_one_batch`` (Adam at ``OVERFIT_LR``), ``random_input_test`` (on the copy that
@@ -116,7 +111,10 @@ def triage(
         ``to_pandas()``), ``root_cause``, ``reports`` (each check's own report).
 
     Raises:
-        ModelTypeError, InputFormError, DiagnosticArgumentError: bad arguments (nothing ran).
+        ModelTypeError, InputFormError, DiagnosticArgumentError: bad arguments (nothing ran;
+            ``_triage_args``): e.g. an unknown ``loss_kind``, a ``seq_dim`` the input lacks,
+            an optimizer over another model's parameters, a loss_fn returning a number or an
+            integer tensor, an empty batch.
         ForwardError: the model's forward raised on the batch (a copy's; nothing was changed).
 
     Example:
@@ -137,17 +135,18 @@ def triage(
     check_model(model)
     check_loss_fn(loss_fn)
     check_int("steps", steps, low=1)
-    resolved_loss_kind(loss_kind, loss_fn)  # a bad loss_kind is refused before any check runs
-    _check_options(seq_dim, num_classes)
+    check_options(seq_dim, num_classes, loss_kind)
     names = _selected(checks, seq_dim)
-    choice = resolve_optimizer(optimizer, lr)
+    choice = read_optimizer(optimizer, lr, model)
     progress = TriageProgress(live)
     first = first_batch(batch)
     split_batch(first)  # the batch form is checked before anything runs
     started = time.monotonic()
     with preserved_rng_state():
+        working = trainable_copy(model, "triage")
+        check_batch_and_loss(working, first, loss_fn, seq_dim)
         run = TriageRun(
-            trainable_copy(model, "triage"),
+            working,
             clone_input_tree(first),
             loss_fn,
             steps,
@@ -156,6 +155,8 @@ def triage(
             num_classes,
             loss_kind,
             on_overfit=lambda _: None,
+            setup=training_setup(model, choice) if "training_setup" in names else None,
+            budget=Budget.for_model(model, steps),
         )
         runner = _Runner(names, run, progress, type(model).__name__, started)
         return runner.run()
@@ -288,7 +289,8 @@ class _Runner:
             for name, action in report.actions.items()
         }
         exits: tuple[Exit, ...] = ()
-        if root is not None and root.check in self.reports:  # the root check's follow-ups
+        if root is not None and root.check in self.reports and root.cause != "step_size":
+            # the root check's follow-ups (a step-size cause has its remedy: the lr factor)
             exits = tuple(
                 Exit(e.label, e.code, f"{root.check}.{e.action}" if e.action else None, e.args)
                 for e in self.reports[root.check].exits
@@ -311,12 +313,14 @@ class _Runner:
 
 
 def _mark_root(row: TriageRow, root: RootCause | None) -> TriageRow:
+    """The root cause's row, marked, with its badge at the root finding's severity (the chain's
+    worst: a warning whose chain holds a critical finding is shown as fail)."""
     if root is None or row.check != root.check:
         return row
     return TriageRow(
         row.index,
         row.check,
-        row.status,
+        "fail" if root.severity == "critical" else "warn",
         row.lead,
         row.key,
         row.value,
@@ -350,7 +354,8 @@ def _lead(
     cause = ""
     if root is not None:
         follow = len(root.explains)
-        also = f"; {follow} finding{'s' if follow != 1 else ''} follow from it" if follow else ""
+        verb = "finding follows" if follow == 1 else "findings follow"
+        also = f"; {follow} {verb} from it" if follow else ""
         cause = f"root cause in {root.check}{also}: {root.message}"
     if status == "interrupted":
         done = sum(r.status not in ("skipped", "pending", "running") for r in rows)
@@ -414,9 +419,14 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
         "findings are ranked by written cause rules (torchlens_nb/recipes/_triage_rank.py): "
         "root cause first, the others name the finding they follow from",
     ]
+    budget = run.budget or Budget(run.steps)
+    shortened = budget.note(run.steps)
+    if shortened is not None:
+        notes.append(shortened)
     if "overfit_one_batch" in names:
         notes.append(
-            f"overfit_one_batch trains Adam at lr={OVERFIT_LR:g} for {run.steps} steps (it asks "
+            f"overfit_one_batch trains Adam at lr={OVERFIT_LR:g} for {budget.overfit_steps} steps "
+            "(it asks "
             "whether the model can fit one batch, not whether your optimizer does)"
         )
     if "random_input_test" in names:
@@ -426,7 +436,7 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
             else "random_input_test ran on the untrained copy (overfit_one_batch did not fit)"
         )
     if "update_ratio" in names and run.optimizer is not None:
-        notes.append(f"update_ratio judged {run.optimizer.label} over {STEP_SIZE_STEPS} steps")
+        notes.append(f"update_ratio judged {run.optimizer.label} over {budget.ratio_steps} steps")
     if "causal_dependency" not in names:
         notes.append("causal_dependency runs when seq_dim= names the sequence axis")
     return tuple(notes)

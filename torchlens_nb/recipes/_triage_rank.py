@@ -95,6 +95,28 @@ CAUSES: tuple[Cause, ...] = (
         "every later check reads this batch",
     ),
     Cause(
+        "training_setup",
+        (
+            (
+                "training_setup",
+                _codes(
+                    "model_in_eval",
+                    "frozen_params_in_optimizer",
+                    "trainable_params_not_in_optimizer",
+                    "weight_decay_on_norm",
+                ),
+            ),
+        ),
+        {
+            "update_ratio": _codes("update_ratio_too_low", "lr_too_low"),
+            "weight_distribution": _codes("weights_collapsed"),
+            "overfit_one_batch": _codes("cannot_overfit", "loss_not_near_zero"),
+            "random_input_test": _codes("loss_same_as_noise"),
+        },
+        "what the model and optimizer were handed decides what can train (a frozen layer "
+        "cannot fit the batch)",
+    ),
+    Cause(
         "nonfinite_weights",
         (("weight_distribution", _codes("param_nonfinite")),),
         {ALL_CHECKS: EVERY},
@@ -112,7 +134,7 @@ CAUSES: tuple[Cause, ...] = (
             "batch_independence": DEPENDENCY_BLIND,
             "causal_dependency": DEPENDENCY_BLIND,
             "gradient_flow": _codes("grad_zero", "grad_vanishing"),
-            "update_ratio": _codes("update_ratio_too_low"),
+            "update_ratio": _codes("update_ratio_too_low", "lr_too_low"),
         },
         "an input without signal leaves nothing to learn or to depend on",
     ),
@@ -133,13 +155,37 @@ CAUSES: tuple[Cause, ...] = (
         "the raw input scale sets the scale of every activation and gradient after it",
     ),
     Cause(
+        "label_alignment",
+        (("output_vs_loss", _codes("labels_not_shifted", "labels_shifted_twice")),),
+        {
+            "init_loss": EVERY,
+            "overfit_one_batch": EVERY,
+            "random_input_test": EVERY,
+            "causal_dependency": EVERY,
+        },
+        "the loss scores each position on the wrong token",
+    ),
+    Cause(
+        "batch_normalised_output",
+        (("output_vs_loss", _codes("normalised_over_batch")),),
+        {
+            "batch_independence": _codes("batch_leak"),
+            "init_loss": EVERY,
+            "overfit_one_batch": EVERY,
+            "gradient_flow": EVERY,
+            "update_ratio": EVERY,
+            "random_input_test": EVERY,
+        },
+        "normalising over the batch axis makes every output depend on the whole batch",
+    ),
+    Cause(
         "loss_input_form",
         (("output_vs_loss", EVERY),),
         {
             "init_loss": EVERY,
             "overfit_one_batch": EVERY,
             "gradient_flow": _codes("grad_vanishing", "grad_spread"),
-            "update_ratio": _codes("update_ratio_too_low"),
+            "update_ratio": _codes("update_ratio_too_low", "lr_too_low"),
             "random_input_test": _codes("loss_same_as_noise"),
         },
         "the loss reads the outputs in the wrong form, so it can barely fall",
@@ -181,7 +227,7 @@ CAUSES: tuple[Cause, ...] = (
             "gradient_flow": _codes("grad_zero", "grad_exploding", "grad_vanishing", "grad_spread"),
             "init_loss": _codes("loss_far_above_expected"),
             "overfit_one_batch": EVERY,
-            "update_ratio": _codes("update_ratio_too_low"),
+            "update_ratio": _codes("update_ratio_too_low", "lr_too_low"),
             "random_input_test": _codes("model_ignores_input", "loss_same_as_noise"),
             "batch_independence": DEPENDENCY_BLIND,
         },
@@ -192,7 +238,7 @@ CAUSES: tuple[Cause, ...] = (
         (("gradient_flow", _codes("grad_zero", "grad_disconnected")),),
         {
             "overfit_one_batch": EVERY,
-            "update_ratio": _codes("update_ratio_too_low"),
+            "update_ratio": _codes("update_ratio_too_low", "lr_too_low"),
             "batch_independence": DEPENDENCY_BLIND,
             "causal_dependency": DEPENDENCY_BLIND,
             "random_input_test": _codes("model_ignores_input", "loss_same_as_noise"),
@@ -214,7 +260,7 @@ CAUSES: tuple[Cause, ...] = (
             "batch_independence": DEPENDENCY_BLIND,
             "causal_dependency": DEPENDENCY_BLIND,
             "random_input_test": _codes("loss_same_as_noise"),
-            "update_ratio": _codes("update_ratio_too_low"),
+            "update_ratio": _codes("update_ratio_too_low", "lr_too_low"),
         },
         "the output does not depend on the input, so nothing can be learnt from the data",
     ),
@@ -224,7 +270,7 @@ CAUSES: tuple[Cause, ...] = (
         {
             "gradient_flow": _codes("grad_exploding", "grad_spread", "grad_vanishing"),
             "overfit_one_batch": _codes("loss_diverged", "cannot_overfit", "loss_not_near_zero"),
-            "update_ratio": _codes("update_ratio_too_low"),
+            "update_ratio": _codes("update_ratio_too_low", "lr_too_low"),
         },
         "outputs this far from uninformed at init make the first steps undo the init",
     ),
@@ -245,8 +291,15 @@ CAUSES: tuple[Cause, ...] = (
     ),
     Cause(
         "step_size",
-        (("update_ratio", _codes("update_ratio_too_high", "update_ratio_too_low")),),
-        {},
+        (
+            (
+                "update_ratio",
+                _codes(
+                    "lr_too_high", "lr_too_low", "update_ratio_too_high", "update_ratio_too_low"
+                ),
+            ),
+        ),
+        {"update_ratio": _codes("loss_nonfinite")},
         "one learning rate sets every layer's step",
     ),
     Cause(

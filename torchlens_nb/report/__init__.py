@@ -97,7 +97,7 @@ from ._recipes_training import (
     UpdateRatioReport,
     WeightDistributionReport,
 )
-from ._triage import OutputLossReport, RootCause, TriageReport, TriageRow
+from ._triage import OutputLossReport, RootCause, SetupReport, TriageReport, TriageRow
 
 __all__ = [
     "SCHEMA",
@@ -180,6 +180,7 @@ __all__ = [
     "RootCause",
     "SavedShape",
     "SessionOverhead",
+    "SetupReport",
     "ShapeBreak",
     "ShapeProbe",
     "SinkHead",

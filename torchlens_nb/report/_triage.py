@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._base import Report, Severity, frozen_mapping, payload_as
+from ._base import MAX_CARD_FINDINGS, Report, Severity, _clip, frozen_mapping, payload_as
 from ._recipes_data import LossKind, RecipeReport
 from ._status import Tone, tones
 
@@ -97,6 +97,41 @@ class RootCause:
     """``"check.code"`` of every finding that follows from it."""
 
 
+@dataclass(frozen=True)
+class HandCheck:
+    """Something one triage call cannot see, with the one-line check to do by hand."""
+
+    what: str
+    """E.g. ``"the loop's zero_grad"``."""
+    how: str
+    """The hand check, or the tool that sees it (``tl.debug.ChecksSession``)."""
+
+
+NOT_CHECKED: tuple[HandCheck, ...] = (
+    HandCheck(
+        "label alignment for sequence models",
+        "print labels[0, :8] beside input_ids[0, :8]: a causal LM's loss must predict token "
+        "t+1 from tokens <= t, shifted exactly once (in the model or in the loss, not both)",
+    ),
+    HandCheck(
+        "the loop's zero_grad",
+        "train under tl.debug.ChecksSession: gradients that grow by accumulation with no "
+        "accumulation declared are flagged",
+    ),
+    HandCheck(
+        "input/label pairing",
+        "show a few inputs beside their labels after the loader's shuffling and collation",
+    ),
+    HandCheck(
+        "loss masking of padding",
+        "count the label positions the loss averages over against the non-pad tokens "
+        "(padding labels set to -100, or the attention mask applied)",
+    ),
+)
+"""What one call on (model, batch, loss_fn, optimizer) cannot see: the training loop, the
+loader, and sequence labels beyond the batch's form. Every triage report lists them."""
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class TriageReport(Report):
     """The triage checks in run order, each with its recipe report, root cause first."""
@@ -116,6 +151,14 @@ class TriageReport(Report):
     live_chart: Mapping[str, Any] | None = None
     """The overfit run's loss chart while it trains (interim reports)."""
     elapsed_s: float = 0.0
+    not_checked: tuple[HandCheck, ...] = NOT_CHECKED
+    """What this call cannot see, each with its hand check (card, ``to_dict``, panel)."""
+
+    def card(self, max_findings: int = MAX_CARD_FINDINGS) -> str:
+        """The report card, then the "not checked by this call" list (one line each)."""
+        lines = [super().card(max_findings)]
+        lines += [_clip(f"  not checked by this call: {h.what}: {h.how}") for h in self.not_checked]
+        return "\n".join(lines)
 
     @property
     def progress(self) -> dict[str, Any]:
@@ -166,3 +209,22 @@ class OutputLossReport(RecipeReport):
     value_max: float
     max_row_sum_error: float | None
     """Largest |sum over the class dimension - 1| (None without a class dimension)."""
+
+
+# ----- training_setup ----------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True, repr=False)
+class SetupReport(RecipeReport):
+    """What the model and optimizer handed to triage say before anything runs: modes, frozen
+    parameters the optimizer holds, trainable ones it misses, per-group lr and weight decay."""
+
+    report_type = "training_setup"
+    model_training: bool
+    """``model.training`` as handed over."""
+    eval_modules: tuple[str, ...]
+    """Dropout and BatchNorm modules in eval mode (their behaviour depends on the mode)."""
+    frozen_held: tuple[str, ...]
+    """Parameters with ``requires_grad=False`` that the optimizer holds (they never train)."""
+    trainable_missing: tuple[str, ...]
+    """Parameters with ``requires_grad=True`` that no param group holds (they never train)."""
+    decayed_norm_params: tuple[str, ...]
+    """Normalisation weights and biases in a group with weight decay > 0."""

@@ -60,6 +60,7 @@ PANELS: dict[str, str] = {
     "update_ratio": "recipe",
     "weight_distribution": "recipe",
     "output_vs_loss": "recipe",
+    "training_setup": "recipe",
     # tl.recipes.triage: the checklist, each row expanding into its recipe's view
     "triage": "triage",
 }
