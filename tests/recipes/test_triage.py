@@ -249,10 +249,10 @@ def test_a_loss_fn_that_raises_mid_run_ends_the_progress_in_a_final_report(
     final = shown[-1]
     assert final.status == "interrupted" and final.tables
     assert final.lead.startswith(
-        "overfit_one_batch raised ValueError: labels out of range: 5 of 9 checks finished"
+        "overfit_one_batch raised ValueError: labels out of range: 6 of 10 checks finished"
     )
-    assert final.rows[5].reason == "raised ValueError: labels out of range"
-    assert final.rows[6].reason == (
+    assert final.rows[6].reason == "raised ValueError: labels out of range"
+    assert final.rows[7].reason == (
         "not run: overfit_one_batch raised ValueError: labels out of range"
     )
 
@@ -283,8 +283,8 @@ class OtherModel(nn.Module):
             DiagnosticArgumentError,
             r"loss_fn returned a torch.int64 tensor of shape \(\)",
         ),
-        ({"batch": (torch.zeros(0, 20), torch.zeros(0, dtype=torch.long))}, InputFormError,
-         r"the batch holds 0 examples"),
+        ({"batch": (torch.zeros(0, 20), torch.zeros(0, dtype=torch.long))},
+         DiagnosticArgumentError, r"the batch holds no sample"),
     ],
     ids=["loss-kind-bogus", "seq-dim-out-of-range", "optimizer-of-another-model",
          "loss-returns-float", "loss-returns-int-tensor", "empty-batch"],

@@ -18,7 +18,7 @@ from torch import nn
 
 from .._validate import check_int
 from ..capture import iter_tensors
-from ..errors import DiagnosticArgumentError, InputFormError
+from ..errors import DiagnosticArgumentError
 from ..report._recipes_data import LossKind
 from ._batches import call_model, model_device, primary_output, split_batch, to_device
 from ._model_state import preserved
@@ -44,24 +44,19 @@ def _first_input(inputs: Any) -> torch.Tensor | None:
 
 
 def check_batch_and_loss(model: nn.Module, batch: Any, loss_fn: Any, seq_dim: int | None) -> None:
-    """Refuse an empty batch, a ``seq_dim`` beyond the input's dimensions and a loss that does
-    not return one floating-point value, by running ``loss_fn`` once on ``model``'s outputs.
+    """Refuse a ``seq_dim`` beyond the input's dimensions and a loss that does not return one
+    floating-point value, by running ``loss_fn`` once on ``model``'s outputs (``split_batch``
+    has refused an empty batch already).
 
     ``model`` must be the working copy (it runs in its own mode under no_grad; its buffers,
     modes and RNG are restored).
 
     Raises:
-        InputFormError: the batch holds 0 examples.
-        DiagnosticArgumentError: ``seq_dim`` names no dimension of the input, or ``loss_fn``
+        DiagnosticArgumentError: the batch holds no example, ``seq_dim`` names no dimension of the input, or ``loss_fn``
             returned a number, an integer tensor or a non-scalar.
     """
     inputs, targets = split_batch(batch)
     first = _first_input(inputs)
-    if first is not None and first.dim() and first.shape[0] == 0:
-        raise InputFormError(
-            f"the batch holds 0 examples (input of shape {tuple(first.shape)}); pass a batch "
-            "with at least one example (a loader's first batch must not be empty)."
-        )
     if seq_dim is not None and first is not None and seq_dim >= first.dim():
         raise DiagnosticArgumentError(
             f"seq_dim={seq_dim} but the input has {first.dim()} dimensions (shape "
