@@ -283,7 +283,6 @@ def test_manual_accumulation_stops_a_nan_of_the_first_micro_batch_before_the_wri
     assert "nonfinite_grad_skipped_by_loop" not in codes
 
 
-
 class SqrtRegressor(pl.LightningModule):
     """``forward(self, x)`` scales by ``sqrt(x[:, 0] + 10)``; ``training_step`` computes the loss,
     calls ``self.log`` and returns ``{"loss": ...}``. A batch with ``x[:, 0] < -10`` makes a NaN
@@ -330,7 +329,9 @@ def test_err_investigate_replays_the_training_step_and_names_the_forward_birth()
     assert report.status == "found" and report.phase == "forward"
     born = report.first_bad_thing
     assert (born.func, born.kind) == ("sqrt", "nan")
-    assert born.code.strip() == "return self.layer(x) * torch.sqrt(x[:, :1] + 10.0)  # the NaN's birth"
+    assert (
+        born.code.strip() == "return self.layer(x) * torch.sqrt(x[:, :1] + 10.0)  # the NaN's birth"
+    )
     assert report.loss_source == "output['loss']"
     assert any("training_step(batch, batch_idx=4)" in note for note in report.disclosures)
     assert "log" not in vars(module) and "log_dict" not in vars(module)  # the no-ops are gone

@@ -161,5 +161,5 @@ class KeptBatch:
         one at ``position`` of a list given per micro-batch)."""
         chosen = self._forward_fn
         if isinstance(chosen, (list, tuple)):
-            return chosen[position]  # type: ignore[no-any-return]
-        return chosen  # type: ignore[no-any-return]
+            return chosen[position]
+        return chosen

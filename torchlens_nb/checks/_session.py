@@ -431,7 +431,9 @@ class ChecksSession:
                 "session.step(loss_fn=...) needs inputs= (the batch it replays) and a callable "
                 f"loss_fn(output) or loss_fn(output, inputs), got {type(loss_fn).__name__}."
             )
-        if forward_fn is not None and (inputs is None or not _is_forward_fn(forward_fn, micro_batches)):
+        if forward_fn is not None and (
+            inputs is None or not _is_forward_fn(forward_fn, micro_batches)
+        ):
             raise DiagnosticArgumentError(
                 "session.step(forward_fn=...) needs inputs= (the batch it replays) and a callable "
                 "forward_fn(model, batch), or with micro_batches=K a list of K of them; got "
