@@ -3,8 +3,9 @@
 ``Trainer(..., callbacks=[ChecksCallback()])`` attaches a ``ChecksSession`` to the LightningModule
 and the trainer's optimizer when training starts, runs each optimizer step as a boundary-mode
 step (``trainer.global_step``, the micro-batches ``accumulate_grad_batches`` gives the step, and
-the batches themselves, kept for ``err.investigate()``), and detaches when ``fit()`` ends or
-raises (``on_exception``). A non-finite gradient stops ``fit()`` with the kit's
+the batches themselves, kept for ``err.investigate()``, which replays the module's own
+``training_step(batch, batch_idx)``: :class:`TrainingStepReplay`), and detaches when ``fit()``
+ends or raises (``on_exception``). A non-finite gradient stops ``fit()`` with the kit's
 ``CheckViolationError`` before the optimizer writes (``tests/integrations/test_lightning.py``).
 
 Where the check runs. Lightning's automatic optimization calls ``optimizer.step(closure)``: the
