@@ -179,6 +179,8 @@ class TrainingStepReplay:
         self.batch_idx = batch_idx
 
     def __call__(self, module: torch.nn.Module, batch: Any) -> Any:
+        if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+            module = module.module  # the session's model under DDP (not measured here)
         shadowed = [name for name in _LOGGING if name not in vars(module)]
         for name in shadowed:
             object.__setattr__(module, name, _no_log)
