@@ -335,4 +335,13 @@ def test_err_investigate_replays_the_training_step_and_names_the_forward_birth()
     assert report.loss_source == "output['loss']"
     assert any("training_step(batch, batch_idx=4)" in note for note in report.disclosures)
     assert "log" not in vars(module) and "log_dict" not in vars(module)  # the no-ops are gone
+    # self.log raises once fit() is gone (MisconfigurationException); the replay's training
+    # step runs past it: on a finite batch the whole step, backward included, is checked
+    with pytest.raises(
+        pl.utilities.exceptions.MisconfigurationException, match="result collection is not"
+    ):
+        module.log("train_loss", torch.tensor(1.0))
+    clean = (x[:4], y[:4])
+    finite = tl.debug.investigate(module, clean, forward_fn=error.replay.forward_fn)
+    assert finite.status == "not_reproduced" and finite.backward is not None
     assert all_hooks(module, trainer.optimizers[0]) == (0, 0, 0)
