@@ -810,7 +810,7 @@ export interface InvestigationReportData {
   intentional_infinities: string[];
   num_intentional: number;
   phase: "forward" | "backward" | null;
-  loss_source: "loss_fn" | "output.loss" | "output" | null;
+  loss_source: "loss_fn" | "output.loss" | "output['loss']" | "output" | null;
   loss: number | null;
   rng: "kept" | "current";
   nonfinite_inputs: InputFault[];

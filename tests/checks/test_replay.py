@@ -174,3 +174,36 @@ def test_micro_batch_inputs_must_match_the_declared_count(mlp_adamw, inputs, mat
     with session, pytest.raises(DiagnosticArgumentError, match=match):
         with session.step(global_step=0, micro_batches=2, inputs=inputs):
             pass
+
+
+def test_a_kept_forward_fn_is_how_err_investigate_calls_the_model() -> None:
+    model = dropout_mlp()
+    session, optimizer = session_on(model)
+    micro = [{"x": torch.randn(2, 8), "scale": 1.0} for _ in range(2)]
+    micro[1]["x"][0, 0] = math.nan
+    steps = [lambda m, b: loss_of(m, b["x"]) * b["scale"] for _ in range(2)]  # two objects
+    with session, pytest.raises(CheckViolationError) as caught:
+        with session.step(global_step=0, micro_batches=2, inputs=micro, forward_fn=steps):
+            for batch in micro:
+                (loss_of(model, batch["x"]) / 2).backward()
+            optimizer.step()
+    replay = caught.value.replay
+    assert replay.micro_batch == 1 and replay.forward_fn is steps[1]
+    report = caught.value.investigate()  # model(**batch) would raise: forward() takes no scale
+    assert report.status == "nonfinite_input" and report.nonfinite_inputs[0].rows == (0,)
+
+
+@pytest.mark.parametrize(
+    "forward_fn, match",
+    [(3, r"a callable forward_fn\(model, batch\).*got int"), ([print], r"got list")],
+    ids=["not-callable", "one-for-two"],
+)
+def test_forward_fn_must_be_one_callable_or_one_per_micro_batch(
+    mlp_adamw, forward_fn, match
+) -> None:
+    model, optimizer = mlp_adamw
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    inputs = [torch.zeros(1)] * 2
+    with session, pytest.raises(DiagnosticArgumentError, match=match):
+        with session.step(micro_batches=2, inputs=inputs, forward_fn=forward_fn):
+            pass

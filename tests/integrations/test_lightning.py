@@ -281,3 +281,67 @@ def test_manual_accumulation_stops_a_nan_of_the_first_micro_batch_before_the_wri
     assert caught.value.fields["attempt"] == 2
     codes = [f.code for f in report.findings]
     assert "nonfinite_grad_skipped_by_loop" not in codes
+
+
+class SqrtRegressor(pl.LightningModule):
+    """``forward(self, x)`` scales by ``sqrt(x[:, 0] + 10)``; ``training_step`` computes the loss,
+    calls ``self.log`` and returns ``{"loss": ...}``. A batch with ``x[:, 0] < -10`` makes a NaN
+    born in the forward (the batch itself is finite)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x) * torch.sqrt(x[:, :1] + 10.0)  # the NaN's birth
+
+    def training_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
+        x, y = batch
+        loss = nn.functional.mse_loss(self(x), y)
+        self.log("train_loss", loss)
+        return {"loss": loss}
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=1e-2)
+
+
+def test_err_investigate_replays_the_training_step_and_names_the_forward_birth() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4 * STEPS, 8, generator=generator), torch.randn(4 * STEPS, 4)
+    x[4 * POISONED_STEP + 2, 0] = -20.0  # one row of the 5th step's batch
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    callback, module = ChecksCallback(), SqrtRegressor()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=STEPS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+    with pytest.raises(tl.debug.CheckViolationError) as caught:
+        trainer.fit(module, data)
+    error = caught.value
+    assert error.replay is not None and error.replay.global_step == POISONED_STEP
+    report = error.investigate()  # the replay calls training_step, not module(x, y)
+    assert report.status == "found" and report.phase == "forward"
+    born = report.first_bad_thing
+    assert (born.func, born.kind) == ("sqrt", "nan")
+    assert (
+        born.code.strip() == "return self.layer(x) * torch.sqrt(x[:, :1] + 10.0)  # the NaN's birth"
+    )
+    assert report.loss_source == "output['loss']"
+    assert any("training_step(batch, batch_idx=4)" in note for note in report.disclosures)
+    assert "log" not in vars(module) and "log_dict" not in vars(module)  # the no-ops are gone
+    # self.log raises once fit() is gone (MisconfigurationException); the replay's training
+    # step runs past it: on a finite batch the whole step, backward included, is checked
+    with pytest.raises(
+        pl.utilities.exceptions.MisconfigurationException, match="result collection is not"
+    ):
+        module.log("train_loss", torch.tensor(1.0))
+    clean = (x[:4], y[:4])
+    finite = tl.debug.investigate(module, clean, forward_fn=error.replay.forward_fn)
+    assert finite.status == "not_reproduced" and finite.backward is not None
+    assert all_hooks(module, trainer.optimizers[0]) == (0, 0, 0)

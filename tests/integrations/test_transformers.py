@@ -271,3 +271,52 @@ def test_outside_a_kernel_nothing_is_displayed(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr("IPython.display.display", shown.append)
     trainer_for([ChecksCallback()], tmp_path).train()
     assert shown == []
+
+
+class ArmedLogGelu(torch.nn.Module):
+    """GPT-2's MLP activation as ``log(gelu(x) + offset)``: finite while ``offset`` is 1 (gelu
+    is above -0.17), a NaN born here once a callback sets it to -10."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("offset", torch.tensor(1.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(torch.nn.functional.gelu(x) + self.offset)  # the NaN's birth
+
+
+class ArmAtStep(transformers.TrainerCallback):
+    """Sets the activation's offset to -10 when step :data:`POISONED_STEP` begins."""
+
+    def __init__(self, act: ArmedLogGelu) -> None:
+        self.act = act
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == POISONED_STEP:
+            self.act.offset.fill_(-10.0)
+
+
+def test_err_investigate_replays_the_kept_micro_batch_and_names_the_forward_birth(
+    tmp_path,
+) -> None:
+    act = ArmedLogGelu()
+    callback = ChecksCallback()
+    trainer = trainer_for([callback], tmp_path)
+    trainer.model.transformer.h[0].mlp.act = act
+    trainer.add_callback(ArmAtStep(act))
+    with pytest.raises(tl.debug.CheckViolationError) as caught:
+        trainer.train()
+    error = caught.value
+    assert error.replay is not None and error.replay.global_step == POISONED_STEP
+    # the micro-batch the trainer handed to the model's forward: a row of the (shuffled) data
+    kept = error.replay.inputs
+    assert {"input_ids", "labels"} <= set(kept)
+    assert any(torch.equal(kept["input_ids"][0], row["input_ids"]) for row in token_rows(STEPS))
+    report = error.investigate()
+    assert report.status == "found" and report.phase == "forward"
+    born = report.first_bad_thing
+    assert (born.func, born.kind, born.module) == ("log", "nan", "transformer.h.0.mlp.act")
+    assert born.code.strip().endswith("# the NaN's birth")
+    assert report.loss_source == "output.loss" and report.rng == "kept"
+    assert all_hooks(trainer.model, trainer.optimizer.optimizer) == (0, 0, 0)
+    assert not trainer.model._forward_pre_hooks  # the batch keeper is removed with the session

@@ -124,6 +124,58 @@ def test_a_one_element_output_is_the_default_loss() -> None:
     assert (report.status, report.loss_source) == ("not_reproduced", "output")
 
 
+class DictLoss(nn.Module):
+    """Returns ``{"loss": ..., "logits": ...}`` as a Lightning ``training_step`` does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(2, 1)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        logits = self.head(x)
+        return {"loss": torch.log(logits - 100.0).mean(), "logits": logits}
+
+
+def test_a_dict_with_a_loss_tensor_is_the_default_loss() -> None:
+    report = tl.debug.investigate(DictLoss(), X)
+    assert (report.status, report.loss_source) == ("found", "output['loss']")
+    assert report.first_bad_thing.func == "log"
+
+
+def test_an_x_y_batch_with_a_loss_of_the_batch_calls_the_forward_with_x() -> None:
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 3), torch.randn(4, 1)
+    batch = [x, y]
+    report = tl.debug.investigate(
+        nn.Linear(3, 1), batch, loss_fn=lambda out, b: ((out - b[1]) ** 2).mean()
+    )
+    assert report.status == "not_reproduced"  # the whole step ran: finite, nothing to find
+    assert report.loss_source == "loss_fn" and report.backward is not None
+    assert any("model(inputs[0])" in note for note in report.disclosures)
+    y[1, 0] = float("nan")  # the label is an input of the loss: the NaN is the batch's own
+    bad = tl.debug.investigate(
+        nn.Linear(3, 1), batch, loss_fn=lambda out, b: ((out - b[1]) ** 2).mean()
+    )
+    assert bad.status == "nonfinite_input" and bad.nonfinite_inputs[0].field == "inputs[1]"
+    assert bad.nonfinite_inputs[0].rows == (1,)
+
+
+def test_forward_fn_replays_the_step_as_the_loop_calls_the_model() -> None:
+    def training_step(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(batch["x"]).sum()
+
+    report = tl.debug.investigate(Net(LogOfNegative()), {"x": X}, forward_fn=training_step)
+    assert (report.status, report.phase, report.first_bad_thing.func) == ("found", "forward", "log")
+    assert report.loss_source == "output"
+    assert any("training_step(model, batch)" in note for note in report.disclosures)
+
+
+def test_a_forward_that_refuses_the_batch_says_how_to_replay_it() -> None:
+    report = tl.debug.investigate(nn.Linear(3, 1), [torch.ones(2, 3), torch.ones(2, 1)])
+    assert report.status == "incomplete"
+    assert "raised TypeError" in report.lead and "forward_fn=lambda model, batch" in report.lead
+
+
 def test_the_cuda_states_of_the_checks_kit_are_accepted() -> None:
     state = {"cpu": torch.get_rng_state(), "cuda": []}  # no CUDA here: get_rng_state_all() == []
     report = tl.debug.investigate(Net(Finite()), X, loss_fn=_sum, rng_state=state)
@@ -285,6 +337,11 @@ def test_the_report_renders_with_the_nonfinite_panel_and_its_lineage_outlives_th
             lambda: tl.debug.investigate(Net(Finite()), X, loss_fn=3),
             r"loss_fn must be callable",
             id="loss-not-callable",
+        ),
+        pytest.param(
+            lambda: tl.debug.investigate(Net(Finite()), X, forward_fn=3),
+            r"forward_fn must be callable as forward_fn\(model, inputs\)",
+            id="forward-fn-not-callable",
         ),
         pytest.param(
             lambda: tl.debug.investigate(Net(Finite()), X, rng_state={"gpu": 1}),

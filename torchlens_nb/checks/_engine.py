@@ -202,13 +202,14 @@ class Engine:
         micro_batches: int | None,
         inputs: Any,
         loss_fn: Callable[..., Any] | None = None,
+        forward_fn: Any = None,
     ) -> None:
         """Open a boundary-mode block (the caller checked its arguments and that none is open).
 
         Backwards before the block that no step used stay in the open group: the block's step
         uses them too unless its first backward starts from reset gradients.
         """
-        kept = KeptBatch(inputs, micro_batches, loss_fn) if inputs is not None else None
+        kept = KeptBatch(inputs, micro_batches, loss_fn, forward_fn) if inputs is not None else None
         self._has_blocks = True
         self._block = _Block(global_step, micro_batches, kept, self._sites.backwards)
         if micro_batches is not None:
@@ -494,6 +495,7 @@ class Engine:
             micro if micro is not None else 0,
             block.micro_batches,
             block.kept.loss_fn,
+            block.kept.forward_fn(micro if micro is not None else 0),
         )
 
     # ----- resolution ---------------------------------------------------------------------------

@@ -90,12 +90,17 @@ class Replay:
     """The declared accumulation factor K (None when not declared)."""
     loss_fn: Callable[..., Any] | None = None
     """The ``loss_fn`` given to ``session.step(loss_fn=...)``: the replay's default loss."""
+    forward_fn: Callable[[torch.nn.Module, Any], Any] | None = None
+    """How the replay calls the model on ``inputs`` (``session.step(forward_fn=...)``: a
+    trainer's own training step); None for ``model(*inputs)`` / ``model(**inputs)``."""
 
     def investigate(self, loss_fn: Callable[..., Any] | None = None) -> InvestigationReport:
         """Replay this micro-batch with ``tl.debug.investigate`` under the kept RNG state.
 
         ``loss_fn`` defaults to the one kept from ``session.step(loss_fn=...)``, then to
-        ``tl.debug.investigate``'s own default (``output.loss``, or a one-element output).
+        ``tl.debug.investigate``'s own default (``output.loss``, ``output["loss"]``, or a
+        one-element output). The forward is called through the kept ``forward_fn`` when there
+        is one.
 
         Raises:
             UnavailableError: the model was garbage-collected (``code="model_collected"``).
@@ -117,6 +122,7 @@ class Replay:
             self.inputs,
             loss_fn=loss_fn if loss_fn is not None else self.loss_fn,
             rng_state=self.rng_state.as_mapping(),
+            forward_fn=self.forward_fn,
         )
 
 
@@ -124,11 +130,16 @@ class KeptBatch:
     """The inputs and per-micro-batch RNG states of the open ``session.step()`` block."""
 
     def __init__(
-        self, inputs: Any, micro_batches: int | None, loss_fn: Callable[..., Any] | None = None
+        self,
+        inputs: Any,
+        micro_batches: int | None,
+        loss_fn: Callable[..., Any] | None = None,
+        forward_fn: Any = None,
     ) -> None:
         self._inputs = inputs
         self.loss_fn = loss_fn
         """What ``session.step(loss_fn=...)`` gave: the replay's loss."""
+        self._forward_fn = forward_fn
         self._expected = micro_batches if micro_batches is not None else 1
         self._is_split = self._expected > 1
         self._states = [RngState.capture()]
@@ -144,3 +155,11 @@ class KeptBatch:
             return None
         inputs: Sequence[Any] | Any = self._inputs
         return (inputs[position] if self._is_split else inputs), self._states[position]
+
+    def forward_fn(self, position: int) -> Callable[[torch.nn.Module, Any], Any] | None:
+        """The ``forward_fn`` of the micro-batch at ``position`` (one callable for all, or the
+        one at ``position`` of a list given per micro-batch)."""
+        chosen = self._forward_fn
+        if isinstance(chosen, (list, tuple)):
+            return chosen[position]
+        return chosen

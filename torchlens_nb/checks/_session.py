@@ -453,6 +453,7 @@ class ChecksSession:
         micro_batches: int | None = None,
         inputs: Any = None,
         loss_fn: Callable[..., Any] | None = None,
+        forward_fn: Any = None,
     ) -> Iterator[None]:
         """One optimizer attempt (boundary mode): exact accepted/skipped and the caller's ids.
 
@@ -470,6 +471,11 @@ class ChecksSession:
                 ``loss_fn(output)`` or ``loss_fn(output, inputs)`` (see
                 ``tl.debug.investigate``); kept with ``inputs``, so ``err.investigate()`` and
                 the dashboard's "Find where it was born" button need no argument.
+            forward_fn: how the replay calls the model on a kept batch,
+                ``forward_fn(model, batch)`` returning the output or the loss (a trainer's own
+                training step; see ``tl.debug.investigate``); with ``micro_batches=K > 1`` one
+                callable for all micro-batches or the list of K, one per micro-batch. None for
+                ``model(*batch)`` / ``model(**batch)``.
 
         Example:
             >>> with session:
@@ -522,7 +528,15 @@ class ChecksSession:
                 "session.step(loss_fn=...) needs inputs= (the batch it replays) and a callable "
                 f"loss_fn(output) or loss_fn(output, inputs), got {type(loss_fn).__name__}."
             )
-        self._engine.begin_step(global_step, micro_batches, inputs, loss_fn)
+        if forward_fn is not None and (
+            inputs is None or not _is_forward_fn(forward_fn, micro_batches)
+        ):
+            raise DiagnosticArgumentError(
+                "session.step(forward_fn=...) needs inputs= (the batch it replays) and a callable "
+                "forward_fn(model, batch), or with micro_batches=K a list of K of them; got "
+                f"{type(forward_fn).__name__}."
+            )
+        self._engine.begin_step(global_step, micro_batches, inputs, loss_fn, forward_fn)
         try:
             yield
         finally:
@@ -698,6 +712,13 @@ class ChecksSession:
         raise CheckViolationError(
             f"{finding.code}: {finding.message} {finding.remedy or ''}", finding, report, replay
         )
+
+
+def _is_forward_fn(forward_fn: Any, micro_batches: int | None) -> bool:
+    """One callable, or a list/tuple of callables, one per declared micro-batch."""
+    if isinstance(forward_fn, (list, tuple)):
+        return len(forward_fn) == (micro_batches or 1) and all(callable(f) for f in forward_fn)
+    return callable(forward_fn)
 
 
 def _is_integral(value: Any) -> bool:

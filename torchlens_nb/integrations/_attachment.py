@@ -189,13 +189,23 @@ class TrainerAttachment:
 
             display(session.dashboard())
 
-    def begin_step(self, global_step: int, micro_batches: int | None, inputs: Any = None) -> None:
-        """Open the ``session.step()`` block of one optimizer step (closing one left open)."""
+    def begin_step(
+        self,
+        global_step: int,
+        micro_batches: int | None,
+        inputs: Any = None,
+        forward_fn: Any = None,
+    ) -> None:
+        """Open the ``session.step()`` block of one optimizer step (closing one left open);
+        ``inputs`` and ``forward_fn`` are kept for the replay (``session.step``'s)."""
         if self._session is None:
             return
         self.end_step()
         block = self._session.step(
-            global_step=global_step, micro_batches=micro_batches, inputs=inputs
+            global_step=global_step,
+            micro_batches=micro_batches,
+            inputs=inputs,
+            forward_fn=forward_fn if inputs is not None else None,
         )
         block.__enter__()
         self._step = block

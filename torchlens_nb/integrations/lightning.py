@@ -3,8 +3,9 @@
 ``Trainer(..., callbacks=[ChecksCallback()])`` attaches a ``ChecksSession`` to the LightningModule
 and the trainer's optimizer when training starts, runs each optimizer step as a boundary-mode
 step (``trainer.global_step``, the micro-batches ``accumulate_grad_batches`` gives the step, and
-the batches themselves, kept for ``err.investigate()``), and detaches when ``fit()`` ends or
-raises (``on_exception``). A non-finite gradient stops ``fit()`` with the kit's
+the batches themselves, kept for ``err.investigate()``, which replays the module's own
+``training_step(batch, batch_idx)``: :class:`TrainingStepReplay`), and detaches when ``fit()``
+ends or raises (``on_exception``). A non-finite gradient stops ``fit()`` with the kit's
 ``CheckViolationError`` before the optimizer writes (``tests/integrations/test_lightning.py``).
 
 Where the check runs. Lightning's automatic optimization calls ``optimizer.step(closure)``: the
@@ -138,7 +139,10 @@ class ChecksCallback(pl.Callback):
         self._step_end = batch_idx + micro - 1
         self._inputs = [batch, *([None] * (micro - 1))] if self._keep_batch else None
         inputs = self._inputs if micro > 1 else (batch if self._keep_batch else None)
-        self._attachment.begin_step(trainer.global_step, micro, inputs)
+        steps = [TrainingStepReplay(batch_idx + j) for j in range(micro)]
+        self._attachment.begin_step(
+            trainer.global_step, micro, inputs, steps if micro > 1 else steps[0]
+        )
 
     def on_train_batch_end(
         self,
@@ -161,6 +165,47 @@ class ChecksCallback(pl.Callback):
     ) -> None:
         self._attachment.finish(exception)
         self._inputs = None
+
+
+class TrainingStepReplay:
+    """The replay's ``forward_fn`` under automatic optimization: the module's own
+    ``training_step(batch, batch_idx)``, whose returned loss (or ``{"loss": ...}``) is the loss.
+
+    ``self.log`` / ``self.log_dict`` need the trainer's loop, which is gone when
+    ``err.investigate()`` runs: they are no-ops for the replay (instance attributes, removed
+    afterwards, raises included). Manual optimization is not replayed this way (its
+    ``training_step`` runs the backward and the optimizer step itself); its kept batch is
+    replayed as ``module(batch)``.
+    """
+
+    def __init__(self, batch_idx: int) -> None:
+        self.batch_idx = batch_idx
+
+    def __call__(self, module: torch.nn.Module, batch: Any) -> Any:
+        if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+            module = module.module  # the session's model under DDP (not measured here)
+        shadowed = [name for name in _LOGGING if name not in vars(module)]
+        for name in shadowed:
+            object.__setattr__(module, name, _no_log)
+        try:
+            return module.training_step(batch, self.batch_idx)  # type: ignore[operator]
+        finally:
+            for name in shadowed:
+                object.__delattr__(module, name)
+
+    def __repr__(self) -> str:
+        return (
+            f"LightningModule.training_step(batch, batch_idx={self.batch_idx}) with "
+            "self.log / self.log_dict as no-ops"
+        )
+
+
+_LOGGING = ("log", "log_dict")
+"""The ``LightningModule`` methods that need a running trainer loop."""
+
+
+def _no_log(*args: Any, **kwargs: Any) -> None:
+    """``self.log`` during a replay: nothing is logged."""
 
 
 def _batches_per_epoch(trainer: pl.Trainer) -> int | None:

@@ -23,9 +23,14 @@ What the trainer hands the session:
   the first ``on_train_begin``: an exception in that first ``train()`` other than the kit's own
   raise leaves the hooks on until the next ``train()`` or :meth:`ChecksCallback.detach`.
 
-The trainer does not hand callbacks the batch, so ``err.investigate()`` has none to replay: call
-``tl.debug.investigate(model, batch, loss_fn=...)`` with the batch (``err.fields["global_step"]``
-says which step).
+* the trainer does not hand callbacks the batch: a forward pre-hook on the model (with kwargs)
+  keeps, by reference, each micro-batch the trainer passes to ``model(**inputs)`` during the
+  open step, and the step's ``session.step()`` block opens at the step's first forward, so the
+  RNG state kept with it is the one that forward drew from. ``err.investigate()`` (and the
+  dashboard's replay button) replays that micro-batch as ``model(**inputs)``; its ``labels``
+  make ``output.loss`` the loss. The kept references are dropped when the step ends; the hook
+  is removed with the session. A step whose model forward never runs (a ``compute_loss`` that
+  does not call the model) is watched without a block (hook-only counting) and keeps no batch.
 
 Importing this module imports ``transformers`` (``pip install -c constraints.txt
 "torchlens_nb[transformers]"``); ``import torchlens_nb`` does not.
@@ -63,7 +68,7 @@ __all__ = ["ChecksCallback"]
 
 class ChecksCallback(transformers.TrainerCallback):
     """Training checks on a Hugging Face ``Trainer``: raise before a non-finite gradient is
-    written, the skip ledger, the live dashboard.
+    written, the skip ledger, the live dashboard, the micro-batch kept for ``err.investigate()``.
 
     Args:
         checks: ``{check name: register options}``: the checks and their actions (``action=``
@@ -99,6 +104,12 @@ class ChecksCallback(transformers.TrainerCallback):
         self._attachment = TrainerAttachment(checks, dashboard)
         self._accumulation = 1
         self._batches_per_epoch: int | None = None
+        self._keeper: torch.utils.hooks.RemovableHandle | None = None
+        self._pending: tuple[int, int] | None = None
+        """(global step, micro-batches) of the step begun whose first forward has not run."""
+        self._slots: list[Any] | None = None
+        self._forwards = 0
+        """Model forwards seen in the open step."""
 
     @property
     def report(self) -> CheckReport | None:
@@ -113,7 +124,7 @@ class ChecksCallback(transformers.TrainerCallback):
 
     def detach(self) -> CheckReport | None:
         """Remove the session's hooks now (idempotent); returns the final report."""
-        return self._attachment.finish(None)
+        return self._finish(None)
 
     # ----- trainer events -----------------------------------------------------------------------
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -135,18 +146,57 @@ class ChecksCallback(transformers.TrainerCallback):
         self._batches_per_epoch = _length(train_dataloader)
         wrapped = getattr(trainer, "model_wrapped", None) if trainer is not None else None
         is_ddp = isinstance(wrapped, torch.nn.parallel.DistributedDataParallel)
+        self._release()
         self._attachment.begin(wrapped if is_ddp else model, optimizer)
+        if isinstance(model, torch.nn.Module):
+            self._keeper = model.register_forward_pre_hook(self._keep, with_kwargs=True)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._attachment.begin_step(state.global_step, self._micro_batches(state.global_step))
+        self._attachment.end_step()
+        micro = self._micro_batches(state.global_step)
+        self._pending, self._slots, self._forwards = (state.global_step, micro), None, 0
+        if self._keeper is None:  # no model to watch: open the block now, with no batch
+            self._open(None)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._attachment.end_step()
+        self._pending, self._slots = None, None
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._attachment.finish(None)
+        self._finish(None)
 
     # ----- internals ----------------------------------------------------------------------------
+    def _keep(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Forward pre-hook: keep the micro-batch (a reference); the step's first forward opens
+        its block, so the block's RNG state is the one this forward draws from."""
+        if self._pending is None and self._slots is None:
+            return  # outside a training step (evaluation, generation)
+        batch = dict(kwargs) if kwargs and not args else (args if args and not kwargs else None)
+        position, self._forwards = self._forwards, self._forwards + 1
+        if self._pending is not None:
+            self._open(batch)
+        elif self._slots is not None and position < len(self._slots):
+            self._slots[position] = batch
+
+    def _open(self, batch: Any) -> None:
+        assert self._pending is not None
+        global_step, micro = self._pending
+        self._pending = None
+        self._slots = [batch, *([None] * (micro - 1))] if batch is not None else None
+        inputs = self._slots if micro > 1 else batch
+        self._attachment.begin_step(global_step, micro, inputs)
+
+    def _release(self) -> None:
+        """Remove the batch keeper and drop what it kept."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.remove()
+        self._pending, self._slots = None, None
+
+    def _finish(self, error: BaseException | None) -> CheckReport | None:
+        self._release()
+        return self._attachment.finish(error)
+
     def _micro_batches(self, global_step: int) -> int:
         """Micro-batches of the step ``global_step``: the trainer steps every K batches and on
         an epoch's last batch (``Trainer._run_epoch``, transformers 5.24)."""
@@ -161,14 +211,14 @@ class ChecksCallback(transformers.TrainerCallback):
         if trainer is None or getattr(trainer.train, _GUARD, None) is self:
             return
         original = trainer.train
-        attachment = self._attachment
+        finish = self._finish
 
         @functools.wraps(original)
         def train(*args: Any, **kwargs: Any) -> Any:
             try:
                 return original(*args, **kwargs)
             except BaseException as error:
-                attachment.finish(error)
+                finish(error)
                 raise
 
         setattr(train, _GUARD, self)

@@ -33,9 +33,10 @@ InvestigationStatus = Literal["found", "nonfinite_input", "not_reproduced", "inc
 ``nonfinite_input``: the batch already held the NaN/Inf; ``not_reproduced``: the whole step ran
 finite on replay; ``incomplete``: the replay could not run to the end (the forward raised, the
 loss has no gradient) and found nothing in what it ran."""
-LossSource = Literal["loss_fn", "output.loss", "output"]
-"""Where the loss came from: the caller's ``loss_fn``, a Hugging Face ``output.loss``, or the
-model output itself (a scalar tensor)."""
+LossSource = Literal["loss_fn", "output.loss", "output['loss']", "output"]
+"""Where the loss came from: the caller's ``loss_fn``, a Hugging Face ``output.loss``, the
+``"loss"`` entry of a returned dict (a Lightning ``training_step``), or the model output itself
+(a scalar tensor)."""
 RngSource = Literal["kept", "current"]
 """Which RNG state the replay ran under: the ``rng_state`` passed in, or the current one."""
 

@@ -35,8 +35,11 @@ from ._backward import bisect_nan_backward
 from ._forward_scan import ForwardFacts, run_live
 from ._origin import lineage_fields, metadata_only, origin_report
 from ._replay import (
+    ForwardFn,
     StepModule,
     check_rng_state,
+    describe_call,
+    forward_call,
     input_fields,
     loss_arity,
     preserved_user_state,
@@ -56,6 +59,7 @@ def investigate(
     *,
     loss_fn: Callable[..., Any] | None = None,
     rng_state: Mapping[str, Any] | None = None,
+    forward_fn: ForwardFn | None = None,
 ) -> InvestigationReport:
     """Replay one training step and name where its NaN/Inf was born: forward, loss or backward.
 
@@ -71,8 +75,17 @@ def investigate(
 
     The loss: ``loss_fn(output)``, or ``loss_fn(output, inputs)`` when it takes two positional
     arguments (``inputs`` is the batch as given); without ``loss_fn``, ``output.loss`` when it
-    is a tensor (a Hugging Face model called with ``labels=``), else the output itself when it is
-    a one-element tensor. Ops of the loss are checked like the model's (module ``""``, the loss
+    is a tensor (a Hugging Face model called with ``labels=``), ``output["loss"]`` when the output
+    is a mapping holding a tensor ``"loss"`` (a Lightning ``training_step``'s dict), else the
+    output itself when it is a one-element tensor.
+
+    The forward: ``forward_fn(model, inputs)`` when given (a trainer's own training step, whose
+    returned loss or ``{"loss": ...}`` is then the loss); else a tuple/list batch is passed as
+    positional arguments, a mapping as keyword arguments, anything else as the one argument.
+    One exception, for the supervised ``(x, y)`` batch: when ``loss_fn`` takes the batch
+    (``loss_fn(output, inputs)``), the batch is a list/tuple of two or more items, and the
+    forward's signature takes ``inputs[0]`` alone but not the items together, the model is
+    called as ``model(inputs[0])`` (said in the report's disclosures). Ops of the loss are checked like the model's (module ``""``, the loss
     function's own lines).
 
     Nothing the caller owns changes: parameters, buffers (BatchNorm running statistics),
@@ -90,6 +103,8 @@ def investigate(
             ``BatchEncoding``).
         loss_fn: ``loss_fn(output)`` or ``loss_fn(output, inputs)`` returning a one-element
             floating-point tensor.
+        forward_fn: ``forward_fn(model, inputs)`` returning the output (or the loss) instead of
+            calling the model on the batch: e.g. ``lambda m, b: m.training_step(b, 0)``.
         rng_state: the RNG state at the step's start, as the checks kit keeps it:
             ``{"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all()}`` (both
             keys optional; ``cuda`` a list with one state per visible device). The replay runs
@@ -103,8 +118,8 @@ def investigate(
     Raises:
         ModelTypeError, InputFormError: as ``tl.trace`` raises them (nothing was run).
         DiagnosticArgumentError: a ``loss_fn`` that is not callable, raises, or returns no
-            scalar; no ``loss_fn`` and an output with neither ``.loss`` nor one element; a
-            malformed ``rng_state``. State is restored before the raise.
+            scalar; no ``loss_fn`` and an output with neither ``.loss``, ``["loss"]`` nor one
+            element; a ``forward_fn`` that is not callable; a malformed ``rng_state``. State is restored before the raise.
 
     Example:
         >>> import torch
@@ -123,9 +138,15 @@ def investigate(
         model = original
     call_arguments(inputs)
     arity = loss_arity(loss_fn) if loss_fn is not None else 1
+    if forward_fn is not None and not callable(forward_fn):
+        raise DiagnosticArgumentError(
+            f"forward_fn must be callable as forward_fn(model, inputs), got "
+            f"{type(forward_fn).__name__}."
+        )
+    call = forward_call(model, inputs, arity) if forward_fn is None else "whole"
     check_rng_state(rng_state)
     with preserved_user_state(model), replay_rng(rng_state):
-        step = StepModule(model, loss_fn, arity, clone_input_tree(inputs))
+        step = StepModule(model, loss_fn, arity, clone_input_tree(inputs), forward_fn, call)
         facts = run_live(step, step._inputs, stop_at_first=False, trace_kwargs={})
         _refuse_loss_problems(step, facts)
         facts.trace.model_type = type(model).__name__
@@ -135,7 +156,7 @@ def investigate(
         loss: float | None = None
         if not forward.found and facts.forward_error is None:
             # run_live put the RNG back: this forward draws the same dropout masks
-            backward, loss, unavailable = _replay_backward(model, loss_fn, arity, inputs)
+            backward, loss, unavailable = _replay_backward(step, inputs)
     rng: RngSource = "kept" if rng_state else "current"
     return _report(facts, forward, backward, loss, unavailable, rng, step, inputs)
 
@@ -153,14 +174,15 @@ def _refuse_loss_problems(step: StepModule, facts: ForwardFacts) -> None:
 
 
 def _replay_backward(
-    model: nn.Module, loss_fn: Callable[..., Any] | None, arity: int, inputs: Any
+    first: StepModule, inputs: Any
 ) -> tuple[BackwardNanReport | None, float | None, list[Unavailable]]:
-    """The step once more, recorded for backward; its ledger (None when it cannot run).
+    """The step of ``first`` once more, recorded for backward; its ledger (None when it cannot
+    run).
 
     Buffers are restored by the caller after the backward, not here: a train-mode BatchNorm
     saves its running statistics for backward, and restoring them in place first would fail it.
     """
-    step = StepModule(model, loss_fn, arity, clone_input_tree(inputs))
+    step = first.again(clone_input_tree(inputs))
     try:
         trace = run_capture(step, step._inputs, save=False, capture=CaptureOptions(save_grads=True))
     except ForwardError as err:  # it ran once already: a forward that depends on more than this
@@ -250,7 +272,11 @@ def _report(
     fields: dict[str, Any] = {name: getattr(forward, name) for name in _PANEL_FIELDS}
     # the replay covers the backward and custom Functions itself: no anomaly-mode recipe
     fields["anomaly_recipe"] = ""
-    notes = tuple(d for d in forward.disclosures if d != NOT_COVERED)
+    call_note = describe_call(step._forward_fn, step._call)
+    notes = (
+        *((call_note,) if call_note else ()),
+        *(d for d in forward.disclosures if d != NOT_COVERED),
+    )
     rng_note = (
         "replayed under the "
         + (
@@ -314,6 +340,12 @@ def _report(
         what = (
             f"the replayed forward raised {type(facts.forward_error).__name__} after "
             f"{len(facts.trace)} ops"
+            + (
+                " (if the batch is not the forward's arguments, replay with "
+                "forward_fn=lambda model, batch: ... calling the model as the step did)"
+                if isinstance(facts.forward_error, TypeError) and step._forward_fn is None
+                else ""
+            )
             if facts.forward_error is not None
             else f"the backward could not run ({unavailable[0].reason})"
         )

@@ -6,6 +6,8 @@
 * :func:`preserved_user_state`: train/eval flags, every parameter's ``.grad`` (the replay's
   backward accumulates into fresh ones), buffers and every global RNG stream come back bitwise.
 * :func:`check_rng_state` / :func:`replay_rng`: the kept RNG state of a step.
+* :func:`forward_call`: how the model is called on the batch (``forward_fn``, the whole batch,
+  or the first element of an ``(x, y)`` batch).
 * :func:`input_fields`: where each tensor of a batch sits (``input_ids``, ``inputs[1]``), in the
   order the capture numbers its input ops.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -152,6 +154,55 @@ def loss_arity(loss_fn: Any) -> int:
     )
 
 
+ForwardFn = Callable[[nn.Module, Any], Any]
+"""``forward_fn(model, batch)``: how a replay calls the model on the batch (a trainer's own
+training step); it returns the model's output or the loss."""
+
+ForwardCall = Literal["whole", "first"]
+"""``whole``: ``model(*batch)`` / ``model(**batch)`` / ``model(batch)``; ``first``:
+``model(batch[0])``, the ``(x, y)`` convention (see :func:`forward_call`)."""
+
+
+def forward_call(model: nn.Module, inputs: Any, arity: int) -> ForwardCall:
+    """``first`` when the batch is a list/tuple of two or more items, ``loss_fn`` takes the batch
+    (``arity == 2``), and the forward's signature takes ``batch[0]`` alone but not the items as
+    positional arguments (``nn.Linear(3, 1)`` with ``[x, y]``); else ``whole``.
+
+    A forward whose signature cannot be read (``*args``) is called with the whole batch.
+    """
+    if arity != 2 or not isinstance(inputs, (list, tuple)) or len(inputs) < 2:
+        return "whole"
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return "whole"
+    try:
+        signature.bind(*inputs)
+        return "whole"
+    except TypeError:
+        pass
+    try:
+        signature.bind(inputs[0])
+    except TypeError:
+        return "whole"
+    return "first"
+
+
+def describe_call(forward_fn: ForwardFn | None, call: ForwardCall) -> str | None:
+    """The disclosure that says how the replay called the model (None for the plain call)."""
+    if forward_fn is not None:
+        name = getattr(forward_fn, "__qualname__", None)
+        shown = f"{name}(model, batch)" if name else repr(forward_fn)
+        return f"the model was called through forward_fn: {shown}."
+    if call == "first":
+        return (
+            "the forward does not take the batch's items as positional arguments and loss_fn "
+            "takes the batch: the model was called as model(inputs[0]) (the (x, y) convention) "
+            "and the loss as loss_fn(output, inputs) with the whole batch."
+        )
+    return None
+
+
 class StepModule(nn.Module):
     """The model's forward, then the loss: what one training step computes before backward.
 
@@ -163,13 +214,22 @@ class StepModule(nn.Module):
 
     _model: nn.Module
     _loss_fn: Callable[..., Any] | None
+    _forward_fn: ForwardFn | None
 
     def __init__(
-        self, model: nn.Module, loss_fn: Callable[..., Any] | None, arity: int, inputs: Any
+        self,
+        model: nn.Module,
+        loss_fn: Callable[..., Any] | None,
+        arity: int,
+        inputs: Any,
+        forward_fn: ForwardFn | None = None,
+        call: ForwardCall = "whole",
     ) -> None:
         super().__init__()
         object.__setattr__(self, "_model", model)  # not a child: no "model." prefix
         object.__setattr__(self, "_loss_fn", loss_fn)  # an nn.Module loss is not a child either
+        object.__setattr__(self, "_forward_fn", forward_fn)
+        self._call = call
         self._arity = arity
         self._inputs = inputs
         self.loss_source: LossSource | None = None
@@ -180,6 +240,12 @@ class StepModule(nn.Module):
         """True while the caller's ``loss_fn`` runs (an exception there is the caller's)."""
         self.loss_value: float | None = None
         """The loss the forward produced (``item()``: one host read, recorded as no op)."""
+
+    def again(self, inputs: Any) -> StepModule:
+        """A fresh step of the same model, loss and call on ``inputs`` (the backward replay)."""
+        return StepModule(
+            self._model, self._loss_fn, self._arity, inputs, self._forward_fn, self._call
+        )
 
     def named_modules(
         self, memo: set[nn.Module] | None = None, prefix: str = "", remove_duplicate: bool = True
@@ -198,14 +264,24 @@ class StepModule(nn.Module):
         return self._model.named_buffers(prefix, recurse, remove_duplicate)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        output = self._model(*args, **kwargs)
+        """The capture passes the items of ``self._inputs`` (the same tensors); ``forward_fn``
+        and ``loss_fn`` get the batch object itself."""
+        if self._forward_fn is not None:
+            output = self._forward_fn(self._model, self._inputs)
+        elif self._call == "first":
+            output = self._model(args[0])
+        else:
+            output = self._model(*args, **kwargs)
+        source: LossSource
         if self._loss_fn is not None:
             self.in_loss_fn = True
             loss = self._loss_fn(*(output, self._inputs)[: self._arity])
             self.in_loss_fn = False
-            source: LossSource = "loss_fn"
+            source = "loss_fn"
         elif isinstance(getattr(output, "loss", None), torch.Tensor):
             loss, source = output.loss, "output.loss"
+        elif isinstance(output, Mapping) and isinstance(output.get("loss"), torch.Tensor):
+            loss, source = output["loss"], "output['loss']"
         else:
             loss, source = output, "output"
         if not (isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.is_floating_point()):
@@ -224,7 +300,8 @@ def _loss_problem(source: LossSource, loss: Any) -> str:
             "(e.g. loss.mean())."
         )
     return (
-        f"the model returned {what} with no tensor .loss, so there is no loss to replay; pass "
+        f"the model returned {what} with no tensor .loss or ['loss'], so there is no loss to "
+        "replay; pass "
         "loss_fn=lambda output: ... (or loss_fn(output, inputs)) returning a scalar tensor, or "
         "call a Hugging Face model with labels= so its output carries .loss."
     )
@@ -262,8 +339,12 @@ def _walk(value: Any, path: str, depth: int) -> Iterator[tuple[str, torch.Tensor
 
 
 __all__ = [
+    "ForwardCall",
+    "ForwardFn",
     "StepModule",
     "check_rng_state",
+    "describe_call",
+    "forward_call",
     "input_fields",
     "loss_arity",
     "preserved_user_state",
