@@ -158,9 +158,12 @@ def test_panels_read_right_at_a_glance_in_lab(lab_notebook) -> None:
                 and b["y"] < a["y"] + a["height"]
             ), "group labels overlap"
 
-    for theme, mode in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
-        nb.set_theme(theme)
-        for index, name in SHOTS.items():
-            panel = nb.output_panel(index)
-            panel.scroll_into_view_if_needed()
-            nb.screenshot(f"lab_glance_{name}_{mode}", panel)
+    try:
+        for theme, mode in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+            nb.set_theme(theme)
+            for index, name in SHOTS.items():
+                panel = nb.output_panel(index)
+                panel.scroll_into_view_if_needed()
+                nb.screenshot(f"lab_glance_{name}_{mode}", panel)
+    finally:  # the theme is a user setting of the session's Lab: later tests start light
+        nb.set_theme("JupyterLab Light")

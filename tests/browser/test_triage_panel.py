@@ -129,7 +129,7 @@ def test_while_it_runs_a_progress_bar_and_the_overfit_curve_update(
 
 def test_a_skipped_check_shows_its_reason_and_the_verdict_is_not_a_pass(panel_page) -> None:
     torch.set_num_threads(1)
-    twin = next(b for b in ZOO if b.name == "dead_layer").twin()
+    twin = next(b for b in ZOO if b.name == "dead_layer").twin.model()
     report = tl.recipes.triage(twin, zoo_batch(), nn.CrossEntropyLoss(), live=False)
     root = panel_page.mount("triage", widgets.panel_payload(report))
     expect(root.locator(".tln-head .tln-badge")).to_have_attribute("data-tone", "warning")

@@ -76,7 +76,10 @@ def test_objects_the_user_froze_stay_frozen() -> None:
     try:
         frozen = gc.get_freeze_count()
         tl.trace(SeesTheCollector(), torch.ones(2))
-        assert gc.get_freeze_count() == frozen
+        # an unfreeze would empty the permanent generation and a freeze of the capture's own
+        # would add every object made since; a frozen object that dies by refcount may leave
+        # it, so the count may drop by a few
+        assert 0.99 * frozen <= gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
 

@@ -70,8 +70,9 @@ def test_gather_keeps_ranks_sums_attempts_and_tables_per_rank_counters(runs) -> 
 
 def test_nan_born_on_rank_1_is_found_there_and_every_rank_stops_before_writing(runs) -> None:
     rank0, rank1 = runs["nan"]
-    # the all-reduce smeared rank 1's NaN into rank 0's gradient: a post-reduce check on rank 0
-    # would blame rank 0; the kit's pre-reduce evidence names rank 1 only
+    # the all-reduce smeared rank 1's NaN into rank 0's gradient: rank 0's step site reads it
+    # (site S-B, "the all-reduce brought it") and defers the raise to rank 1, where the
+    # pre-reduce evidence says it was born (site S-A), as under FSDP2 (test_fsdp2_checks.py)
     assert rank0["post_allreduce_grad_nonfinite"] and rank1["post_allreduce_grad_nonfinite"]
     assert rank1["error"]["code"] == "nonfinite_grad"
     fields = rank1["error"]["fields"]
@@ -80,20 +81,25 @@ def test_nan_born_on_rank_1_is_found_there_and_every_rank_stops_before_writing(r
         "isolated",
         1,
     )
-    assert fields["raised_on_ranks"] == [1]
+    assert fields["culprit_site"] == "S-A" and fields["raised_on_ranks"] == [0, 1]
     assert rank0["error"]["code"] == "check_raised_on_other_rank"
     assert rank0["error"]["fields"]["raised_on_ranks"] == [1]
     # rank 0's own report leads with the raise it stopped for, never "no findings"
     assert (
-        rank0["report"]["lead"].endswith("1 finding(s).") and rank0["report"]["tone"] == "critical"
+        rank0["report"]["lead"].endswith("2 finding(s).") and rank0["report"]["tone"] == "critical"
     )
     for run in (rank0, rank1):
         assert run["unchanged"]  # weights and AdamW state bitwise as before the step
         assert run["replicas_identical"]  # sha256 of the parameters equal on both ranks
         assert run["report"]["status"] == "raised" and run["report"]["counters"]["raised"] == 1
     gathered = rank0["gathered"]
-    assert codes(gathered) == [("check_raised_on_other_rank", 0), ("nonfinite_grad", 1)]
-    assert gathered["findings"][1]["message"].startswith(
+    assert codes(gathered) == [
+        ("nonfinite_grad", 0),
+        ("check_raised_on_other_rank", 0),
+        ("nonfinite_grad", 1),
+    ]
+    assert "the all-reduce brought it from another rank" in gathered["findings"][0]["message"]
+    assert gathered["findings"][2]["message"].startswith(
         "[rank 1] non-finite gradient (nan) in module.0.weight"
     )
     assert (gathered["status"], gathered["counters"]["raised"]) == ("raised", 2)

@@ -41,6 +41,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import torch.distributed as dist
+
 from .._validate import check_int
 from ..report import Finding, Where
 from ..report._checks import Action
@@ -194,6 +196,8 @@ class NonfiniteGradCheck(Check):
             "culprit": None if culprit is None else infos[culprit].name,
             "culprit_in_optimizer": None if culprit is None else culprit in optimized,
             "culprit_site": "S-A" if arrived else "S-B",
+            # under DDP every rank's step site reads the all-reduced gradient
+            "is_all_reduced": dist.is_available() and dist.is_initialized(),
             "attribution": "smeared" if is_smeared else "isolated",
             "first_nonfinite_micro_batch": attempt.first_nonfinite_micro_batch,
             "healthy_params": len(healthy),
@@ -218,6 +222,12 @@ class NonfiniteGradCheck(Check):
                     " in this rank's shard at the step site (it arrived finite on this rank: "
                     "the reduce-scatter brought it from another rank's gradient, or the loop "
                     "changed it between backward and step)"
+                )
+            elif event["culprit_site"] == "S-B" and event["is_all_reduced"]:
+                subject += (
+                    " at the step site (it arrived finite or unobserved on this rank: the "
+                    "all-reduce brought it from another rank's gradient, or the loop changed it "
+                    "between backward and step)"
                 )
             elif event["culprit_site"] == "S-B":
                 subject += (
