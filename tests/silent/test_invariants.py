@@ -252,3 +252,21 @@ def test_expect_frozen_refuses_what_is_not_a_parameter() -> None:
     session = tl.debug.ChecksSession(mlp(), torch.optim.SGD(mlp().parameters()), scaler=None)
     with pytest.raises(tl.errors.DiagnosticArgumentError, match="expect_frozen"):
         session.expect_frozen(["backbone"])
+
+
+def test_declarations_refuse_what_the_session_cannot_watch() -> None:
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    # a module of another model: its parameters would never be read by this session
+    with pytest.raises(
+        tl.errors.DiagnosticArgumentError, match="not parameters of this session's model"
+    ):
+        session.expect_frozen(nn.Linear(3, 3))
+    with pytest.raises(tl.errors.DiagnosticArgumentError, match="replica_every must be"):
+        session.register_invariant_checks(replica_every=0)
+    with pytest.raises(tl.errors.DiagnosticArgumentError, match="not parameters"):
+        tl.debug.ChecksSession(model, optimizer, scaler=None, expect_frozen=torch.zeros(2))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    session.expect_frozen(next(model.children()))  # a part of the model is accepted

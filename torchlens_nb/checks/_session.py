@@ -316,6 +316,7 @@ class ChecksSession:
         ``_fresh_grads.py``, ``_step_moves.py``, ``_writes.py``, ``_replicas.py``) says what
         its check costs and cannot see. The watched FSDP2 shards get only the roster check."""
         self._check_open()
+        check_int("replica_every", replica_every, low=1, expect=">= 1 steps")
         engine, declared = self._engine, self._declared
         roster = engine.roster
         checks: list[Check] = [RosterCheck(roster, action=action, declared=declared)]
@@ -347,8 +348,16 @@ class ChecksSession:
         not reported as trained by no optimizer."""
         self._check_open()
         names = {id(p): n for n, p in self._model_params()}
-        for param in declared_params(params, "expect_frozen"):
-            self._declared.frozen[id(param)] = (names.get(id(param), "<unnamed>"), param)
+        declared = declared_params(params, "expect_frozen")
+        outside = [p for p in declared if id(p) not in names]
+        if outside:
+            raise DiagnosticArgumentError(
+                f"expect_frozen got {len(outside)} tensor(s) that are not parameters of this "
+                f"session's model (first: shape {tuple(outside[0].shape)}); declare the frozen "
+                "part of the model the session watches, e.g. expect_frozen(model.backbone)."
+            )
+        for param in declared:
+            self._declared.frozen[id(param)] = (names[id(param)], param)
         check = self._engine.checks.get(FrozenCheck.name)
         if isinstance(check, FrozenCheck):
             check.declare()
