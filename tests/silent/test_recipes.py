@@ -89,3 +89,13 @@ def test_autocast_coverage_names_the_layer_that_runs_in_float32() -> None:
     covered = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), Float32Head(escapes=False))
     clean = tl.recipes.autocast_coverage(covered, torch.randn(4, 8))
     assert (clean.status, clean.float32_ops, clean.dtype) == ("pass", 0, "bfloat16")
+
+
+def test_duplicate_samples_never_passes_what_it_could_not_read() -> None:
+    with pytest.raises(tl.errors.DiagnosticArgumentError, match="loader yielded no batch"):
+        tl.recipes.duplicate_samples([])
+    one = tl.recipes.duplicate_samples([torch.arange(6.0).reshape(3, 2)])
+    # three distinct rows, but a batch repeated across workers needs a second batch to show
+    assert one.status == "inconclusive"
+    assert [u.code for u in one.unavailable] == ["one_batch"]
+    assert one.lead.endswith("with one batch, repeated batches cannot be seen.")

@@ -21,7 +21,7 @@ import torch
 from ..._validate import check_int
 from ...capture import iter_tensors
 from ...errors import DiagnosticArgumentError
-from ...report import Finding, Table
+from ...report import Finding, Table, Unavailable
 from ...report._recipes_data import recipe_status, worst_finding
 from ...report._recipes_silent import DuplicateSamplesReport
 from .._batches import read_batches
@@ -41,6 +41,11 @@ def duplicate_samples(loader: Any, *, batches: int = 8) -> DuplicateSamplesRepor
     """
     check_int("batches", batches, low=2, expect=">= 2", hint="e.g. batches=8")
     read = read_batches(loader, batches, what="loader")
+    if not read:
+        raise DiagnosticArgumentError(
+            "loader yielded no batch: duplicate_samples hashes the rows of its first batches; "
+            "pass a loader (or a list of batches) that yields at least two."
+        )
     first_seen: dict[bytes, tuple[int, int]] = {}
     batch_keys: dict[tuple[bytes, ...], int] = {}
     repeats: list[tuple[int, int, int, int]] = []
@@ -63,12 +68,30 @@ def duplicate_samples(loader: Any, *, batches: int = 8) -> DuplicateSamplesRepor
         if earlier_batch != number:
             repeated_batches.append((number, earlier_batch))
     findings = _findings(repeats, repeated_batches, rows, len(read))
+    # one batch cannot show a batch repeated across workers: never a pass over that
+    unseen = (
+        (
+            Unavailable(
+                "duplicate_batches",
+                f"the loader yielded 1 batch of the {batches} asked for; batches repeated "
+                "across DataLoader workers need at least 2",
+                code="one_batch",
+            ),
+        )
+        if len(read) < 2
+        else ()
+    )
+    status = recipe_status(findings)
+    if unseen and status == "pass":
+        status = "inconclusive"
     return DuplicateSamplesReport(
         subject=f"{type(loader).__name__}, first {len(read)} batches ({rows} rows)",
-        status=recipe_status(findings),
+        status=status,
         lead=worst_finding(findings).message
         if findings
-        else f"no row of the first {len(read)} batches ({rows} rows) repeats.",
+        else f"no row of the first {len(read)} batches ({rows} rows) repeats"
+        + ("; with one batch, repeated batches cannot be seen." if unseen else "."),
+        unavailable=unseen,
         findings=tuple(findings),
         tables=(
             Table(
