@@ -99,3 +99,9 @@ def test_duplicate_samples_never_passes_what_it_could_not_read() -> None:
     assert one.status == "inconclusive"
     assert [u.code for u in one.unavailable] == ["one_batch"]
     assert one.lead.endswith("with one batch, repeated batches cannot be seen.")
+
+
+def test_autocast_coverage_with_no_eligible_op_is_not_a_pass() -> None:
+    report = tl.recipes.autocast_coverage(nn.ReLU(), torch.randn(2, 3))
+    assert (report.status, report.eligible_ops) == ("inconclusive", 0)
+    assert report.lead.endswith("there was nothing to judge.")

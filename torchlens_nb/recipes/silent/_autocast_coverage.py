@@ -119,12 +119,21 @@ def autocast_coverage(
     escaped = sorted(watch.escaped.items())
     findings = [_finding(escaped, dtype)] if escaped else []
     dtype_name = str(dtype).removeprefix("torch.")
+    status = recipe_status(findings)
+    if not watch.eligible:
+        lead = (
+            "no op of autocast's lower-precision list ran (no matmul, linear, convolution or "
+            "attention): there was nothing to judge."
+        )
+        status = "inconclusive"
+    elif findings:
+        lead = worst_finding(findings).message
+    else:
+        lead = f"all {watch.eligible} eligible op(s) ran in {dtype_name} under autocast."
     return AutocastCoverageReport(
         subject=f"{type(model).__name__} under autocast({device_type}, {dtype_name})",
-        status=recipe_status(findings),
-        lead=worst_finding(findings).message
-        if findings
-        else f"all {watch.eligible} eligible op(s) ran in {dtype_name} under autocast.",
+        status=status,
+        lead=lead,
         findings=tuple(findings),
         tables=(
             Table(
