@@ -93,7 +93,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _timing
 
 import torchlens_nb as tl
-from torchlens_nb.checks._replay import KeptBatch
+from torchlens_nb.checks.session._replay import KeptBatch
 from torchlens_nb.widgets import _dashboard
 
 ROUNDS = 9

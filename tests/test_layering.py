@@ -38,7 +38,10 @@ LAZY_EDGES: dict[tuple[str, str], str] = {
     "and tl.report.flops_vs_dispatch; the analyses live in tl.debug",
     ("debug/model/_doctor.py", "widgets"): "the doctor's panel_bundles row asks the panel "
     "registry which bundles are installed (widgets/_registry.py imports no torch)",
-    ("checks/_replay.py", "debug"): "Replay.investigate() (err.investigate(), the dashboard's "
+    (
+        "checks/session/_replay.py",
+        "debug",
+    ): "Replay.investigate() (err.investigate(), the dashboard's "
     "'Find where it was born') replays the kept batch with tl.debug.investigate: an explicit "
     "follow-up on a raised error (the session never captures)",
 }

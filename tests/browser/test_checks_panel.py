@@ -38,8 +38,10 @@ class _Recorder:
 def dead_layer_run(monkeypatch):
     """(snapshot report, increments, final report) of 8 AdamW steps whose layer 0 stops
     receiving gradient at step 2 (change check with window 4, min_hits 3)."""
-    monkeypatch.setattr("torchlens_nb.checks._feed.MIN_INTERVAL_S", 0.0)
-    monkeypatch.setattr("torchlens_nb.checks._live.live_dashboard", lambda report: recorder)
+    monkeypatch.setattr("torchlens_nb.checks.dashboard._feed.MIN_INTERVAL_S", 0.0)
+    monkeypatch.setattr(
+        "torchlens_nb.checks.dashboard._live.live_dashboard", lambda report: recorder
+    )
     recorder = _Recorder()
     model = models.mlp()
     optimizer = torch.optim.AdamW(model.parameters())

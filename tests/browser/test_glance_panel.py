@@ -20,6 +20,7 @@ from torch import nn
 import torchlens_nb as tl
 from tests.nonfinite.nan_models import LogOfNegative, Net, X
 from torchlens_nb import widgets
+from torchlens_nb.recipes.triage._progress import TriageProgress
 from torchlens_nb.report import Exit, Finding, Report
 
 pytestmark = pytest.mark.browser
@@ -342,7 +343,7 @@ def test_a_live_triage_whose_loss_fn_raises_ends_in_a_final_state(
     from tests.recipes.zoo import batch as zoo_batch
 
     shown: list[Report] = []
-    monkeypatch.setattr(tl.recipes._triage.TriageProgress, "show", lambda _, r: shown.append(r))
+    monkeypatch.setattr(TriageProgress, "show", lambda _, r: shown.append(r))
     with pytest.raises(ValueError):  # three checks call the loss once, then overfit trains
         tl.recipes.triage(MLP(), zoo_batch(), RaiseOnCall(3 + 5), loss_kind="cross_entropy")
     running = next(r for r in shown if r.status == "running")

@@ -18,7 +18,7 @@ from tests.browser.helpers import reply_to
 from tests.recipes.zoo import ZOO
 from tests.recipes.zoo import batch as zoo_batch
 from torchlens_nb import widgets
-from torchlens_nb.recipes import _triage_progress
+from torchlens_nb.recipes.triage import _progress as _triage_progress
 from torchlens_nb.report import TriageReport
 
 pytestmark = pytest.mark.browser
@@ -98,7 +98,7 @@ def test_while_it_runs_a_progress_bar_and_the_overfit_curve_update(
 ) -> None:
     Pushed.payloads = []
     monkeypatch.setattr(_triage_progress, "PanelSink", Pushed)
-    monkeypatch.setattr("torchlens_nb.recipes._overfit.LIVE_INTERVAL_S", 0.0)
+    monkeypatch.setattr("torchlens_nb.recipes.training._overfit.LIVE_INTERVAL_S", 0.0)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     batch = (torch.randn(16, 8), torch.randint(0, 4, (16,)))

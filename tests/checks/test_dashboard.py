@@ -6,7 +6,7 @@ import torch
 
 import torchlens_nb as tl
 from tests import models
-from torchlens_nb.checks._feed import MIN_INTERVAL_S, DashboardFeed
+from torchlens_nb.checks.dashboard._feed import MIN_INTERVAL_S, DashboardFeed
 from torchlens_nb.widgets import _dashboard
 
 
@@ -49,7 +49,9 @@ def _train(session, model, optimizer, steps: int) -> None:
 
 def test_widget_gets_increments_then_the_final_report(monkeypatch) -> None:
     monkeypatch.setattr(_dashboard, "is_kernel_running", lambda: True)
-    monkeypatch.setattr("torchlens_nb.checks._feed.MIN_INTERVAL_S", 0.0)  # every offer sends
+    monkeypatch.setattr(
+        "torchlens_nb.checks.dashboard._feed.MIN_INTERVAL_S", 0.0
+    )  # every offer sends
     model = models.mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     session = tl.debug.ChecksSession(model, optimizer, scaler=None)

@@ -15,7 +15,8 @@ from torch import nn
 import torchlens_nb as tl
 from tests import models
 from tests.checks.conftest import change_session, hook_counts, nonfinite_session
-from torchlens_nb.checks import _norms, _sites
+from torchlens_nb.checks.scans import _norms
+from torchlens_nb.checks.session import _sites
 
 _HOST_READS = {"item", "tolist", "cpu", "numpy", "__float__", "__bool__", "__int__"}
 _HOST_CASTS = {"float", "int", "bool"}

@@ -242,9 +242,11 @@ def live_scenario(rank: int) -> dict[str, Any]:
     session = tl.debug.ChecksSession(ddp, optimizer, scaler=None)
     session.register_nonfinite_grad_check()
     recorder = Recorder()
-    original = tl.checks._live.live_dashboard, tl.checks._feed.MIN_INTERVAL_S
-    tl.checks._live.live_dashboard = recorder.open
-    tl.checks._feed.MIN_INTERVAL_S = 0.0  # every offer is sent: the test sees each increment
+    original = tl.checks.dashboard._live.live_dashboard, tl.checks.dashboard._feed.MIN_INTERVAL_S
+    tl.checks.dashboard._live.live_dashboard = recorder.open
+    tl.checks.dashboard._feed.MIN_INTERVAL_S = (
+        0.0  # every offer is sent: the test sees each increment
+    )
     try:
         session.dashboard()
         with CollectiveCounter() as counter, session:
@@ -256,7 +258,9 @@ def live_scenario(rank: int) -> dict[str, Any]:
                 ddp(batch(rank, step)).square().mean().backward()
                 optimizer.step()
     finally:
-        tl.checks._live.live_dashboard, tl.checks._feed.MIN_INTERVAL_S = original
+        tl.checks.dashboard._live.live_dashboard, tl.checks.dashboard._feed.MIN_INTERVAL_S = (
+            original
+        )
     return {
         "snapshot": recorder.snapshot,
         "increments": recorder.messages,

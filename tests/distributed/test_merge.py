@@ -14,7 +14,7 @@ import torch
 
 import torchlens_nb as tl
 from tests import models
-from torchlens_nb.checks._distributed import _portable, merge_reports
+from torchlens_nb.checks.distributed._distributed import _portable, merge_reports
 
 
 def rank_report(nan_at_step: int | None) -> tl.report.CheckReport:

@@ -11,7 +11,7 @@ from torch import nn
 
 import torchlens_nb as tl
 from tests.recipes.planted import CausalAttention, CentreRows
-from torchlens_nb.recipes._output_vs_loss import output_vs_loss
+from torchlens_nb.recipes.triage._output_vs_loss import output_vs_loss
 from torchlens_nb.report import Report
 
 NAN_LOSS = lambda out, y: (out * float("nan")).sum()  # noqa: E731

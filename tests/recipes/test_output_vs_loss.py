@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tests.recipes.state import assert_untouched, snapshot
-from torchlens_nb.recipes._output_vs_loss import output_vs_loss
+from torchlens_nb.recipes.triage._output_vs_loss import output_vs_loss
 
 
 def head(last: nn.Module | None = None) -> nn.Sequential:

@@ -9,7 +9,7 @@ from torch import nn
 import torchlens_nb as tl
 from tests.recipes.state import assert_untouched, snapshot
 from torchlens_nb.errors import DiagnosticArgumentError
-from torchlens_nb.recipes import _overfit
+from torchlens_nb.recipes.training import _overfit
 
 
 def mlp() -> nn.Sequential:

@@ -13,6 +13,7 @@ import torchlens_nb as tl
 from tests.recipes.state import assert_untouched, snapshot
 from tests.recipes.zoo import MLP, batch
 from torchlens_nb.errors import DiagnosticArgumentError, InputFormError, ModelTypeError
+from torchlens_nb.recipes.triage._progress import TriageProgress
 from torchlens_nb.report import TriageReport
 
 CE = nn.CrossEntropyLoss()
@@ -149,11 +150,11 @@ class Recorder:
 def test_the_live_panel_gets_each_check_and_the_overfit_curve(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from torchlens_nb.recipes import _triage_progress
+    from torchlens_nb.recipes.triage import _progress as _triage_progress
 
     Recorder.pushed = []
     monkeypatch.setattr(_triage_progress, "PanelSink", Recorder)
-    monkeypatch.setattr("torchlens_nb.recipes._overfit.LIVE_INTERVAL_S", 0.0)  # every step
+    monkeypatch.setattr("torchlens_nb.recipes.training._overfit.LIVE_INTERVAL_S", 0.0)  # every step
     final = tl.recipes.triage(
         MLP(), batch(), CE, checks=["init_loss", "overfit_one_batch"], steps=5, live=True
     )
@@ -243,7 +244,7 @@ def test_a_loss_fn_that_raises_mid_run_ends_the_progress_in_a_final_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     shown: list[TriageReport] = []
-    monkeypatch.setattr(tl.recipes._triage.TriageProgress, "show", lambda _, r: shown.append(r))
+    monkeypatch.setattr(TriageProgress, "show", lambda _, r: shown.append(r))
     with pytest.raises(ValueError, match="labels out of range"):
         tl.recipes.triage(MLP(), batch(), RaiseAfter(3 + 5), loss_kind="cross_entropy")
     final = shown[-1]

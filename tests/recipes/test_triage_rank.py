@@ -1,11 +1,11 @@
-"""The root-cause ranking rules of tl.recipes.triage (recipes/_triage_rank.py), one at a time,
+"""The root-cause ranking rules of tl.recipes.triage (recipes/triage/_rank.py), one at a time,
 on findings built by hand the way the recipes build them."""
 
 from __future__ import annotations
 
 import pytest
 
-from torchlens_nb.recipes._triage_rank import CAUSES, rank
+from torchlens_nb.recipes.triage._rank import CAUSES, rank
 from torchlens_nb.report import Finding, Where
 
 W = Where(op="relu_1", module="fc1")

@@ -13,7 +13,7 @@ forward and backward of the step's last micro-batch run inside ``step()``, after
 step pre-hook. The session's pre-hook therefore evaluates the closure first (which runs the
 training step, the backward and Lightning's ``on_before_optimizer_step``) and judges the
 gradients it produced before the optimizer's own code runs; it never judges at a point before
-the closure (``torchlens_nb/checks/_optimizer.py``). Under ``precision="16-mixed"`` Lightning's
+the closure (``torchlens_nb/checks/session/_optimizer.py``). Under ``precision="16-mixed"`` Lightning's
 ``MixedPrecision`` runs the closure before ``scaler.step``, and its ``scaler`` is the session's
 scaler declaration; every other precision plugin without a ``scaler`` declares none.
 

@@ -8,18 +8,18 @@ recipes that train work on a deep copy, the others restore train/eval flags, buf
 copies and names the root cause first (tests/recipes/test_triage.py).
 """
 
-from ._confident import confident_errors
-from ._data import class_balance, data_sanity
-from ._dependency import batch_independence, causal_dependency
-from ._gradients import gradient_flow
-from ._leakage import leakage_poison
-from ._loss import init_loss, random_input_test
-from ._overfit import overfit_one_batch
-from ._shapes import prime_dims
-from ._triage import triage
-from ._triage_checks import CHECKS as TRIAGE_CHECKS
-from ._update_ratio import update_ratio
-from ._weights import weight_distribution
+from .data._confident import confident_errors
+from .data._data import class_balance, data_sanity
+from .flow._dependency import batch_independence, causal_dependency
+from .flow._leakage import leakage_poison
+from .flow._shapes import prime_dims
+from .loss._loss import init_loss, random_input_test
+from .training._gradients import gradient_flow
+from .training._overfit import overfit_one_batch
+from .training._update_ratio import update_ratio
+from .training._weights import weight_distribution
+from .triage._checks import CHECKS as TRIAGE_CHECKS
+from .triage._triage import triage
 
 __all__ = [
     "TRIAGE_CHECKS",

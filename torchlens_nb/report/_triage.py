@@ -2,7 +2,7 @@
 
 :class:`TriageReport` holds the recipes' own reports (each row expands into its panel), one
 :class:`TriageRow` per check with the key number, and the findings of every check ranked by
-``recipes/_triage_rank.py`` so that the first finding is the root cause and the others name the
+``recipes/triage/_rank.py`` so that the first finding is the root cause and the others name the
 finding they follow from (``fields["follows_from"]``). :class:`OutputLossReport` is the check
 that sees more than one recipe: the model's outputs against what its loss expects (the
 double-softmax bug). Tones are decided here, per status, and travel in the payload.

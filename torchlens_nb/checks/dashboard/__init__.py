@@ -1,0 +1,1 @@
+"""The live seam between a session and its notebook dashboard: throttled increments."""

@@ -1,0 +1,1 @@
+"""The checks kit under ``torch.distributed``: ranks, DTensor / FSDP2 evidence, the gather."""

@@ -1,0 +1,1 @@
+"""Data recipes: ``data_sanity``, ``class_balance`` and ``confident_errors``."""

@@ -1,0 +1,369 @@
+"""The checks ``tl.recipes.triage`` runs, in order, each an adapter around one recipe.
+
+Every adapter takes the :class:`TriageRun` (the working copy of the model, the cloned batch, the
+loss and the options) and returns its recipe's report, or raises :class:`Skipped` with the
+reason the check cannot apply here (never counted as a pass). :func:`key_of` picks the one
+number a row shows.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...capture import iter_tensors
+from ...debug import preserved_rng_state
+from ...errors import ForwardError, TorchlensNbError
+from ...report import Finding, Report, Unavailable
+from ...report._recipes_data import (
+    DataSanityReport,
+    InitLossReport,
+    LossKind,
+    RandomInputReport,
+)
+from ...report._recipes_flow import DependencyReport
+from ...report._recipes_training import (
+    GradientFlowReport,
+    OverfitReport,
+    UpdateRatioReport,
+    WeightDistributionReport,
+)
+from ...report._triage import OutputLossReport, SetupReport
+from .._batches import split_batch
+from ..data._data import data_sanity
+from ..flow._dependency import batch_independence, causal_dependency
+from ..loss._loss import init_loss, random_input_test
+from ..training._gradients import gradient_flow
+from ..training._overfit import memorise_batch
+from ..training._update_ratio import update_ratio
+from ..training._weights import weight_distribution
+from ._optimizer_spec import OptimizerSpec
+from ._output_vs_loss import output_vs_loss
+from ._step_size import PROBE_STEPS, probe_and_judge
+
+CHECKS: tuple[str, ...] = (
+    "training_setup",
+    "data_sanity",
+    "init_loss",
+    "output_vs_loss",
+    "gradient_flow",
+    "batch_independence",
+    "causal_dependency",
+    "overfit_one_batch",
+    "random_input_test",
+    "update_ratio",
+    "weight_distribution",
+)
+"""The run order: what the model and optimizer say (modes, roster, param groups), the data, the loss at init (and the outputs' form against it), whether the
+gradient reaches every layer and examples stay independent, memorising one batch, whether the
+memorised model uses its input, the step size, the weights."""
+OVERFIT_LR = 3e-3
+"""overfit_one_batch trains Adam at 3e-3, whatever ``optimizer=`` says: it asks whether the
+architecture can fit one batch. Measured in 200 steps: at 1e-3 an 8-32-3 MLP on 32 examples and
+a 2-layer GPT-2 (n_embd 32, 4x16 tokens) only reach 20% and 8% of their initial loss
+("decreasing": a false warning); at 3e-3 they reach 1.6% and 0.6%, the 20-64-64-10 zoo MLP
+0.05%, and every zoo bug keeps its verdict (tests/recipes/test_triage.py)."""
+STEP_SIZE_STEPS = 10
+"""update_ratio trains 10 steps. Measured on the 20-64-64-10 MLP with Adam: at lr 0.3 (1000x
+too high) the median log10 ratio is -0.6 to -0.8 over 10 steps but -1.6 to -1.9 over 50
+(weights inflated by the first steps shrink the ratio back), while lr 3e-4 stays at -2.4 to
+-2.7 either way."""
+
+
+LARGE_MODEL_PARAMS = 20_000_000
+"""Above 20M parameters triage shortens its training runs (:class:`Budget`): GPT-2 small
+(124M) took 273 s on 2 CPU threads with the full 200 + 10 + 20 steps."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many steps each training check runs; shortened for large models (said in a note)."""
+
+    overfit_steps: int
+    ratio_steps: int = STEP_SIZE_STEPS
+    probe_steps: int = PROBE_STEPS
+    shortened_for: int | None = None
+    """The parameter count that made triage shorten the runs (None: full length)."""
+
+    @classmethod
+    def for_model(cls, model: nn.Module, steps: int) -> Budget:
+        count = sum(p.numel() for p in model.parameters())
+        if count <= LARGE_MODEL_PARAMS:
+            return cls(steps)
+        return cls(min(steps, 30), ratio_steps=3, probe_steps=6, shortened_for=count)
+
+    def note(self, steps: int) -> str | None:
+        if self.shortened_for is None:
+            return None
+        return (
+            f"shortened for a model of {self.shortened_for / 1e6:.0f}M parameters (> "
+            f"{LARGE_MODEL_PARAMS / 1e6:.0f}M): overfit_one_batch ran {self.overfit_steps} of "
+            f"{steps} steps (a falling loss is all it can show: no memorisation verdict), "
+            f"update_ratio {self.ratio_steps} steps, the step-size probe {self.probe_steps}"
+        )
+
+
+class Skipped(Exception):
+    """A check that cannot apply here; ``reason`` says why (never leaves ``triage``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class TriageRun:
+    """What every check reads: copies only (the caller's objects never reach a recipe)."""
+
+    model: nn.Module
+    """The working deep copy of the caller's model."""
+    batch: Any
+    """A clone of the caller's first batch."""
+    loss_fn: Any
+    steps: int
+    optimizer: OptimizerSpec | None
+    seq_dim: int | None
+    num_classes: int | None
+    loss_kind: LossKind | None
+    on_overfit: Callable[[OverfitReport], None]
+    budget: Budget | None = None
+    """Shortened runs for a large model (None: ``steps`` and the module's constants)."""
+    setup: SetupReport | None = None
+    """training_setup's report, read from the caller's model and optimizer before the run."""
+    trained: nn.Module | None = None
+    """The copy overfit_one_batch trained, when it memorised or kept falling (released once
+    random_input_test has read it)."""
+    random_input_on_trained: bool = False
+    """random_input_test ran on ``trained`` (else on the untrained working copy)."""
+
+
+def _batch_size(run: TriageRun) -> int | None:
+    inputs, _ = split_batch(run.batch)
+    for tensor in iter_tensors(inputs):
+        return int(tensor.shape[0]) if tensor.dim() else None
+    return None
+
+
+def _reinitialised(model: nn.Module) -> tuple[nn.Module | None, str]:
+    """A deep copy with every parameter re-drawn by its module's ``reset_parameters``, or None
+    and the modules that hold parameters but cannot reset them."""
+    clone = copy.deepcopy(model)
+    stuck = [
+        name or "(root)"
+        for name, module in clone.named_modules()
+        if any(True for _ in module.parameters(recurse=False))
+        and not callable(getattr(module, "reset_parameters", None))
+    ]
+    if stuck:
+        return None, ", ".join(stuck[:3]) + (" ..." if len(stuck) > 3 else "")
+    with preserved_rng_state():
+        torch.manual_seed(0)
+        for module in clone.modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset) and any(True for _ in module.parameters(recurse=False)):
+                reset()
+    return clone, ""
+
+
+def _init_loss(run: TriageRun) -> Report:
+    """init_loss; a loss far below chance is re-judged against a re-initialised copy, since a
+    model that has already been trained scores below chance too (not a shortcut)."""
+    report = init_loss(
+        run.model, run.batch, run.loss_fn, num_classes=run.num_classes, loss_kind=run.loss_kind
+    )
+    below = next((f for f in report.findings if f.code == "loss_far_below_expected"), None)
+    if below is None:
+        return report
+    fresh, stuck = _reinitialised(run.model)
+    if fresh is None:
+        note = (
+            f"a loss below chance is a shortcut only for an untrained model, and this one "
+            f"could not be re-initialised to compare ({stuck} have no reset_parameters)"
+        )
+        return _downgraded(report, below, note, "inconclusive")
+    again = init_loss(
+        fresh, run.batch, run.loss_fn, num_classes=run.num_classes, loss_kind=run.loss_kind
+    )
+    if any(f.code == "loss_far_below_expected" for f in again.findings):
+        return report  # the re-initialised model scores below chance too: a real shortcut
+    note = (
+        f"the model looks trained already: a re-initialised copy scores {again.loss:.4g}, "
+        "near chance, so the low loss is learnt, not a shortcut"
+    )
+    return _downgraded(report, below, note, "pass")
+
+
+def _downgraded(report: Report, finding: Finding, note: str, status: str) -> Report:
+    """``report`` with ``finding`` turned into an info note (its first clause, then ``note``)
+    and ``status``; an ``inconclusive`` one also lists what could not be compared."""
+    head = finding.message.split(":")[0]
+    message = f"{head}; but {note}."
+    findings = tuple(
+        dataclasses.replace(f, severity="info", message=message) if f is finding else f
+        for f in report.findings
+    )
+    return dataclasses.replace(
+        report,
+        status=status,
+        lead=message,
+        findings=findings,
+        unavailable=(
+            *report.unavailable,
+            *(
+                (Unavailable("init_loss shortcut", note, "not_comparable"),)
+                if status == "inconclusive"
+                else ()
+            ),
+        ),
+    )
+
+
+def _dependency(run: TriageRun, check: str) -> Report:
+    inputs, _ = split_batch(run.batch)
+    if check == "causal_dependency":
+        if run.seq_dim is None:
+            raise Skipped("pass seq_dim= (the sequence axis of input and output) to check it")
+        return causal_dependency(run.model, inputs, dim=run.seq_dim)
+    size = _batch_size(run)
+    if size is not None and size < 2:
+        raise Skipped(f"the batch holds {size} example: independence needs 2 or more")
+    return batch_independence(run.model, inputs)
+
+
+def _overfit(run: TriageRun) -> Report:
+    budget = run.budget or Budget(run.steps)
+    report, trained = memorise_batch(
+        run.model,
+        run.batch,
+        run.loss_fn,
+        steps=budget.overfit_steps,
+        lr=OVERFIT_LR,
+        sinks=[run.on_overfit],
+    )
+    if report.verdict in ("memorised", "decreasing"):
+        run.trained = trained
+    decreasing = next((f for f in report.findings if f.code == "loss_not_near_zero"), None)
+    if budget.shortened_for is not None and report.verdict == "decreasing" and decreasing:
+        note = f"a run shortened to {budget.overfit_steps} steps shows the loss falling, no more"
+        return _downgraded(report, decreasing, note, "pass")
+    return report
+
+
+def _random_input(run: TriageRun) -> Report:
+    model, run.trained = run.trained or run.model, None  # the trained copy is freed after this
+    run.random_input_on_trained = model is not run.model
+    return random_input_test(model, run.batch, run.loss_fn, loss_kind=run.loss_kind)
+
+
+def _update_ratio(run: TriageRun) -> Report:
+    spec = run.optimizer
+    if spec is None:
+        raise Skipped(
+            "no optimizer given: pass optimizer= (yours, its class or a factory) and lr= to "
+            "judge your step size"
+        )
+    if spec.unbuildable is not None:
+        raise Skipped(spec.unbuildable)
+    report = update_ratio(
+        run.model,
+        run.batch,
+        run.loss_fn,
+        steps=(run.budget or Budget(run.steps)).ratio_steps,
+        lr=spec.lr if spec.lr is not None else 1e-3,  # the rebuilt optimizer sets its own
+        optimizer=spec.build,
+    )
+    probe = (run.budget or Budget(run.steps)).probe_steps
+    return probe_and_judge(run.model, run.batch, run.loss_fn, spec, report, probe)
+
+
+def _setup(run: TriageRun) -> Report:
+    if run.setup is None:
+        raise Skipped("the caller's model was not read")
+    return run.setup
+
+
+ADAPTERS: dict[str, Callable[[TriageRun], Report]] = {
+    "training_setup": _setup,
+    "data_sanity": lambda run: data_sanity(run.batch, num_classes=run.num_classes),
+    "init_loss": _init_loss,
+    "output_vs_loss": lambda run: output_vs_loss(
+        run.model, run.batch, run.loss_fn, loss_kind=run.loss_kind
+    ),
+    "gradient_flow": lambda run: gradient_flow(run.model, run.batch, run.loss_fn),
+    "batch_independence": lambda run: _dependency(run, "batch_independence"),
+    "causal_dependency": lambda run: _dependency(run, "causal_dependency"),
+    "overfit_one_batch": _overfit,
+    "random_input_test": lambda run: _random_input(run),
+    "update_ratio": _update_ratio,
+    "weight_distribution": lambda run: weight_distribution(run.model),
+}
+
+
+def run_check(check: str, run: TriageRun) -> Report:
+    """The report of ``check``; :class:`Skipped` when it cannot apply.
+
+    A typed refusal from the recipe (its arguments do not fit this model: an output with no
+    batch axis, no weight matrix to judge) becomes the skip reason; a forward that raises is
+    not a reason to skip (ForwardError propagates), nor is an error of our own code.
+    """
+    try:
+        return ADAPTERS[check](run)
+    except ForwardError:
+        raise
+    except TorchlensNbError as exc:
+        raise Skipped(str(exc)) from exc
+
+
+def key_of(report: Report) -> tuple[str | None, float | None]:
+    """The key number of a check's report: its text, and the number when it is one."""
+    if isinstance(report, DataSanityReport):
+        inputs = [f for f in report.fields if f.stats is not None and f.role == "input"]
+        field = next((f for f in inputs if f.distinct is None), inputs[0] if inputs else None)
+        if field is None or field.stats is None:
+            return None, None
+        stats = field.stats
+        if field.distinct is not None:  # ids or other integers: their range, not moments
+            return f"{field.name}: {field.distinct} values in [{stats.min:g}, {stats.max:g}]", None
+        bad = stats.nan_count + stats.inf_count
+        extra = f", {stats.nan_count} NaN, {stats.inf_count} Inf" if bad else ""
+        return f"input mean {stats.mean:.3g}, std {stats.std:.3g}{extra}", stats.mean
+    if isinstance(report, SetupReport):
+        return f"{len(report.findings)} setup finding(s)", float(len(report.findings))
+    if isinstance(report, InitLossReport):
+        if report.expected is None:
+            return f"loss {report.loss:.4g}", report.loss
+        return f"{report.loss:.4g} vs {report.expected:.4g} expected", report.loss
+    if isinstance(report, OutputLossReport):
+        return f"outputs: {report.output_form.replace('_', ' ')}", report.max_row_sum_error
+    if isinstance(report, GradientFlowReport):
+        flagged = sum(p.verdict not in ("ok", "frozen") for p in report.params)
+        if report.frontier:
+            first = report.frontier[0]
+            return f"frontier {first.op} in {first.module or '(root)'}", float(flagged)
+        return f"{flagged} of {len(report.params)} parameters flagged", float(flagged)
+    if isinstance(report, DependencyReport):
+        return f"{len(report.leaks)} of {report.size} indices leak", float(len(report.leaks))
+    if isinstance(report, OverfitReport):
+        initial, final = report.losses[0], report.losses[-1]
+        share = f" ({100 * final / initial:.2g}% of {initial:.3g})" if initial else ""
+        return f"final loss {final:.3g}{share}", final
+    if isinstance(report, RandomInputReport):
+        return f"real {report.real_loss:.3g} vs noise {report.noise_loss:.3g}", report.relative_gap
+    if isinstance(report, UpdateRatioReport):
+        medians = [layer.median for layer in report.layers if not math.isnan(layer.median)]
+        if not medians:
+            return None, None
+        median = statistics.median(medians)
+        return f"median log10 ratio {median:+.2f} (target -3)", median
+    if isinstance(report, WeightDistributionReport):
+        largest = max((p.stats.abs_max for p in report.params), default=math.nan)
+        return f"max |w| {largest:.3g}", largest
+    return None, None

@@ -1,0 +1,174 @@
+"""``training_setup``: read the model and optimizer triage was handed, before anything runs.
+
+Triage trains copies in train mode with rebuilt optimizers, so what the caller's own objects
+say would otherwise be invisible: a model left in ``eval()`` (dropout off, BatchNorm on running
+statistics), a layer frozen with ``requires_grad=False`` that the optimizer still holds, a
+trainable layer no param group holds, and weight decay on normalisation weights and biases
+(the usual no-decay grouping keeps them at 0). Reads attributes only: no forward, no step.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ...report import Finding, Table, Unavailable
+from ...report._recipes_data import recipe_status, worst_finding
+from ...report._triage import SetupReport
+from ._optimizer_spec import OptimizerSpec
+
+MODE_DEPENDENT = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+"""Modules whose forward differs between train and eval mode."""
+NORMS = (
+    nn.modules.batchnorm._BatchNorm,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.modules.instancenorm._InstanceNorm,
+    nn.RMSNorm,
+)
+"""Normalisation layers whose weights and biases are conventionally not decayed."""
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" ... ({len(names)} in all)" if len(names) > 5 else "")
+
+
+def _mode_findings(model: nn.Module) -> tuple[list[Finding], list[str]]:
+    modal = [n or "(root)" for n, m in model.named_modules() if isinstance(m, MODE_DEPENDENT)]
+    eval_modules = [
+        n or "(root)"
+        for n, m in model.named_modules()
+        if isinstance(m, MODE_DEPENDENT) and not m.training
+    ]
+    findings = []
+    if eval_modules:
+        what = "the model is in eval mode" if not model.training else "modules are in eval mode"
+        findings.append(
+            Finding(
+                "model_in_eval",
+                "warning",
+                f"{what}: {len(eval_modules)} of {len(modal)} dropout / BatchNorm modules would "
+                f"train in eval mode ({_names(eval_modules)}): dropout is off and BatchNorm "
+                "normalises with running statistics, not the batch's. Triage's copies ran in "
+                "train mode.",
+                remedy="call model.train() before the training steps (and model.eval() only "
+                "around evaluation).",
+                fields={"modules": eval_modules, "model_training": model.training},
+            )
+        )
+    return findings, eval_modules
+
+
+def _optimizer_findings(
+    model: nn.Module, spec: OptimizerSpec
+) -> tuple[list[Finding], list[str], list[str], list[str]]:
+    optimizer = spec.instance
+    assert optimizer is not None
+    names = {id(p): n for n, p in model.named_parameters()}
+    held = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad and id(p) in held]
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in held]
+    norm_params = {
+        id(p) for m in model.modules() if isinstance(m, NORMS) for p in m.parameters(recurse=False)
+    }
+    decayed = [
+        names[i]
+        for i, g in held.items()
+        if i in norm_params and i in names and float(g.get("weight_decay", 0) or 0) > 0
+    ]
+    findings = []
+    if frozen:
+        findings.append(
+            Finding(
+                "frozen_params_in_optimizer",
+                "warning",
+                f"{len(frozen)} parameter(s) have requires_grad=False but the optimizer holds "
+                f"them: they are frozen and never train ({_names(frozen)}).",
+                remedy="set requires_grad=True on layers that should learn; for layers you "
+                "freeze on purpose, leave them out of the optimizer's param groups.",
+                fields={"params": frozen},
+            )
+        )
+    if missing:
+        findings.append(
+            Finding(
+                "trainable_params_not_in_optimizer",
+                "warning",
+                f"{len(missing)} trainable parameter(s) are in no param group of the optimizer: "
+                f"they never update ({_names(missing)}).",
+                remedy="build the optimizer from model.parameters() (or add these to a group) "
+                "after every layer has been created.",
+                fields={"params": missing},
+            )
+        )
+    if decayed:
+        findings.append(
+            Finding(
+                "weight_decay_on_norm",
+                "warning",
+                f"{len(decayed)} normalisation weight(s) and bias(es) are decayed "
+                f"({_names(decayed)}): decay pulls LayerNorm / BatchNorm gains toward 0.",
+                remedy="put normalisation weights and all biases in a group with "
+                "weight_decay=0.0, e.g. [{'params': decay, 'weight_decay': 0.01}, "
+                "{'params': no_decay, 'weight_decay': 0.0}].",
+                fields={"params": decayed},
+            )
+        )
+    return findings, frozen, missing, decayed
+
+
+def training_setup(model: nn.Module, spec: OptimizerSpec | None) -> SetupReport:
+    """The modes of ``model`` and, with an optimizer instance, its roster and param groups."""
+    findings, eval_modules = _mode_findings(model)
+    frozen: list[str] = []
+    missing: list[str] = []
+    decayed: list[str] = []
+    unavailable: tuple[Unavailable, ...] = ()
+    if spec is not None and spec.instance is not None:
+        more, frozen, missing, decayed = _optimizer_findings(model, spec)
+        findings += more
+        groups = [
+            {
+                "group": i,
+                "params": len(g["params"]),
+                "lr": float(g["lr"]),
+                "weight_decay": float(g.get("weight_decay", 0) or 0),
+            }
+            for i, g in enumerate(spec.instance.param_groups)
+        ]
+    else:
+        groups = []
+        unavailable = (
+            Unavailable(
+                "optimizer param groups",
+                "no optimizer instance given: frozen layers it holds, layers it misses and "
+                "per-group weight decay are not read",
+                "no_optimizer",
+            ),
+        )
+    status = recipe_status(findings)
+    if status == "pass" and unavailable:
+        status = "inconclusive"  # what was not read keeps the row from passing
+    if findings:
+        lead = worst_finding(findings).message
+    elif groups:
+        lead = (
+            f"the model trains in train mode and the optimizer's {len(groups)} group(s) hold "
+            "every trainable parameter, none frozen, no decay on normalisation parameters."
+        )
+    else:
+        lead = "the model is in train mode (no optimizer instance to read)."
+    return SetupReport(
+        subject=type(model).__name__,
+        status=status,
+        lead=lead,
+        findings=tuple(findings),
+        tables=(
+            Table.from_dicts("param_groups", groups, ("group", "params", "lr", "weight_decay")),
+        ),
+        unavailable=unavailable,
+        model_training=model.training,
+        eval_modules=tuple(eval_modules),
+        frozen_held=tuple(frozen),
+        trainable_missing=tuple(missing),
+        decayed_norm_params=tuple(decayed),
+    )
