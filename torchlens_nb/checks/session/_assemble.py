@@ -77,6 +77,7 @@ def _verdict(engine: Engine) -> _Verdict:
     findings += engine.session_findings
     findings += _first_seen(engine)
     unavailable = [u for check in engine.checks.values() for u in check.unavailable()]
+    unavailable += _arrival_unavailable(engine)
     runs = [check.run() for check in engine.checks.values()]
     status: CheckStatus = "clean"
     if any(run.state == "raised" for run in runs):
@@ -194,6 +195,9 @@ def _disclosures(engine: Engine, count: dict[str, Any], paused_spans: int) -> li
             "Gradient norms are read at S-A (pre-clip) after each backward; under "
             "accumulation they are norms of the accumulated gradient."
         )
+        arrival = engine.arrival_reads.note()
+        if arrival is not None:
+            notes.append(arrival)
     if engine.sample_every is not None:
         notes.append(
             f"Update ratios and movement are sampled every {engine.sample_every} "
@@ -240,6 +244,22 @@ def _disclosures(engine: Engine, count: dict[str, Any], paused_spans: int) -> li
             "rule)."
         )
     return notes
+
+
+def _arrival_unavailable(engine: Engine) -> list[Unavailable]:
+    """Arrival reads a deferred attempt could not take (``_arrival.py``): never "clean"."""
+    unread = engine.arrival_reads.unread_attempts
+    if not unread:
+        return []
+    return [
+        Unavailable(
+            "arrival_norms",
+            f"{unread} attempt(s) had gradients changed in place between backward and step "
+            "before their arrival read, deferred to the step site, ran: what those gradients "
+            "held when their backward ended was not read (arrival reads are eager since)",
+            "not_read",
+        )
+    ]
 
 
 def _mandatory_unavailable(engine: Engine, count: dict[str, Any]) -> list[Unavailable]:

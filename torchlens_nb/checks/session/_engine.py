@@ -31,6 +31,8 @@ of its param groups NOW (the roster is synced at each S-B: groups added, layers 
 ``.grad`` is not None, each normed as it is at the step site (one batched norm per device, read
 in the same host read as the S-D norms), whatever the loop did after the backward: clipped,
 replaced, written through ``.data`` (which does not bump ``_version``), arrived without a hook.
+Where the loop leaves its gradients alone, that pass is also the arrival read, and S-D launches
+no norm (``_arrival.py``: learned on three attempts read both ways, verified one in 25).
 
 Host syncs: one read per device at each resolution point (S-B, an attempt closed without a step,
 ``step()`` exit, ``report()``, and every ``MAX_PENDING_BACKWARDS`` backwards); one more at S-C on
@@ -41,9 +43,10 @@ sampled steps; none at S-A or S-D. Reading the live GradScaler scale at ``step()
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -55,9 +58,10 @@ from ..distributed._sharded import ShardedGradSites
 from ..gradients._nonfinite import NonfiniteGradCheck
 from ..gradients._update_ratio import UpdateSampler
 from ..gradients._watchdog import NoAcceptedStepsCheck
-from ..scans._norms import NormPlan
+from ..scans._norms import NormPlan, device_norms
+from ._arrival import ArrivalReads, Break
 from ._check import Check
-from ._evidence import Attempt, Evidence, Group
+from ._evidence import Attempt, BackwardRecord, Evidence, Group
 from ._ledger import ScaleLedger, ScalerKind, StepLedger
 from ._optimizer import EvaluatedClosure, closure_of, with_closure
 from ._params import Roster
@@ -127,6 +131,8 @@ class Engine:
         self._sites = sites(roster, self._on_backward, self._scale_tensor)
         self._step_plan = NormPlan()
         """The S-B kernel: every gradient the optimizer is about to use, at every attempt."""
+        self._arrival = ArrivalReads(is_enabled=not roster.is_sharded)
+        self._sites.on_reset = self._read_deferred
         self._checks: dict[str, Check] = {}
         self._defaults: dict[str, Check] = {}
         """The invariants that run unless turned off (``_invariant.py``); not "registered"."""
@@ -352,6 +358,11 @@ class Engine:
         return self._sampler.every if self._sampler is not None else None
 
     @property
+    def arrival_reads(self) -> ArrivalReads:
+        """How arrival norms were read (at S-D, or in the step site's pass)."""
+        return self._arrival
+
+    @property
     def needs_norms(self) -> bool:
         return self._sites.needs_norms
 
@@ -505,12 +516,63 @@ class Engine:
         """Read queued backwards (and ``extra``) to the host in one read; fold the backwards
         into ``group`` (the open one by default) and observe their scales; return the extra
         values."""
+        self._read_deferred()
         records, values = self._evidence.resolve(extra or ())
-        target = self._open if group is None else group
-        for record in records:
-            self._scale_ledger.observe(record.scale, record.index)
-            target.fold(record)
+        self._fold(records, self._open if group is None else group)
         return values
+
+    def _fold(
+        self,
+        records: list[BackwardRecord],
+        group: Group,
+        step_norms: dict[int, float] | None = None,
+    ) -> None:
+        """Observe the records' scales and fold them into ``group``, in order."""
+        for record in records:
+            if step_norms is not None:
+                record = record.with_step_values(step_norms)
+            self._scale_ledger.observe(record.scale, record.index)
+            group.fold(record)
+
+    def _read_deferred(
+        self, step_grads: Mapping[int, torch.Tensor] | None = None, *, is_accumulated: bool = False
+    ) -> None:
+        """Read every queued backward whose S-D norm was deferred (``_arrival.py``): from
+        ``step_grads`` (the step site's read, roster index -> the tensor it norms) where the
+        gradient is still that tensor at its arrival version, else its own norm launched now
+        (a gradient the loop replaced or reset still holds its arrival values); a gradient
+        changed in place since has no arrival read (``unread``). ``is_accumulated``: the step
+        site's attempt ran more than one backward."""
+        for pending in self._evidence.pending:
+            if not pending.defers or pending.snapshot is None:
+                continue
+            intact, changed = self._sites.still_as_left(pending.snapshot)
+            shared = step_grads or {}
+            from_step = tuple(i for i, g, is_grad in intact if is_grad and shared.get(i) is g)
+            own = [(i, g) for i, g, is_grad in intact if not (is_grad and shared.get(i) is g)]
+            norms = device_norms([g for _, g in own], [i for i, _ in own]) if own else ()
+            read = replace(pending, defers=False, norms=norms, from_step=from_step, unread=changed)
+            self._evidence.replace(pending, read)
+            is_replaced = step_grads is not None and not all(is_grad for _, _, is_grad in intact)
+            broken: Break | None = "changes_in_place" if changed or is_replaced else None
+            if is_accumulated:
+                broken = "accumulates"
+            self._arrival.observe_deferred(
+                self._ledger.next_attempt, broken, has_unread=bool(changed)
+            )
+
+    def _verify_arrival(self, group: Group, pending: PendingBackward | None) -> Break | None:
+        """S-B of an attempt whose arrival was read at S-D: what its gradients' metadata shows
+        about the loop (``_arrival.py``), before the read; the equality of the two norms is
+        checked after it."""
+        if group.backward_count != 1:
+            return "accumulates"
+        if pending is None or pending.snapshot is None:
+            return None
+        intact, changed = self._sites.still_as_left(pending.snapshot)
+        if changed or not all(is_grad for _, _, is_grad in intact):
+            return "changes_in_place"
+        return None
 
     def _observe_live_scale(self) -> float | None:
         """Read the scaler's current scale (one host read) into the skip ledger."""
@@ -539,15 +601,36 @@ class Engine:
         present: list[tuple[int, torch.Tensor]] = []
         if self._sites.needs_norms:
             present = self._sites.step_site_grads(self._roster.optimized, group.fired)
+        pendings = self._evidence.pending
+        verifying = (
+            self._sites.needs_norms
+            and self._arrival.mode != "eager"
+            and group.backward_count > 0
+            and not any(p.defers for p in pendings)
+        )
+        if verifying:
+            broken = self._verify_arrival(group, pendings[0] if len(pendings) == 1 else None)
+        elif self._sites.needs_norms:
+            self._read_deferred(dict(present), is_accumulated=group.backward_count > 1)
         step_read = self._step_plan([g for _, g in present], [i for i, _ in present])
         extra = [norms for _, norms in step_read]
         if found_inf is not None:
             extra.append(found_inf.detach().reshape(-1)[:1].to(torch.float32))
-        values = self._fold_pending(group, extra)
+        records, values = self._evidence.resolve(extra)
         is_scaler_skip = found_inf is not None and values.pop() != 0.0
-        attempt = self._attempt(group, index)
         order = [i for positions, _ in step_read for i in positions]
-        attempt.step_norms = dict(zip(order, values))
+        step_norms = dict(zip(order, values))
+        self._fold(records, group, step_norms)
+        attempt = self._attempt(group, index)
+        attempt.step_norms = step_norms
+        if verifying:
+            arrival = group.norms  # the last backward's norms: the attempt's one backward
+            if broken is None and not all(
+                _same(arrival.get(i, n), n) for i, n in step_norms.items()
+            ):
+                broken = "writes_through_data"
+            self._arrival.observe_verified(attempt.index, broken)
+        self._sites.defers_next = self._arrival.defers_next()
         self._sites.forget()  # the attempt is closed: its gradient snapshots pin nothing more
         return attempt, is_scaler_skip
 
@@ -665,6 +748,11 @@ class Engine:
         self._on_progress()
         if violation is not None:
             self._raise_violation(violation, None)
+
+
+def _same(a: float, b: float) -> bool:
+    """Bit-for-bit equal norms (two NaNs are the same reading)."""
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def _mismatch_message(fields: Mapping[str, Any]) -> str:

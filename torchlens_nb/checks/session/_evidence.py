@@ -50,6 +50,23 @@ class BackwardRecord:
     """Pre-clip 2-norms of those gradients (accumulated) after this backward."""
     scale: float | None
     """GradScaler scale in effect (None without a scaler or before ``scaler.scale`` ran)."""
+    from_step: tuple[int, ...] = ()
+    """Roster indices whose norm is the step site's (``PendingBackward.from_step``)."""
+    unread: tuple[int, ...] = ()
+    """Roster indices whose arrival was not read (``PendingBackward.unread``)."""
+
+    def with_step_values(self, step_norms: dict[int, float]) -> BackwardRecord:
+        """This record with the norms its deferred read took from the step site's read."""
+        if not self.from_step:
+            return self
+        return BackwardRecord(
+            self.index,
+            self.fired,
+            self.positions + self.from_step,
+            [*self.values, *(step_norms[i] for i in self.from_step)],
+            self.scale,
+            unread=self.unread,
+        )
 
 
 class Evidence:
@@ -62,6 +79,16 @@ class Evidence:
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+    @property
+    def pending(self) -> tuple[PendingBackward, ...]:
+        """The queued backwards, oldest first."""
+        return tuple(self._pending)
+
+    def replace(self, old: PendingBackward, new: PendingBackward) -> None:
+        """Put ``new`` where ``old`` is queued (a deferred backward, now read)."""
+        position = next(i for i, p in enumerate(self._pending) if p is old)
+        self._pending[position] = new
 
     def add(self, pending: PendingBackward) -> bool:
         """Queue one backward; return True when the queue asks to be resolved now."""
@@ -95,7 +122,17 @@ class Evidence:
                 scale = values[cursor]
                 cursor += 1
             records.append(
-                BackwardRecord(pending.index, pending.fired, tuple(positions), norms, scale)
+                BackwardRecord(
+                    pending.index,
+                    pending.fired,
+                    tuple(positions),
+                    norms,
+                    scale,
+                    from_step=pending.from_step,
+                    # the engine reads a deferred backward before resolving it; one it did not
+                    # is disclosed as unread, never judged on values nobody read
+                    unread=pending.fired if pending.defers else pending.unread,
+                )
             )
         self._pending.clear()
         return records, values[cursor:]
@@ -118,6 +155,11 @@ class Group:
         """Roster index -> backward number where its norm first was non-finite."""
         self.first_nonfinite_index: int | None = None
         """Session backward number of the first backward with a non-finite norm."""
+        self.unread: set[int] = set()
+        """Roster indices an earlier backward of the group left unread (``_arrival.py``)."""
+        self.is_first_unknown = False
+        """A gradient first seen non-finite had an unread earlier backward: which micro-batch
+        made it non-finite is unknown (never the later one by default)."""
         self.scale: float | None = None
         self.is_in_block = False
         """A backward of the group ran inside a ``session.step()`` block."""
@@ -133,10 +175,17 @@ class Group:
         """Add one resolved backward (in order)."""
         self.scale = record.scale
         self.norms.update(zip(record.positions, record.values))
-        if math.isfinite(sum(record.values)):  # the common case: no per-value test
-            return
+        if not math.isfinite(sum(record.values)):  # the common case: no per-value test
+            self._first_nonfinite(record)
+        self.unread.update(record.unread)
+
+    def _first_nonfinite(self, record: BackwardRecord) -> None:
         for index, value in zip(record.positions, record.values):
-            if not math.isfinite(value) and index not in self.first_nonfinite:
+            if math.isfinite(value) or index in self.first_nonfinite:
+                continue
+            if index in self.unread:
+                self.is_first_unknown = True
+            else:
                 self.first_nonfinite[index] = record.index
                 if self.first_nonfinite_index is None:
                     self.first_nonfinite_index = record.index
@@ -194,7 +243,12 @@ class Attempt:
             first_backward = group.backward_indices[0]
         bad = group.first_nonfinite_index
         micro = None
-        if bad is not None and first_backward is not None and bad >= first_backward:
+        if (
+            bad is not None
+            and first_backward is not None
+            and bad >= first_backward
+            and not group.is_first_unknown
+        ):
             micro = bad - first_backward
         return cls(
             index=index,
