@@ -10,7 +10,7 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "torchlens_nb"
 
 # layer -> the layers of our own code it may import
-BASE = {"errors", "_jsonsafe", "_validate", "_version", "_hooks"}
+BASE = {"errors", "_jsonsafe", "_validate", "_version", "_hooks", "_interrupts"}
 """Layer-free modules every layer may import."""
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
@@ -18,6 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "_validate": {"errors"},
     "_version": set(),
     "_hooks": set(),
+    "_interrupts": set(),
     "options": BASE | {"errors"},
     "capture": BASE | {"options"},
     "report": BASE,

@@ -49,8 +49,15 @@ class _Timer:
         self.fired = False
 
     def _fire(self, signum: int, frame: Any) -> None:
+        """Deliver Ctrl-C as Python does: the main thread's SIGINT handler, called with the
+        frame the signal interrupted (``signal.default_int_handler`` raises KeyboardInterrupt;
+        a scope of ours may hold it, ``torchlens_nb/_interrupts.py``)."""
         self.fired = True
-        raise KeyboardInterrupt
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
 
     def __enter__(self) -> _Timer:
         self._previous = signal.signal(signal.SIGALRM, self._fire)
@@ -108,11 +115,18 @@ class Tally:
 
 
 def interrupt_at_random(
-    call: Callable[[], object], model: nn.Module, interrupts: int, seed: int = 0
+    call: Callable[[], object],
+    model: nn.Module,
+    interrupts: int,
+    seed: int = 0,
+    state: Callable[[], dict[str, Any]] | None = None,
 ) -> Tally:
-    """Run ``call`` under a timer at a random instant until ``interrupts`` calls were interrupted."""
+    """Run ``call`` under a timer at a random instant until ``interrupts`` calls were
+    interrupted; after each, ``state()`` (by default :func:`process_state` of ``model``) must
+    equal what it was before."""
     rng = random.Random(seed)
-    before = process_state(model)
+    state = state or (lambda: process_state(model))
+    before = state()
     for _ in range(3):  # warm up first: the first calls are slower and would skew the draw
         call()
     started = time.perf_counter()
@@ -145,7 +159,7 @@ def interrupt_at_random(
                 tally.completed += 1
             else:
                 tally.problems.append(outcome)
-            after = process_state(model)
+            after = state()
             if after != before:
                 changed = sorted(f"{k}: {after[k]}" for k in before if before[k] != after[k])
                 tally.problems.append(f"after {outcome} at {where}: {changed}")
@@ -185,13 +199,11 @@ ENTRY_POINTS: dict[str, tuple[Callable[[], nn.Module], Callable[[nn.Module], Cal
     "live find_nan": (_mlp, _find_nan, 300),
     "LivenessProbe": (_mlp, _liveness_probe, 300),
 }
-"""Entry point -> (model, the call to interrupt, how many interrupts): 2,600 in all. Not here
-yet: ``SinkProbe(fused_attention="recompute")``, whose mode the user's ``with probe:`` pops in
-``__exit__``: an interrupt at that method's first line skips it (about 1 in 300); ``investigate``, whose analysis after the capture runs ``with torch.no_grad():`` blocks
+"""Entry point -> (model, the call to interrupt, how many interrupts): 2,600 in all. The
+``with`` statements of ``ChecksSession`` and ``SinkProbe`` are in test_interrupts_with.py. Not
+here yet: ``investigate``, whose analysis after the capture runs ``with torch.no_grad():`` blocks
 (``debug/_values.py``) that an interrupt inside torch's ``__enter__`` leaves with grad mode off
-(about 1 in 300 interrupts); and ``ChecksSession``: its hooks now each have their removal registered first, but
-``contextlib.ExitStack.close`` (its detach) drops the rest of its callbacks when an interrupt
-lands at its ``pop``, and ``with session:`` cannot guard the entry of ``__exit__``."""
+(about 1 in 300 interrupts)."""
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

@@ -52,6 +52,7 @@ from typing import Any
 import torch
 
 from ..._hooks import remove_hook
+from ..._interrupts import shielded
 from ...report import Finding
 from ...report._checks import ScaleProvenance, SkipCause, Stage
 from ..distributed._sharded import ShardedGradSites
@@ -287,6 +288,7 @@ class Engine:
         if self._open.backward_count and self._open.is_in_block:
             self._close_open_as_skipped(self._observe_live_scale())
 
+    @shielded()
     def close_in_flight(self) -> None:
         """An attempt that passed S-B but never reached S-C: ``optimizer.step()`` failed."""
         if self._in_flight is not None:
@@ -676,6 +678,17 @@ class Engine:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        return self._judge_before_write(closure, loss, args, kwargs)
+
+    @shielded()
+    def _judge_before_write(
+        self,
+        closure: Callable[[], Any] | None,
+        loss: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """S-B after the closure's first evaluation (the user's code, left interruptible)."""
         start = time.perf_counter_ns()
         self._ledger.step_pre_fires += 1
         group, self._open = self._open, Group()
@@ -710,6 +723,7 @@ class Engine:
             return None
         return with_closure(args, kwargs, EvaluatedClosure(closure, loss, self._on_reevaluated))
 
+    @shielded()
     def _on_reevaluated(self) -> None:
         """A closure re-evaluation inside ``step()`` (LBFGS): judge its gradients before the
         optimizer uses them. Rank-local: no agreement runs inside a step."""
@@ -730,6 +744,7 @@ class Engine:
             self._close(attempt)
             self._raise_violation(violation, replay)
 
+    @shielded()
     def _on_step_post(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
         """S-C: the optimizer wrote; measure sampled updates, accept the attempt."""
         if not self._sites.is_enabled or self._in_flight is None:

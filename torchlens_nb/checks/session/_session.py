@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import torch
 
+from ..._interrupts import hold_sigint, release_sigint, shielded
 from ..._validate import check_bool, check_int, is_number
 from ...errors import CheckViolationError, DiagnosticArgumentError, ModelTypeError
 from ...report import Finding
@@ -169,6 +170,8 @@ class ChecksSession:
             + (f" on rank {self._ranks.rank}" if self._ranks.is_active else "")
         )
         self._hooks: contextlib.ExitStack | None = None
+        self._holds_sigint = False
+        """attach() opened a Ctrl-C holding scope (``_interrupts.py``); detach() closes it."""
         self._final: CheckReport | None = None
         self._feed: DashboardFeed | None = None
         self._paused_spans = 0
@@ -398,8 +401,13 @@ class ChecksSession:
         self._engine.register(check, sample_every=sample_every)
 
     # ----- scope ------------------------------------------------------------------------------
+    @shielded(on_interrupt=lambda self: self._roll_back())
     def attach(self) -> ChecksSession:
         """Install the hooks (S-A per parameter, S-B and S-C on the optimizer).
+
+        A Ctrl-C while it runs (or while :meth:`detach` and the ``with`` statement's enter and
+        exit run) is held until it has finished, then raised as ``KeyboardInterrupt`` with no
+        hook left behind (``_interrupts.py``).
 
         Raises:
             DiagnosticArgumentError: the session is finalized or attached, or another attached
@@ -414,15 +422,25 @@ class ChecksSession:
             raise DiagnosticArgumentError("this session is already attached.")
         stack = contextlib.ExitStack()
         self._hooks = stack  # first: an interrupt at any later instant is rolled back below
+        self._holds_sigint = hold_sigint()
         try:
             ATTACHED.claim(self._optimizer, self._subject, stack)
             self._engine.install(stack)
         except BaseException:
-            self._hooks = None
-            stack.close()  # roll back a half-installed set
+            self._roll_back()
             raise
         return self
 
+    def _roll_back(self) -> None:
+        """Undo an attach that is not going to be used (it raised, or Ctrl-C came during it)."""
+        stack, self._hooks = self._hooks, None
+        if stack is not None:
+            stack.close()
+        if self._holds_sigint:
+            self._holds_sigint = False
+            release_sigint()
+
+    @shielded()
     def detach(self, exit_reason: str = "completed") -> CheckReport:
         """Remove every hook and finalize the report (idempotent); returns the final report."""
         if self._final is not None:
@@ -430,18 +448,25 @@ class ChecksSession:
         if self._hooks is not None:
             self._hooks.close()
             self._hooks = None
-        self._engine.end_step()  # a step block still open (detached from inside it)
-        self._engine.close_in_flight()
-        self._engine.close_open_at_exit()
-        self._settle()
-        self._final = self._build(is_final=True, exit_reason=exit_reason)
-        if self._feed is not None:
-            self._feed.finish(self._final)
+        try:
+            self._engine.end_step()  # a step block still open (detached from inside it)
+            self._engine.close_in_flight()
+            self._engine.close_open_at_exit()
+            self._settle()
+            self._final = self._build(is_final=True, exit_reason=exit_reason)
+            if self._feed is not None:
+                self._feed.finish(self._final)
+        finally:
+            if self._holds_sigint:
+                self._holds_sigint = False
+                release_sigint()
         return self._final
 
+    @shielded(on_interrupt=lambda self: self._roll_back())
     def __enter__(self) -> ChecksSession:
         return self.attach()
 
+    @shielded()
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         reason = (
             "completed"

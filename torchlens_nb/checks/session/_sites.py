@@ -9,7 +9,8 @@ a backward finished). It never reads a tensor value: no ``.item()``, no ``.tolis
 sync (``tests/checks/test_sites_static.py`` reads this module's source to enforce it; a
 per-parameter ``.item()`` costs one device sync per parameter, 203 on a GPT-2-class model).
 
-S-D runs once per backward, when the engine drains, in two callbacks. The first launches at
+S-D runs once per backward, when the engine drains, in two callbacks (each held whole against
+Ctrl-C: ``_interrupts.shielded``). The first launches at
 most ONE batched norm per device over the gradients that arrived (``_norms.device_norms``;
 none when the engine deferred it to the step site's pass, ``_arrival.py``) and
 clones the GradScaler's scale tensor, leaving both on the device; the host reads them later,
@@ -58,6 +59,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 
 from ..._hooks import remove_hook
+from ..._interrupts import shielded
 from ..scans._norms import DeviceNorms, NormPlan
 from ._params import Roster
 
@@ -304,6 +306,7 @@ class GradSites:
                 return snapshot.grads[position], snapshot.versions[position]
         return self._merged.get(index)
 
+    @shielded()
     def _on_backward_end(self) -> None:
         """S-D: one batched norm per device over the arrived gradients; no host sync."""
         fired = tuple(self._fired)
@@ -351,6 +354,7 @@ class GradSites:
             return fired, present, [g for g in arrived if g is not None]
         return fired, list(fired), cast("list[torch.Tensor]", arrived)
 
+    @shielded()
     def _on_backward_settled(
         self, pending: PendingBackward, indices: tuple[int, ...], grads: list[torch.Tensor]
     ) -> None:

@@ -40,6 +40,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
+from ..._interrupts import hold_sigint, release_sigint, shielded
 from ..._validate import check_number
 from ...capture import Selector, func
 from ...capture._installs import pop_mode
@@ -205,6 +206,8 @@ class SinkProbe:
         self._scored: dict[SiteKind, list[Any]] = {}  # results, until the next value arrives
         self._mode: FusedAttentionMode | None = None
         self._is_entered = False
+        self._holds_sigint = False
+        """``__enter__`` opened a Ctrl-C holding scope (``_interrupts.py``)."""
         # (output tensor, probabilities, op name) of the last recomputed fused call, until the
         # capture's hook for that op claims it (the output's identity pairs the two)
         self._pending: tuple[torch.Tensor, torch.Tensor, str] | None = None
@@ -214,29 +217,36 @@ class SinkProbe:
             self._score(self._site(site, "attention"), site, probabilities)
 
     # ----- the fused-attention mode (fused_attention="recompute") -------------------------
+    @shielded(on_interrupt=lambda self: self.__exit__())
     def __enter__(self) -> SinkProbe:
-        """Install the recompute mode for fused attention; enter it around ``tl.trace``."""
+        """Install the recompute mode for fused attention; enter it around ``tl.trace``. A
+        Ctrl-C during this or ``__exit__`` is held until it has finished, then raised with the
+        mode removed (``_interrupts.py``)."""
         if self._is_entered:
             raise DiagnosticArgumentError(
                 "this SinkProbe is already inside `with probe:`; enter it once, around the "
                 "tl.trace(...) call."
             )
         self._is_entered = True
+        self._holds_sigint = hold_sigint()
         if self.fused_attention == "recompute":
             mode = self._mode = FusedAttentionMode(self._on_fused_call)
             try:
                 mode.__enter__()
             except BaseException:  # an interrupt after the push: the with block never starts
-                self._mode, self._is_entered = None, False
-                pop_mode(mode)
+                self.__exit__()  # pops the mode if it got pushed
                 raise
         return self
 
+    @shielded()
     def __exit__(self, *exc_info: object) -> None:
         mode, self._mode, self._is_entered = self._mode, None, False
         self._claim_nothing()
         if mode is not None:
             pop_mode(mode)  # only if it is still ours on top (never "pop from empty stack")
+        if self._holds_sigint:
+            self._holds_sigint = False
+            release_sigint()
 
     def _on_fused_call(self, call: FusedCall) -> None:
         self._claim_nothing()
