@@ -314,13 +314,13 @@ CASES: list[Case] = [
         "random_input_test-trials-0",
         lambda s: R.random_input_test(s.user.model, s.user.batch, CE, trials=0),
         DiagnosticArgumentError,
-        r"trials must be an int >= 1, got 0",
+        r"trials must be an int in \[1, 100000\], got 0",
     ),
     (
         "overfit_one_batch-steps-0",
         lambda s: R.overfit_one_batch(s.user.model, s.user.batch, CE, steps=0),
         DiagnosticArgumentError,
-        r"steps must be an int >= 1, got 0",
+        r"steps must be an int in \[1, 100000\], got 0",
     ),
     (
         "overfit_one_batch-lr-nan",
@@ -338,7 +338,7 @@ CASES: list[Case] = [
         "update_ratio-steps-0",
         lambda s: R.update_ratio(s.user.model, s.user.batch, CE, steps=0),
         DiagnosticArgumentError,
-        r"steps must be an int >= 1, got 0",
+        r"steps must be an int in \[1, 100000\], got 0",
     ),
     (
         "update_ratio-lr-nan",
