@@ -351,7 +351,7 @@ TRACE_READERS: list[Case] = [
         "dead-atol-nan",
         lambda s: tl.dead([s.trace, s.trace], atol=NAN),
         DiagnosticArgumentError,
-        r"atol must be a number >= 0, got nan",
+        r"atol must be a finite number >= 0, got nan",
     ),
     (
         "dead-unit-dim-negative",

@@ -386,7 +386,7 @@ CASES: list[Case] = [
         "prime_dims-baseline-0",
         lambda s: R.prime_dims(s.user.model, lambda n: torch.ones(n, 8), baseline=0),
         DiagnosticArgumentError,
-        r"baseline must give a positive int for each of \['n'\], got "
+        r"baseline must give an int in \[1, 65536\] for each of \['n'\], got "
         r"\{'n': 0\}",
     ),
     (

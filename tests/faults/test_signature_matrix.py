@@ -1,16 +1,18 @@
 """The bad-input matrix, generated from the public signatures: every parameter of every public
 callable of ``tl``, ``tl.debug``, ``tl.recipes`` and ``tl.report.Report`` is attacked with values
-its annotation rules out, and each attack must be refused with a typed ``TorchlensNbError``
-within ``TIME_LIMIT_S``: not accepted silently, not raised from deep inside torch or Python as
-an untyped error, and never hanging.
+its annotation rules out (``ATTACKS``) and with out-of-range, empty and huge values of its own
+type (``RANGE_ATTACKS``: -1, 0 and 10**12 for an int, -1.0 and +/-inf for a float, "" and empty
+containers), and each attack must be refused with a typed ``TorchlensNbError`` within
+``TIME_LIMIT_S``: not accepted silently, not raised from deep inside torch or Python as an
+untyped error, never hanging and never allocating what no machine holds.
 
 How a parameter is attacked is read from its type hint (``typing.get_type_hints``), so a new
 parameter is attacked the day it is added; a new public callable fails
 ``test_every_public_callable_has_a_baseline`` until it gets a baseline (a good call) in
 ``BASELINES``. The attacks per kind are the reviewed table ``ATTACKS``; a value is used only when
 no member of the hint's union accepts it (``3`` never attacks an ``int | str``). A parameter
-typed ``Any`` is not attacked (its good values are open-ended); ``ALLOWED`` lists the few
-accepted attacks, each with its reason.
+typed ``Any`` is not attacked (its good values are open-ended); ``ALLOWED`` lists the accepted
+range attacks, each with its reason (a seed of -1, an axis 0, a cap of 10**12 that only caps).
 """
 
 from __future__ import annotations
@@ -276,8 +278,9 @@ ALLOWED: dict[tuple[str, str, str], str] = {
 callable). Only out-of-range attacks are here: every wrong-kind attack is refused."""
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """Not an ``Exception``: a tool that wraps what its forward raised (``ForwardError``) must
+    not turn a hang into a typed refusal."""
 
 
 @dataclass(frozen=True)
