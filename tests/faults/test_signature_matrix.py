@@ -173,106 +173,80 @@ NOT_ATTACKED = {
 }
 """Public callables the matrix leaves out, each with its reason (kept short on purpose)."""
 
-_SEED = "any int torch.manual_seed takes is a seed (NumPy gets seed % 2**32)"
-_AXIS = "an axis index: 0 is the first axis, -1 the last"
-_PASS = "an index into trace.backward_passes: 0 is the first pass, -1 the last"
-_OFF = "documented: an infinite threshold turns that flag off"
-_READS_AT_MOST = (
-    "reads at most that many batches: the loader's end comes first, nothing is sized by it"
-)
-_HEAD = "the finding init_loss exists for: 'the head does not match the labels'"
-_NO_RESIDUAL = "attention= is given: no residual site is a valid choice"
-
-ALLOWED: dict[tuple[str, str, str], str] = {
-    **{("*", "seed", repr(v)): _SEED for v in (-1, 0, 10**12)},
-    ("tl.dead", "unit_dim", "0"): _AXIS,
-    ("tl.debug.dead", "unit_dim", "0"): _AXIS,
-    ("tl.debug.LivenessProbe", "unit_dim", "0"): _AXIS,
-    ("tl.debug.LivenessProbe", "unit_dim", "1000000000000"): "the values' ranks are known only "
-    "when they arrive: a value without that axis gets no per-unit count (its units read 0)",
-    **{
-        ("tl.debug.dead_neurons" + rows, "dim", v): _AXIS
-        for rows in ("", "_rows")
-        for v in ("-1", "0")
-    },
-    ("tl.recipes.batch_independence", "dim", "0"): "the batch dimension (the default)",
-    ("tl.recipes.causal_dependency", "dim", "0"): "the sequence axis of a (seq, batch, ...) layout",
-    ("tl.debug.attention_sinks", "sample", "0"): "batch index 0, the default",
-    **{
-        (name, parameter, "inf"): _OFF
-        for name in ("tl.debug.SinkProbe", "tl.debug.attention_sinks")
-        for parameter in ("sink_uniform_ratio", "outlier_factor")
-    },
-    **{
-        (n, "exploding_threshold", "inf"): _OFF
-        for n in ("tl.debug.grad_health", "tl.debug.grad_health_rows", "tl.recipes.gradient_flow")
-    },
-    **{("tl.debug.SinkProbe", "residual", v): _NO_RESIDUAL for v in ("[]", "()", "{}")},
-    **{("tl.debug.attention_sinks", "residual", v): _NO_RESIDUAL for v in ("[]", "()")},
-    ("tl.debug.bisect_nan_backward", "bwd", "0"): _PASS,
-    **{
-        (n, "bwd", v): _PASS
-        for n in ("tl.debug.grad_health", "tl.debug.grad_health_rows")
-        for v in ("-1", "0")
-    },
-    **{
-        (n, "grad_scales", "{}"): "no pass has a scale: gradients are read unscaled, as with None"
-        for n in ("tl.debug.grad_health", "tl.debug.grad_health_rows")
-    },
+BIG = 10**12
+AXIS = "an axis index: 0 is the first axis, -1 the last"
+PASS = "an index into trace.backward_passes: 0 is the first pass, -1 the last"
+OFF = "documented: an infinite threshold turns that flag off"
+AT_MOST = "reads at most that many batches: the loader ends first, nothing is sized by it"
+HEAD = "the finding init_loss exists for: 'the head does not match the labels'"
+GUESS = "tl.debug.guess_input_shape"
+_ALLOWED_ROWS: tuple[tuple[str, str, tuple[Any, ...], str], ...] = (
+    ("*", "seed", (-1, 0, BIG), "any int torch.manual_seed takes (NumPy gets seed % 2**32)"),
+    ("tl.dead", "unit_dim", (0,), AXIS),
+    ("tl.debug.dead", "unit_dim", (0,), AXIS),
+    ("tl.debug.LivenessProbe", "unit_dim", (0,), AXIS),
     (
-        "tl.debug.guess_input_shape",
-        "spatial_rank",
-        "0",
-    ): "0 to 3 by design: rank 0 is (batch, features)",
+        "tl.debug.LivenessProbe",
+        "unit_dim",
+        (BIG,),
+        "ranks are known only when values arrive: "
+        "a value without that axis gets no per-unit count (its units read 0)",
+    ),
+    ("tl.debug.dead_neurons", "dim", (-1, 0), AXIS),
+    ("tl.debug.dead_neurons_rows", "dim", (-1, 0), AXIS),
+    ("tl.recipes.batch_independence", "dim", (0,), "the batch dimension (the default)"),
+    ("tl.recipes.causal_dependency", "dim", (0,), "the sequence axis of a (seq, batch, ...) input"),
+    ("tl.debug.attention_sinks", "sample", (0,), "batch index 0, the default"),
+    ("tl.debug.SinkProbe", "sink_uniform_ratio", (math.inf,), OFF),
+    ("tl.debug.SinkProbe", "outlier_factor", (math.inf,), OFF),
+    ("tl.debug.attention_sinks", "sink_uniform_ratio", (math.inf,), OFF),
+    ("tl.debug.attention_sinks", "outlier_factor", (math.inf,), OFF),
+    ("tl.debug.grad_health", "exploding_threshold", (math.inf,), OFF),
+    ("tl.debug.grad_health_rows", "exploding_threshold", (math.inf,), OFF),
+    ("tl.recipes.gradient_flow", "exploding_threshold", (math.inf,), OFF),
     (
-        "tl.debug.guess_input_shape",
-        "max_size",
-        "1000000000000",
-    ): "only filters the listed sizes (at most 512 unless preferred_sizes asks, each <= MAX_PROBE_SIZE)",
-    (
-        "tl.debug.guess_input_shape",
-        "max_probes",
-        "1000000000000",
-    ): "the candidates run out first: a few dozen shapes",
-    **{
-        ("tl.debug.guess_input_shape", p, v): "empty: the built-in sizes / guesses alone"
-        for p in ("preferred_sizes", "input_specs")
-        for v in ("[]", "()")
-    },
+        "tl.debug.SinkProbe",
+        "residual",
+        ([], (), {}),
+        "attention= is given: no residual site is fine",
+    ),
+    ("tl.debug.attention_sinks", "residual", ([], ()), "no residual site is fine"),
+    ("tl.debug.bisect_nan_backward", "bwd", (0,), PASS),
+    ("tl.debug.grad_health", "bwd", (-1, 0), PASS),
+    ("tl.debug.grad_health_rows", "bwd", (-1, 0), PASS),
+    ("tl.debug.grad_health", "grad_scales", ({},), "no pass has a scale: as None, unscaled"),
+    ("tl.debug.grad_health_rows", "grad_scales", ({},), "no pass has a scale: as None, unscaled"),
+    (GUESS, "spatial_rank", (0,), "0 to 3 by design: rank 0 is (batch, features)"),
+    (GUESS, "max_size", (BIG,), "filters the listed sizes, each <= MAX_PROBE_SIZE"),
+    (GUESS, "max_probes", (BIG,), "the candidates run out first: a few dozen shapes"),
+    (GUESS, "preferred_sizes", ([], ()), "empty: the built-in sizes alone"),
+    (GUESS, "input_specs", ([], ()), "empty: the guesses alone"),
     (
         "tl.debug.investigate",
         "rng_state",
-        "{}",
-    ): "both keys are optional: {} replays under the current state, reported rng='current'",
-    (
-        "tl.debug.lineage",
-        "max_depth",
-        "0",
-    ): "the op alone; the lead says '0 ancestors within depth 0'",
-    (
-        "tl.debug.lineage",
-        "max_depth",
-        "1000000000000",
-    ): "no limit: the walk ends at the trace's inputs",
-    (
-        "tl.recipes.confident_errors",
-        "k",
-        "1000000000000",
-    ): "k caps the list: every error found is shown",
-    ("tl.recipes.data_sanity", "num_batches", "1000000000000"): _READS_AT_MOST,
-    ("tl.recipes.duplicate_samples", "batches", "1000000000000"): _READS_AT_MOST,
+        ({},),
+        "both keys are optional: {} replays under the current state, reported rng='current'",
+    ),
+    ("tl.debug.lineage", "max_depth", (0,), "the op alone: '0 ancestors within depth 0'"),
+    ("tl.debug.lineage", "max_depth", (BIG,), "no limit: the walk ends at the trace's inputs"),
+    ("tl.recipes.confident_errors", "k", (BIG,), "caps the list: every error found is shown"),
+    ("tl.recipes.data_sanity", "num_batches", (BIG,), AT_MOST),
+    ("tl.recipes.duplicate_samples", "batches", (BIG,), AT_MOST),
     (
         "tl.recipes.data_sanity",
         "num_classes",
-        "1000000000000",
-    ): "an upper bound labels are checked against; nothing is sized by it (class_balance, which counts per class, caps it)",
-    ("tl.recipes.init_loss", "num_classes", "1000000000000"): _HEAD,
-    ("tl.recipes.triage", "num_classes", "1000000000000"): _HEAD,
-    (
-        "tl.report.Report.card",
-        "max_findings",
-        "1000000000000",
-    ): "a display cap: every finding is shown",
+        (BIG,),
+        "a bound labels are checked against, "
+        "nothing is sized by it (class_balance, which counts per class, caps it)",
+    ),
+    ("tl.recipes.init_loss", "num_classes", (BIG,), HEAD),
+    ("tl.recipes.triage", "num_classes", (BIG,), HEAD),
+    ("tl.report.Report.card", "max_findings", (BIG,), "a display cap: every finding is shown"),
+)
+ALLOWED: dict[tuple[str, str, str], str] = {
+    (name, parameter, repr(value)): reason
+    for name, parameter, values, reason in _ALLOWED_ROWS
+    for value in values
 }
 """(callable, parameter, attack repr) -> why accepting that value is right (``"*"``: every
 callable). Only out-of-range attacks are here: every wrong-kind attack is refused."""
