@@ -15,6 +15,15 @@ from typing import Any
 
 from .errors import DiagnosticArgumentError, TorchlensNbError
 
+MAX_REPEATS = 100_000
+"""The most steps, trials or runs a diagnostic or recipe repeats (the defaults are 2 to 200): a
+count above it is a slip (``steps=10**12``), refused at once instead of looping for ever."""
+
+MAX_PROBE_SIZE = 2**16
+"""The largest size of one dimension of a synthetic probe input (a batch, a channel count, a
+sequence length; the defaults are 1 to 512): above it one probe tensor alone would not fit in
+memory, and the allocation would fail deep inside torch instead of at the argument."""
+
 
 def is_int(value: Any) -> bool:
     """An ``int`` that is not a ``bool``."""

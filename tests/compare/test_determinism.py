@@ -154,7 +154,7 @@ def test_caller_model_inputs_and_rng_untouched_with_dict_inputs(tiny_gpt2) -> No
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"runs": 1}, "runs must be an int >= 2"),
+        ({"runs": 1}, r"runs must be an int in \[2, 100000\]"),
         ({"atol": -1.0}, "atol must be None"),
         ({"seed": 1.5}, "seed must be an int"),
     ],

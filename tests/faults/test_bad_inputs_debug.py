@@ -351,7 +351,7 @@ TRACE_READERS: list[Case] = [
         "dead-atol-nan",
         lambda s: tl.dead([s.trace, s.trace], atol=NAN),
         DiagnosticArgumentError,
-        r"atol must be a number >= 0, got nan",
+        r"atol must be a finite number >= 0, got nan",
     ),
     (
         "dead-unit-dim-negative",
@@ -430,7 +430,7 @@ MODEL_RUNNERS: list[Case] = [
         "check_determinism-runs-1",
         lambda s: D.check_determinism(s.user.model, s.user.x, runs=1),
         DiagnosticArgumentError,
-        r"runs must be an int >= 2 \(run 0 is the reference\), got 1",
+        r"runs must be an int in \[2, 100000\] \(run 0 is the reference\), got 1",
     ),
     (
         "check_determinism-seed-string",
@@ -473,7 +473,7 @@ MODEL_RUNNERS: list[Case] = [
         "guess_input_shape-batch-0",
         lambda s: D.guess_input_shape(s.user.model, batch_size=0),
         DiagnosticArgumentError,
-        r"batch_size must be an int >= 1, got 0",
+        r"batch_size must be an int in \[1, 65536\], got 0",
     ),
     (
         "guess_input_shape-max-probes-0",

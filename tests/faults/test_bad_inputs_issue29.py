@@ -77,7 +77,7 @@ CASES: list[Case] = [
      DiagnosticArgumentError, r"device='bogus' is not a torch device"),
     ("guess_input_shape-sizes-str",
      lambda u, d: lambda: D.guess_input_shape(u.model, preferred_sizes="224"),
-     DiagnosticArgumentError, r"preferred_sizes must be a list of ints >= 1"),
+     DiagnosticArgumentError, r"preferred_sizes must be a list of ints in \[1, 65536\]"),
     ("guess_input_shape-specs-int", lambda u, d: lambda: D.guess_input_shape(u.model, input_specs=3),
      DiagnosticArgumentError, r"input_specs must be a list of shape tuples"),
     ("LivenessProbe-None", lambda u, d: lambda: D.LivenessProbe(None), DiagnosticArgumentError,

@@ -314,13 +314,13 @@ CASES: list[Case] = [
         "random_input_test-trials-0",
         lambda s: R.random_input_test(s.user.model, s.user.batch, CE, trials=0),
         DiagnosticArgumentError,
-        r"trials must be an int >= 1, got 0",
+        r"trials must be an int in \[1, 100000\], got 0",
     ),
     (
         "overfit_one_batch-steps-0",
         lambda s: R.overfit_one_batch(s.user.model, s.user.batch, CE, steps=0),
         DiagnosticArgumentError,
-        r"steps must be an int >= 1, got 0",
+        r"steps must be an int in \[1, 100000\], got 0",
     ),
     (
         "overfit_one_batch-lr-nan",
@@ -338,7 +338,7 @@ CASES: list[Case] = [
         "update_ratio-steps-0",
         lambda s: R.update_ratio(s.user.model, s.user.batch, CE, steps=0),
         DiagnosticArgumentError,
-        r"steps must be an int >= 1, got 0",
+        r"steps must be an int in \[1, 100000\], got 0",
     ),
     (
         "update_ratio-lr-nan",
@@ -386,7 +386,7 @@ CASES: list[Case] = [
         "prime_dims-baseline-0",
         lambda s: R.prime_dims(s.user.model, lambda n: torch.ones(n, 8), baseline=0),
         DiagnosticArgumentError,
-        r"baseline must give a positive int for each of \['n'\], got "
+        r"baseline must give an int in \[1, 65536\] for each of \['n'\], got "
         r"\{'n': 0\}",
     ),
     (

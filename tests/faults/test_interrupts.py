@@ -10,6 +10,11 @@ dispatch mode stacks, the collector's switch and freeze count, the ``torch.vmap`
 the capture's own bookkeeping (no active capture in the thread or the process). A call that
 raised anything but ``KeyboardInterrupt`` (a ``ForwardError`` wrapping torch's "pop from empty
 mode stack"), or that returned although the timer fired inside it, fails the test.
+
+The same comparison covers torch's global switches (grad mode, inference mode, anomaly mode, the
+default dtype), the global RNG streams (Python, NumPy, torch CPU) and what the model holds
+(buffers bitwise, each parameter's ``.grad`` object, train/eval flags): an analysis such as
+``investigate`` sets and restores all of them around its replay.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.modules.module as module_globals
@@ -32,7 +38,7 @@ from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import torchlens_nb as tl
-from tests.faults._guards import GLOBAL_MODULE_HOOK_DICTS, MODULE_HOOK_DICTS
+from tests.faults._guards import GLOBAL_MODULE_HOOK_DICTS, MODULE_HOOK_DICTS, bits, rng_state
 from torchlens_nb.capture import _scope
 from torchlens_nb.options import CaptureOptions
 
@@ -47,11 +53,19 @@ class _Timer:
 
     def __init__(self) -> None:
         self.fired = False
+        self.armed = False
 
     def _fire(self, signum: int, frame: Any) -> None:
         """Deliver Ctrl-C as Python does: the main thread's SIGINT handler, called with the
         frame the signal interrupted (``signal.default_int_handler`` raises KeyboardInterrupt;
-        a scope of ours may hold it, ``torchlens_nb/_interrupts.py``)."""
+        a scope of ours may hold it, ``torchlens_nb/_interrupts.py``).
+
+        SIGALRM goes to any thread of the process (torch's worker threads too), and Python runs
+        the handler in the main thread at its next check: on a loaded machine that can come
+        after disarm(), inside the harness's own state comparison. A late one is ignored."""
+        if not self.armed:
+            return
+        self.armed = False
         self.fired = True
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler):
@@ -69,11 +83,13 @@ class _Timer:
 
     def arm(self, delay_s: float) -> None:
         self.fired = False
+        self.armed = True
         signal.setitimer(signal.ITIMER_REAL, max(delay_s, 1e-6))
 
     def disarm(self) -> None:
         """Cancel the timer and let a signal that already arrived run its handler here."""
         signal.setitimer(signal.ITIMER_REAL, 0)
+        self.armed = False
         for _ in range(3):  # each call is a point where a pending handler runs
             time.perf_counter()
 
@@ -100,6 +116,13 @@ def process_state(model: nn.Module) -> dict[str, Any]:
         "capture in this thread": _scope.active_recorder(),
         "captures in the process": _scope.running_captures(),
         "grad enabled": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "anomaly mode": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+        "default dtype": torch.get_default_dtype(),
+        **{f"rng {stream}": state for stream, state in rng_state().items()},
+        **{f"buffer {name}": bits(buffer) for name, buffer in model.named_buffers()},
+        **{f"grad {name}": id(param.grad) for name, param in model.named_parameters()},
+        **{f"training {name or '<root>'}": sub.training for name, sub in model.named_modules()},
     }
 
 
@@ -161,7 +184,7 @@ def interrupt_at_random(
                 tally.problems.append(outcome)
             after = state()
             if after != before:
-                changed = sorted(f"{k}: {after[k]}" for k in before if before[k] != after[k])
+                changed = sorted(f"{k}: {after[k]!r:.80}" for k in before if before[k] != after[k])
                 tally.problems.append(f"after {outcome} at {where}: {changed}")
             if tally.problems:
                 return tally  # the process is no longer clean: later counts would mislead
@@ -186,6 +209,26 @@ def _find_nan(model: nn.Module) -> Callable[[], object]:
     return lambda: tl.debug.find_nan(model, x)
 
 
+def _train_step_model() -> nn.Module:
+    """A train-mode model whose replay touches every state ``investigate`` restores: BatchNorm
+    running statistics, a Dropout draw from the global RNG, populated ``.grad``."""
+    torch.manual_seed(0)
+    np.random.seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 2))
+    model(torch.randn(3, 4)).sum().backward()
+    return model.train()
+
+
+def _investigate(model: nn.Module) -> Callable[[], object]:
+    x = torch.randn(3, 4)
+    return lambda: tl.debug.investigate(model, x, loss_fn=lambda out: out.square().mean())
+
+
+def _nonfinite_origin(model: nn.Module) -> Callable[[], object]:
+    x = torch.randn(3, 4)
+    return lambda: tl.debug.nonfinite_origin(model, x)
+
+
 def _liveness_probe(model: nn.Module) -> Callable[[], object]:
     x = torch.randn(2, 4)
     probe = tl.debug.LivenessProbe([tl.func("relu")])
@@ -198,12 +241,12 @@ ENTRY_POINTS: dict[str, tuple[Callable[[], nn.Module], Callable[[nn.Module], Cal
     "tl.trace": (_mlp, _trace, 2000),
     "live find_nan": (_mlp, _find_nan, 300),
     "LivenessProbe": (_mlp, _liveness_probe, 300),
+    "investigate": (_train_step_model, _investigate, 300),
+    "live nonfinite_origin": (_train_step_model, _nonfinite_origin, 300),
 }
-"""Entry point -> (model, the call to interrupt, how many interrupts): 2,600 in all. The
-``with`` statements of ``ChecksSession`` and ``SinkProbe`` are in test_interrupts_with.py. Not
-here yet: ``investigate``, whose analysis after the capture runs ``with torch.no_grad():`` blocks
-(``debug/_values.py``) that an interrupt inside torch's ``__enter__`` leaves with grad mode off
-(about 1 in 300 interrupts)."""
+"""Entry point -> (model, the call to interrupt, how many interrupts): 3,200 in all. The
+``with`` statements of ``ChecksSession`` and ``SinkProbe`` (where the interpreter calls
+``__exit__``) are in test_interrupts_with.py."""
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

@@ -36,8 +36,11 @@ INTERRUPTS = 300
 
 
 def _training_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """``process_state`` less the gradients (the user's loop inside the statement replaces
+    them: training is what it is for), plus what a session installs."""
+    process = {k: v for k, v in process_state(model).items() if not k.startswith("grad ")}
     return {
-        **process_state(model),
+        **process,
         "grad hooks": [len(p._post_accumulate_grad_hooks or {}) for p in model.parameters()],
         "step pre hooks": tuple(optimizer._optimizer_step_pre_hooks),
         "step post hooks": tuple(optimizer._optimizer_step_post_hooks),
@@ -125,6 +128,7 @@ def test_a_ctrl_c_inside_exit_is_held_until_the_hooks_are_gone_then_raised_once(
 ) -> None:
     """Deterministic twin of the random test: Ctrl-C arrives while ``__exit__`` runs."""
     model, _, state = _session_loop(boundary=False)
+    x = torch.randn(2, 4)
     before = state()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     session = tl.debug.ChecksSession(model, optimizer, scaler=None)
@@ -140,7 +144,7 @@ def test_a_ctrl_c_inside_exit_is_held_until_the_hooks_are_gone_then_raised_once(
     with pytest.raises(KeyboardInterrupt):
         with session:
             assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-            model(torch.randn(2, 4)).sum().backward()
+            model(x).sum().backward()
             optimizer.step()
     assert seen == ["detach went on"]
     assert session.report().counters["accepted"] == 1  # the final report was built

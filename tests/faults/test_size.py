@@ -190,3 +190,13 @@ def test_a_10000_row_table_panel_renders_and_responds(panel_page) -> None:
     mount_and_answer(panel_page, report)
     root = panel_page.page.locator(".tln-panel").last
     assert root.locator(".tln-table-status").inner_text() == "Rows 1–25 of 10,000"
+
+
+def test_a_probe_shape_too_big_to_allocate_is_a_failed_probe_not_an_allocation() -> None:
+    """guess_input_shape's input_specs are not bounded per size (an image spec is 4-D): a spec of
+    10**12 elements is recorded as not run, and the guesses after it still run."""
+    report = tl.debug.guess_input_shape(nn.Linear(8, 2), input_specs=[(10**6, 10**6)])
+    first = report.probes[0]
+    assert (first.shape, first.is_ok) == ((10**6, 10**6), False)
+    assert first.error.startswith("not run: 1000000000000 elements")
+    assert report.found

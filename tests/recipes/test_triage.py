@@ -191,7 +191,7 @@ def test_an_optimizer_is_read_never_stepped() -> None:
             r"a factory sets its own lr",
         ),
         ({"seq_dim": 0}, DiagnosticArgumentError, r"seq_dim must be None or an int >= 1"),
-        ({"steps": 0}, DiagnosticArgumentError, r"steps must be an int >= 1, got 0"),
+        ({"steps": 0}, DiagnosticArgumentError, r"steps must be an int in \[1, 100000\], got 0"),
         ({"live": "yes"}, DiagnosticArgumentError, r"live must be True, False or None"),
     ],
     ids=["unknown-check", "checks-string", "optimizer-string", "factory-with-lr", "seq-dim-0",

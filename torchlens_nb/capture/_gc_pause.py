@@ -23,13 +23,16 @@ unfrozen: their frozen set stays theirs.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
-from ._installs import Undo
+from ._installs import Undo, undoing
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 _lock = threading.Lock()
 _holders: set[object] = set()
@@ -43,9 +46,34 @@ def pause_gc(undo: Undo) -> None:
     _enter(token)
 
 
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Hold the pause for the block (also usable as a decorator: ``@paused_gc()``).
+class _Pause:
+    """What :func:`paused_gc` returns: a ``with`` block or a decorator that holds the pause."""
+
+    def __enter__(self) -> None:
+        self._token = object()
+        _enter(self._token)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _leave(self._token)
+
+    def __call__(self, function: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(function)
+        def paused(*args: P.args, **kwargs: P.kwargs) -> T:
+            def body(undo: Undo) -> T:
+                pause_gc(undo)
+                return function(*args, **kwargs)
+
+            return undoing(body)
+
+        return paused
+
+
+def paused_gc() -> _Pause:
+    """Hold the pause for the block, or for each call of a function decorated ``@paused_gc()``.
+
+    The decorator form survives an interrupt at any instant of the call (the pause's end is
+    registered before it starts, and retried: ``_installs.undoing``); a ``with`` block cannot
+    guard its own ``__exit__``, so the tools use the decorator.
 
     Example:
         >>> import gc
@@ -56,12 +84,7 @@ def paused_gc() -> Iterator[None]:
         >>> gc.get_freeze_count() == before
         True
     """
-    token = object()
-    try:
-        _enter(token)
-        yield
-    finally:
-        _leave(token)
+    return _Pause()
 
 
 def _enter(token: object) -> None:

@@ -20,14 +20,18 @@ instants, no hook, mode or collector state left, each reaching the caller as
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 _stack_len = torch._C._len_torch_function_stack
 _stack_at = torch._C._get_function_stack_at
 _stack_pop = torch._C._pop_torch_function_stack
 push_mode = torch._C._push_on_torch_function_stack
 """What ``TorchFunctionMode.__enter__`` does, without its Python frame (a signal check)."""
+_set_grad_enabled = torch._C._set_grad_enabled
 
 
 class Undo:
@@ -68,3 +72,43 @@ def pop_mode(mode: object) -> None:
     depth = _stack_len()
     if depth and _stack_at(depth - 1) is mode:
         _stack_pop()
+
+
+def undoing(body: Callable[[Undo], T]) -> T:
+    """``body(undo)`` with a fresh :class:`Undo`, then every undo it registered, whatever instant
+    an interrupt arrives at; the first interrupt seen while undoing is raised once all is undone.
+
+    For a diagnostic that changes process or model state around a run (``investigate``'s
+    replay): ``body`` registers each restore before the change it undoes. An interrupt at this
+    function's entry comes before ``body`` changed anything; one inside ``body`` or inside an
+    undo reaches the loop below, which retries until every undo has returned.
+    """
+    undo = Undo()
+    try:
+        return body(undo)
+    finally:
+        while True:  # no signal check between here and the first call inside the try
+            try:
+                if undo.run():
+                    break
+            except BaseException as exc:  # one that arrived at run's first line
+                undo.error = undo.error or exc
+        if undo.error is not None:
+            raise undo.error
+
+
+def without_grad(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` with grad mode off, and grad mode as it was afterwards, raises and
+    interrupts included.
+
+    Not ``with torch.no_grad():``, whose ``__enter__`` is a Python frame: an interrupt after it
+    switched grad mode off, before the ``with`` took hold, skips ``__exit__`` and leaves grad
+    mode off for the rest of the session. Here the switch and its restore are C calls inside one
+    ``try``/``finally`` (no signal check between the ``finally`` and the restore).
+    """
+    enabled = torch.is_grad_enabled()
+    try:
+        _set_grad_enabled(False)
+        return function(*args)
+    finally:
+        _set_grad_enabled(enabled)

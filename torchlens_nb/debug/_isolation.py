@@ -20,6 +20,7 @@ from torch import nn
 
 from .._validate import check_int
 from ..capture import Trace, call_arguments, trace, validate_model
+from ..capture._installs import Undo
 from ..errors import DiagnosticArgumentError, InputFormError, ModelCopyError
 
 _TRACE_KWARGS = frozenset({"save", "capture"})
@@ -42,14 +43,23 @@ def preserved_rng_state() -> Iterator[None]:
         >>> torch.equal(before, torch.get_rng_state())
         True
     """
+    restore = rng_restorer()
+    try:
+        yield
+    finally:
+        restore()
+
+
+def rng_restorer() -> Callable[[], None]:
+    """Save every global RNG stream now (as :func:`preserved_rng_state` does); the returned
+    action puts them back, and may run any number of times (an ``Undo`` action)."""
     python_state = random.getstate()
     numpy = sys.modules.get("numpy")
     numpy_state = numpy.random.get_state() if numpy is not None else None
     torch_state = torch.get_rng_state()
     cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    try:
-        yield
-    finally:
+
+    def restore() -> None:
         random.setstate(python_state)
         if numpy is not None and numpy_state is not None:
             numpy.random.set_state(numpy_state)
@@ -58,6 +68,8 @@ def preserved_rng_state() -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda_states)
         elif torch.cuda.is_initialized():
             _reset_fresh_cuda_generators()
+
+    return restore
 
 
 def _reset_fresh_cuda_generators() -> None:
@@ -72,6 +84,44 @@ def _reset_fresh_cuda_generators() -> None:
         generator.manual_seed(generator.initial_seed())
 
 
+def keep_model_state(model: nn.Module, undo: Undo) -> None:
+    """Register in ``undo`` the restore of ``model``'s buffers and every global RNG stream, as
+    they are now (what :func:`preserved_model_state` restores, for a caller that runs under
+    ``capture._installs.undoing``: an interrupt at any instant still restores them)."""
+    undo.add(_buffers_restorer(model))
+    undo.add(rng_restorer())
+
+
+def keep_torch_switches(undo: Undo) -> None:
+    """Register in ``undo`` the restore of torch's process-wide switches a forward or an
+    analysis may flip and, interrupted, leave flipped: grad mode, anomaly mode (and its
+    ``check_nan``) and the default dtype. Inference mode has no setter (torch undoes it when its
+    guard object is freed), so it is not kept here."""
+    grad = torch.is_grad_enabled()
+    anomaly = torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
+    dtype = torch.get_default_dtype()
+
+    def restore() -> None:
+        torch._C._set_grad_enabled(grad)
+        if (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()) != anomaly:
+            torch.set_anomaly_enabled(*anomaly)
+        if torch.get_default_dtype() != dtype:
+            torch.set_default_dtype(dtype)
+
+    undo.add(restore)
+
+
+def _buffers_restorer(model: nn.Module) -> Callable[[], None]:
+    """A copy of each buffer of ``model``, and the action that writes them back (idempotent)."""
+    saved = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
+
+    def restore() -> None:
+        for buffer, value in saved:  # through a detached alias: no `with torch.no_grad()`,
+            buffer.detach().copy_(value)  # whose __enter__ an interrupt can leave grad off
+
+    return restore
+
+
 @contextlib.contextmanager
 def preserved_model_state(model: nn.Module) -> Iterator[None]:
     """Run a block on the caller's own model, then restore its buffers and the global RNG streams
@@ -81,15 +131,15 @@ def preserved_model_state(model: nn.Module) -> Iterator[None]:
     and Dropout, like the training run being debugged) and leave no trace of it: a train-mode
     forward updates BatchNorm running statistics (a NaN there poisons them for good) and Dropout
     draws from the global RNG. Parameters are not copied (a forward does not write them).
-    Cost: one copy of each buffer.
+    Cost: one copy of each buffer. A ``with`` block cannot survive an interrupt at its
+    ``__exit__``; :func:`keep_model_state` under ``undoing`` does.
     """
-    saved = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
+    restore_buffers = _buffers_restorer(model)
     try:
         with preserved_rng_state():
             yield
     finally:
-        for buffer, value in saved:  # through a detached alias: no `with torch.no_grad()`,
-            buffer.detach().copy_(value)  # whose __enter__ an interrupt can leave grad off
+        restore_buffers()
 
 
 def seed_all(seed: int) -> None:

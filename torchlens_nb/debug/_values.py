@@ -2,7 +2,9 @@
 
 All batched: the per-tensor reductions stay on the tensor's device and are stacked, so a scan of
 N saved values costs one host sync per device instead of N (``finite_flags``, ``value_stats``).
-Nothing here mutates a tensor; every reduction runs under ``torch.no_grad``.
+Nothing here mutates a tensor, and nothing builds an autograd graph: every reduction reads a
+detached tensor, or runs under ``capture._installs.without_grad`` (not ``with torch.no_grad():``,
+which an interrupt inside its ``__enter__`` leaves switched off).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from ..capture._installs import without_grad
 from ..report import Where
 from ..report._nonfinite import FirstBadThing, NonfiniteKind, Phase, ValueStats
 
@@ -59,8 +62,9 @@ def saved_tensors(value: Any) -> list[torch.Tensor]:
 
 def _extremes(tensor: torch.Tensor) -> torch.Tensor:
     """``[min, max]`` of a non-empty tensor, one kernel; NaN propagates to both (torch.aminmax)."""
-    t = torch.view_as_real(tensor) if tensor.is_complex() else tensor
-    return torch.stack(torch.aminmax(t.detach()))
+    t = tensor.detach()
+    t = torch.view_as_real(t) if t.is_complex() else t
+    return torch.stack(torch.aminmax(t))
 
 
 ValueClass = Literal["finite", "nan", "inf"]
@@ -85,8 +89,7 @@ def value_class(tensor: torch.Tensor) -> ValueClass:
     """
     if tensor.numel() == 0:
         return "finite"
-    with torch.no_grad():
-        low, high = _extremes(tensor).tolist()
+    low, high = _extremes(tensor).tolist()
     return _class_of(low, high)
 
 
@@ -117,17 +120,22 @@ def value_classes(values: Sequence[Sequence[torch.Tensor]]) -> list[ValueClass]:
     by_device: dict[torch.device, list[int]] = {}
     for position, tensor in enumerate(flat):
         by_device.setdefault(tensor.device, []).append(position)
-    with torch.no_grad():
-        for positions in by_device.values():
-            group = flat if len(by_device) == 1 else [flat[p] for p in positions]
-            magnitudes = torch.stack(torch._foreach_norm(group, math.inf)).tolist()
-            for position, magnitude in zip(positions, magnitudes):
-                index = owner[position]
-                if math.isnan(magnitude):
-                    result[index] = "nan"
-                elif magnitude == math.inf and result[index] == "finite":
-                    result[index] = "inf"
+    for positions in by_device.values():
+        group = flat if len(by_device) == 1 else [flat[p] for p in positions]
+        magnitudes = without_grad(_max_magnitudes, group)
+        for position, magnitude in zip(positions, magnitudes):
+            index = owner[position]
+            if math.isnan(magnitude):
+                result[index] = "nan"
+            elif magnitude == math.inf and result[index] == "finite":
+                result[index] = "inf"
     return result
+
+
+def _max_magnitudes(tensors: list[torch.Tensor]) -> list[float]:
+    """The largest magnitude of each tensor (one fused kernel, one host read; grad mode off:
+    detaching each tensor first would cost a Python call per tensor)."""
+    return torch.stack(torch._foreach_norm(tensors, math.inf)).tolist()
 
 
 def finite_flags(values: Sequence[Sequence[torch.Tensor]]) -> list[bool]:
@@ -151,30 +159,29 @@ def nonfinite_kinds(values: Sequence[Sequence[torch.Tensor]]) -> list[NonfiniteK
             if t.numel():
                 pending.setdefault(t.device, []).append((index, t.detach()))
     present = [[False, False, False] for _ in values]
-    with torch.no_grad():
-        for items in pending.values():
-            tensors = [t for _, t in items]
-            highs = torch._foreach_max(tensors)
-            lows = torch._foreach_max(torch._foreach_neg(tensors))  # -min
-            rows = torch.stack([torch.stack(pair).double() for pair in zip(highs, lows)]).tolist()
-            with_nan = []
-            for (index, t), (high, low) in zip(items, rows):
-                flags = present[index]
-                if math.isnan(high) or math.isnan(low):
-                    flags[0] = True
-                    with_nan.append((index, t))
-                flags[1] = flags[1] or high == math.inf
-                flags[2] = flags[2] or low == math.inf
-            if with_nan:
-                infs = torch.stack(
-                    [
-                        torch.stack([torch.isposinf(t).any(), torch.isneginf(t).any()])
-                        for _, t in with_nan
-                    ]
-                ).tolist()
-                for (index, _), (pos, neg) in zip(with_nan, infs):
-                    present[index][1] = present[index][1] or pos
-                    present[index][2] = present[index][2] or neg
+    for items in pending.values():
+        tensors = [t for _, t in items]
+        highs = torch._foreach_max(tensors)
+        lows = torch._foreach_max(torch._foreach_neg(tensors))  # -min
+        rows = torch.stack([torch.stack(pair).double() for pair in zip(highs, lows)]).tolist()
+        with_nan = []
+        for (index, t), (high, low) in zip(items, rows):
+            flags = present[index]
+            if math.isnan(high) or math.isnan(low):
+                flags[0] = True
+                with_nan.append((index, t))
+            flags[1] = flags[1] or high == math.inf
+            flags[2] = flags[2] or low == math.inf
+        if with_nan:
+            infs = torch.stack(
+                [
+                    torch.stack([torch.isposinf(t).any(), torch.isneginf(t).any()])
+                    for _, t in with_nan
+                ]
+            ).tolist()
+            for (index, _), (pos, neg) in zip(with_nan, infs):
+                present[index][1] = present[index][1] or pos
+                present[index][2] = present[index][2] or neg
     return [_KIND_OF_FLAGS.get(tuple(flags), "mixed") for flags in present]
 
 
@@ -214,19 +221,18 @@ def value_stats(values: Sequence[Sequence[torch.Tensor]]) -> list[ValueStats]:
     per device for the whole batch.
     """
     pending: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
-    with torch.no_grad():
-        for index, tensors in enumerate(values):
-            for tensor in tensors:
-                if tensor.numel():
-                    pending.setdefault(tensor.device, []).append((index, _stat_vector(tensor)))
-        pooled = [[0.0, 0.0, 0.0, 0.0, math.inf, -math.inf, 0.0, 0.0] for _ in values]
-        for items in pending.values():
-            rows = torch.stack([vector for _, vector in items]).cpu().tolist()
-            for (index, _), row in zip(items, rows):
-                acc = pooled[index]
-                for k in (0, 1, 2, 3, 6, 7):
-                    acc[k] += row[k]
-                acc[4], acc[5] = min(acc[4], row[4]), max(acc[5], row[5])
+    for index, tensors in enumerate(values):
+        for tensor in tensors:
+            if tensor.numel():
+                pending.setdefault(tensor.device, []).append((index, _stat_vector(tensor)))
+    pooled = [[0.0, 0.0, 0.0, 0.0, math.inf, -math.inf, 0.0, 0.0] for _ in values]
+    for items in pending.values():
+        rows = torch.stack([vector for _, vector in items]).cpu().tolist()
+        for (index, _), row in zip(items, rows):
+            acc = pooled[index]
+            for k in (0, 1, 2, 3, 6, 7):
+                acc[k] += row[k]
+            acc[4], acc[5] = min(acc[4], row[4]), max(acc[5], row[5])
     return [_to_stats(acc) for acc in pooled]
 
 

@@ -460,6 +460,11 @@ class Report:
                 f"to_html(path=...) must be a file path (str or os.PathLike) or None, got "
                 f"{type(path).__name__} {path!r}; for the text alone call to_html()."
             )
+        if path is not None and not os.fspath(path):
+            raise ReportOptionError(
+                "to_html(path='') names no file; pass a file name such as 'report.html', or "
+                "call to_html() for the text alone."
+            )
         if path is not None and os.path.isdir(path):
             raise ReportOptionError(
                 f"to_html(path={os.fspath(path)!r}) is a directory; pass a file name such as "

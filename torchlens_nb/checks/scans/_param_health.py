@@ -221,6 +221,11 @@ def named_entries(
             ]
         return entries
     if isinstance(target, Mapping):
+        if not target:  # else a clean verdict over nothing: "0 tensor(s) scanned"
+            raise DiagnosticArgumentError(
+                "param_health got an empty mapping: there is no tensor to scan; pass the model, "
+                "or a mapping of names to tensors such as dict(model.named_parameters())."
+            )
         return list(_flatten(target, ""))
     raise DiagnosticArgumentError(
         f"param_health takes an nn.Module or a mapping of names to tensors, got "
@@ -344,6 +349,10 @@ def _matches(name: str, pattern: str) -> bool:
 
 
 def _validate_bounds(bounds: Bounds) -> None:
+    if isinstance(bounds, Mapping) and not bounds:  # it would list "bounds" as a check run
+        raise DiagnosticArgumentError(
+            "bounds={} bounds no tensor; pass None for no bounds check, or {glob: (low, high)}."
+        )
     pairs = (
         []
         if bounds is None

@@ -123,7 +123,9 @@ def dead(
         check_selector("tl.dead", selector)
     if unit_dim is not None:
         check_int("unit_dim", unit_dim, low=0, expect="a non-negative int or None")
-    check_number("atol", atol, low=0, finite=False)
+    check_number("atol", atol, low=0, hint="an infinite atol would count every unit dead")
+    if unit_dim is not None:
+        _check_unit_dim_fits(runs[0], unit_dim)
     scanned: list[DeadUnits] = []
     not_common = 0
     with torch.no_grad():
@@ -162,6 +164,17 @@ def dead(
                 )
             )
     return _dead_report(runs, scanned, not_common)
+
+
+def _check_unit_dim_fits(run: Trace, unit_dim: int) -> None:
+    """Refuse a ``unit_dim`` that is an axis of no saved op (else every op is skipped and the
+    report blames the saving)."""
+    ranks = [len(op.shape or ()) for op in run if op.has_saved]
+    if ranks and unit_dim >= max(ranks):
+        raise DiagnosticArgumentError(
+            f"unit_dim={unit_dim} is not an axis of any saved op (the largest has {max(ranks)} "
+            f"dims); pass an axis below {max(ranks)}, or None for each op's default."
+        )
 
 
 def _batch_rows(run: Trace) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..._validate import check_bool, check_int, check_number
+from ..._validate import MAX_REPEATS, check_bool, check_int, check_number
 from ...capture import Trace
 from ...errors import ForwardError, ModelCopyError
 from ...report import Finding, Table, Where
@@ -51,7 +51,13 @@ def environment_witnesses() -> dict[str, Any]:
 
 
 def _check_args(runs: Any, seed: Any, rtol: Any, atol: Any, seed_sensitivity: Any) -> None:
-    check_int("runs", runs, low=2, expect="an int >= 2 (run 0 is the reference)")
+    check_int(
+        "runs",
+        runs,
+        low=2,
+        high=MAX_REPEATS,
+        expect=f"an int in [2, {MAX_REPEATS}] (run 0 is the reference)",
+    )
     check_int("seed", seed)
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None:

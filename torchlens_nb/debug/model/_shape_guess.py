@@ -12,13 +12,14 @@ first success.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from ..._validate import check_bool, check_int, is_int
+from ..._validate import MAX_PROBE_SIZE, check_bool, check_int, is_int
 from ...capture import iter_tensors, validate_model
 from ...errors import DiagnosticArgumentError, ModelCopyError, UnavailableError
 from ...report import Finding, Table
@@ -30,6 +31,9 @@ EXTRA_SIZES = (512, 192, 160, 112, 48, 16, 8, 4, 2, 1)
 SEQ_LENS = (8, 16, 32, 64, 128, 1)
 """Sequence lengths tried for token ids and sequence inputs when ``seq_len`` is None."""
 ERROR_CHARS = 200
+MAX_PROBE_ELEMENTS = 2**28
+"""The most elements one probe input may hold (1 GiB of float32): a larger shape (an
+``input_specs`` entry of huge sizes) is recorded as a failed probe, not allocated."""
 """A probe's error is clipped to its first line and this many characters."""
 
 Candidate = tuple[tuple[int, ...], torch.dtype, int | None]
@@ -139,6 +143,10 @@ def _probe(
     model: nn.Module, candidate: Candidate, device: torch.device, seed: int
 ) -> tuple[ShapeProbe, tuple[int, ...] | None]:
     shape, dtype, bound = candidate
+    numel = math.prod(shape)
+    if numel > MAX_PROBE_ELEMENTS:
+        reason = f"not run: {numel} elements, over the {MAX_PROBE_ELEMENTS} a probe may allocate"
+        return ShapeProbe(shape, _name(dtype), False, reason), None
     with preserved_rng_state():
         seed_all(seed)
         if bound is not None:
@@ -243,7 +251,9 @@ def guess_input_shape(
         (True, (1, 3))
     """
     validate_model(model)
-    batch = check_int("batch_size", batch_size, low=1)
+    batch = check_int(
+        "batch_size", batch_size, low=1, high=MAX_PROBE_SIZE, hint="a probe needs no big batch"
+    )
     probes_allowed = check_int("max_probes", max_probes, low=1)
     low, high = check_int("min_size", min_size, low=1), check_int("max_size", max_size, low=1)
     if low > high:
@@ -251,10 +261,11 @@ def guess_input_shape(
     check_bool("square", square)
     check_int("seed", seed)
     if not isinstance(preferred_sizes, (list, tuple)) or not all(
-        is_int(size) and size >= 1 for size in preferred_sizes
+        is_int(size) and 1 <= size <= MAX_PROBE_SIZE for size in preferred_sizes
     ):
         raise DiagnosticArgumentError(
-            f"preferred_sizes must be a list of ints >= 1 (spatial sizes), got {preferred_sizes!r}."
+            f"preferred_sizes must be a list of ints in [1, {MAX_PROBE_SIZE}] (spatial sizes), "
+            f"got {preferred_sizes!r}."
         )
     if spatial_rank != "auto" and not (is_int(spatial_rank) and spatial_rank in (0, 1, 2, 3)):
         raise DiagnosticArgumentError(
@@ -268,7 +279,7 @@ def guess_input_shape(
         raise DiagnosticArgumentError(f"input_dtype must be a torch.dtype, got {input_dtype!r}.")
     for name, value in (("channels", channels), ("seq_len", seq_len)):
         if value is not None:
-            check_int(name, value, low=1)
+            check_int(name, value, low=1, high=MAX_PROBE_SIZE)
     specs = _specs(input_specs)
     params = [p for p in model.parameters() if p.is_floating_point()]
     dtype = input_dtype or (params[0].dtype if params else torch.float32)

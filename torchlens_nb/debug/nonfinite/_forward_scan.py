@@ -25,11 +25,12 @@ import torch
 from torch import nn
 
 from ...capture import Op, Trace, run_capture, validate_model
+from ...capture._installs import Undo, undoing
 from ...errors import DiagnosticArgumentError, ForwardError
 from ...options import CaptureOptions
 from ...report._lineage import CheckedBy, Finiteness
 from ...report._nonfinite import Coverage, NonfiniteKind, ValueStats
-from .._isolation import preserved_model_state
+from .._isolation import keep_model_state
 from .._values import (
     ValueClass,
     checkable,
@@ -283,8 +284,8 @@ def run_live(
     ``backward`` is set: then the trace keeps its output and every op's grad_fn with gradient
     logging (``save_grads``) so ``trace.backward(loss)`` can follow (``investigate``). A forward
     that raises is reported through ``forward_error`` with the facts gathered before the raise.
-    The model's buffers and the global RNG streams are restored afterwards
-    (``preserved_model_state``).
+    The model's buffers and the global RNG streams are restored afterwards, whatever instant an
+    interrupt arrives at (``keep_model_state`` under ``undoing``).
 
     Raises:
         DiagnosticArgumentError: an unknown keyword, or ``save`` other than False.
@@ -314,8 +315,11 @@ def run_live(
     try:
         # The forward runs as the model is (train mode: batch statistics, Dropout), but leaves
         # no trace: a NaN would otherwise poison BatchNorm running stats for good.
-        with preserved_model_state(model):
-            trace = run_capture(model, inputs, save=False, capture=options, tripwire=check)
+        def forward(undo: Undo) -> Trace:
+            keep_model_state(model, undo)
+            return run_capture(model, inputs, save=False, capture=options, tripwire=check)
+
+        trace = undoing(forward)
     except ForwardError as err:
         trace, error = err.partial_trace, err.__cause__ or err
         # the traceback's frames would pin the model's locals (activations) in the report

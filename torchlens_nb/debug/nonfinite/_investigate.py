@@ -4,7 +4,8 @@ One replay of the step on the untouched weights: the forward and the loss under 
 tripwire (``run_live``: every floating-point op output checked, nothing kept); when both are
 finite, one more forward recorded for backward (``save_grads``) and the backward ledger
 (``bisect_nan_backward``). Under the kept RNG state the replay draws the same dropout masks as the
-step did. Everything the user owns is put back bitwise (``_replay.preserved_user_state``).
+step did. Everything the user owns is put back bitwise (``_replay.keep_user_state``), whatever
+instant a Ctrl-C arrives at.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from ...capture import call_arguments, run_capture, validate_model
+from ...capture._installs import Undo, undoing
 from ...errors import BackwardError, DiagnosticArgumentError, ForwardError
 from ...options import CaptureOptions
 from ...report import Exit, Finding, Unavailable
@@ -41,8 +43,8 @@ from ._replay import (
     describe_call,
     forward_call,
     input_fields,
+    keep_user_state,
     loss_arity,
-    preserved_user_state,
     replay_rng,
 )
 from ._texts import NOT_COVERED
@@ -145,7 +147,12 @@ def investigate(
         )
     call = forward_call(model, inputs, arity) if forward_fn is None else "whole"
     check_rng_state(rng_state)
-    with preserved_user_state(model), replay_rng(rng_state):
+
+    def replay(undo: Undo) -> InvestigationReport:
+        # every restore is registered before the replay changes anything (an interrupt at any
+        # instant leaves the user's state as it was: tests/faults/test_interrupts.py)
+        keep_user_state(model, undo)
+        replay_rng(rng_state, undo)
         step = StepModule(model, loss_fn, arity, clone_input_tree(inputs), forward_fn, call)
         facts = run_live(step, step._inputs, stop_at_first=False, trace_kwargs={})
         _refuse_loss_problems(step, facts)
@@ -157,8 +164,10 @@ def investigate(
         if not forward.found and facts.forward_error is None:
             # run_live put the RNG back: this forward draws the same dropout masks
             backward, loss, unavailable = _replay_backward(step, inputs)
-    rng: RngSource = "kept" if rng_state else "current"
-    return _report(facts, forward, backward, loss, unavailable, rng, step, inputs)
+        rng: RngSource = "kept" if rng_state else "current"
+        return _report(facts, forward, backward, loss, unavailable, rng, step, inputs)
+
+    return undoing(replay)
 
 
 def _refuse_loss_problems(step: StepModule, facts: ForwardFacts) -> None:
@@ -226,10 +235,10 @@ def _input_faults(facts: ForwardFacts, inputs: Any) -> tuple[InputFault, ...]:
         rows: tuple[int, ...] = ()
         num_rows = 0
         if tensor.dim():
-            values = torch.view_as_real(tensor) if tensor.is_complex() else tensor
-            with torch.no_grad():
-                flagged = (~torch.isfinite(values)).reshape(values.shape[0], -1).any(dim=1)
-                indices = flagged.nonzero().flatten().tolist()
+            values = tensor.detach()  # a boolean mask: no autograd graph, no no_grad needed
+            values = torch.view_as_real(values) if values.is_complex() else values
+            flagged = (~torch.isfinite(values)).reshape(values.shape[0], -1).any(dim=1)
+            indices = flagged.nonzero().flatten().tolist()
             rows, num_rows = tuple(indices[:MAX_ROWS]), len(indices)
         kind = kind_of([stat])
         assert kind is not None  # the input is in `mattering`: it holds a non-finite value

@@ -3,8 +3,9 @@
 * :class:`StepModule`: the model's forward followed by the loss, as one module the capture
   records, so an op of the loss function is checked and named like an op of the model. It adds
   no name: module addresses, parameter and buffer names are the model's own.
-* :func:`preserved_user_state`: train/eval flags, every parameter's ``.grad`` (the replay's
-  backward accumulates into fresh ones), buffers and every global RNG stream come back bitwise.
+* :func:`keep_user_state`: train/eval flags, every parameter's ``.grad`` (the replay's
+  backward accumulates into fresh ones), buffers, every global RNG stream and torch's global
+  switches come back bitwise, whatever instant an interrupt arrives at.
 * :func:`check_rng_state` / :func:`replay_rng`: the kept RNG state of a step.
 * :func:`forward_call`: how the model is called on the batch (``forward_fn``, the whole batch,
   or the first element of an ``(x, y)`` batch).
@@ -14,7 +15,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
@@ -22,9 +22,10 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from ...capture._installs import Undo
 from ...errors import DiagnosticArgumentError
 from ...report._investigation import LossSource
-from .._isolation import preserved_model_state
+from .._isolation import keep_model_state, keep_torch_switches
 
 RNG_KEYS = ("cpu", "cuda")
 
@@ -83,48 +84,49 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-@contextlib.contextmanager
-def replay_rng(rng_state: Mapping[str, Any] | None) -> Iterator[None]:
-    """Set torch's CPU and CUDA generators to the kept state for the block (nothing when None).
+def replay_rng(rng_state: Mapping[str, Any] | None, undo: Undo) -> None:
+    """Set torch's CPU and CUDA generators to the kept state (nothing when None).
 
-    The CPU stream (and every CUDA stream of an initialised CUDA) is restored by the caller's
-    ``preserved_user_state``; CUDA streams set here are saved and restored here too, so a
-    replay that initialises CUDA leaves its generators as they were.
+    The CPU stream (and every CUDA stream of an initialised CUDA) is restored by the
+    :func:`keep_user_state` registered before; CUDA streams set here get their own restore,
+    registered before they are set, so a replay that initialises CUDA leaves its generators as
+    they were.
     """
-    cuda_before = torch.cuda.get_rng_state_all() if rng_state and rng_state.get("cuda") else None
-    try:
-        if rng_state and "cpu" in rng_state:
-            torch.set_rng_state(rng_state["cpu"])
-        if cuda_before is not None:
-            torch.cuda.set_rng_state_all(rng_state["cuda"])  # type: ignore[index]
-        yield
-    finally:
-        if cuda_before is not None:
-            torch.cuda.set_rng_state_all(cuda_before)
+    if rng_state and rng_state.get("cuda"):
+        cuda_before = torch.cuda.get_rng_state_all()
+        undo.add(lambda: torch.cuda.set_rng_state_all(cuda_before))
+    if rng_state and "cpu" in rng_state:
+        torch.set_rng_state(rng_state["cpu"])
+    if rng_state and rng_state.get("cuda"):
+        torch.cuda.set_rng_state_all(rng_state["cuda"])
 
 
-@contextlib.contextmanager
-def preserved_user_state(model: nn.Module) -> Iterator[None]:
-    """Run a replay of ``model`` and leave everything the user owns as it was (raises included).
+def keep_user_state(model: nn.Module, undo: Undo) -> None:
+    """Register in ``undo`` everything a replay of ``model`` must leave as the user had it, then
+    clear each parameter's ``.grad`` for the replay (its restore is already registered).
 
     Train/eval flags of every module, the ``.grad`` of every parameter (set to None for the
-    block, so a backward writes fresh tensors; the user's own tensors are put back untouched),
-    buffers (BatchNorm running statistics) and every global RNG stream
-    (``preserved_model_state``). Parameters are not copied: neither a forward nor a backward
-    writes them. Cost: one copy of each buffer.
+    replay, so a backward writes fresh tensors; the user's own tensors are put back untouched),
+    buffers (BatchNorm running statistics), every global RNG stream (``keep_model_state``) and
+    torch's grad mode, anomaly mode and default dtype (``keep_torch_switches``). Parameters are
+    not copied: neither a forward nor a backward writes them. Cost: one copy of each buffer.
+    Under ``capture._installs.undoing`` all of it is restored whatever instant an interrupt
+    arrives at.
     """
     flags = [(module, module.training) for module in model.modules()]
     grads = [(param, param.grad) for param in model.parameters()]
-    for param, _ in grads:
-        param.grad = None
-    try:
-        with preserved_model_state(model):
-            yield
-    finally:
+
+    def restore() -> None:
         for param, grad in grads:
             param.grad = grad
         for module, training in flags:
             module.training = training
+
+    undo.add(restore)
+    keep_model_state(model, undo)
+    keep_torch_switches(undo)
+    for param, _ in grads:
+        param.grad = None
 
 
 def loss_arity(loss_fn: Any) -> int:
@@ -346,7 +348,7 @@ __all__ = [
     "describe_call",
     "forward_call",
     "input_fields",
+    "keep_user_state",
     "loss_arity",
-    "preserved_user_state",
     "replay_rng",
 ]

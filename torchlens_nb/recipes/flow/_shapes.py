@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..._validate import is_int
+from ..._validate import MAX_PROBE_SIZE, is_int
 from ...capture import Trace, trace, validate_model
 from ...debug import preserved_rng_state
 from ...errors import DiagnosticArgumentError, ForwardError
@@ -217,9 +217,12 @@ def prime_dims(
     base = dict(baseline) if isinstance(baseline, Mapping) else {n: baseline for n in names}
     sizes = dict(primes) if primes is not None else _prime_sizes(model, names, base)
     for label, mapping in (("baseline", base), ("primes", sizes)):
-        if set(mapping) != set(names) or not all(is_int(v) and v >= 1 for v in mapping.values()):
+        if set(mapping) != set(names) or not all(
+            is_int(v) and 1 <= v <= MAX_PROBE_SIZE for v in mapping.values()
+        ):
             raise DiagnosticArgumentError(
-                f"{label} must give a positive int for each of {list(names)}, got {mapping!r}."
+                f"{label} must give an int in [1, {MAX_PROBE_SIZE}] for each of {list(names)}, "
+                f"got {mapping!r}; the default baseline is {BASELINE_SIZE}."
             )
     with preserved(model, mode="eval"), preserved_rng_state():
         reference, probe = _run(model, make_input, base), _run(model, make_input, sizes)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..._validate import check_int
+from ..._validate import MAX_REPEATS, check_int
 from ...capture import iter_tensors
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Unavailable
@@ -375,7 +375,7 @@ def random_input_test(
     """
     check_model(model)
     check_loss_fn(loss_fn)
-    check_int("trials", trials, low=1)
+    check_int("trials", trials, low=1, high=MAX_REPEATS, hint="the default is 3")
     check_int("seed", seed)
     kind = resolved_loss_kind(loss_kind, loss_fn)
     inputs, targets = split_batch(first_batch(batch))

@@ -95,6 +95,11 @@ def autocast_coverage(
             f"device_type must be autocast's device type as a string ('cpu', 'cuda') or None for "
             f"the model's device, got {type(device_type).__name__} {device_type!r}."
         )
+    if device_type is not None and not _autocast_knows(device_type):
+        raise DiagnosticArgumentError(
+            f"device_type={device_type!r} is not a device type torch.autocast runs on; pass "
+            "'cpu' or 'cuda' (the type alone, no index), or None for the model's device."
+        )
     if dtype not in (torch.bfloat16, torch.float16):
         raise DiagnosticArgumentError(
             f"dtype must be torch.bfloat16 or torch.float16 (the autocast dtype), got {dtype!r}."
@@ -182,3 +187,12 @@ def _finding(escaped: list[tuple[tuple[str, str], int]], dtype: torch.dtype) -> 
         "those modules, or keep them if float32 is intended there (a loss head).",
         fields={"modules": modules[:20], "ops": [[m, op, c] for (m, op), c in escaped[:50]]},
     )
+
+
+def _autocast_knows(device_type: str) -> bool:
+    """Whether ``torch.autocast(device_type)`` has a backend (torch raises for an unknown or
+    empty device string)."""
+    try:
+        return bool(torch.amp.is_autocast_available(device_type))
+    except RuntimeError:
+        return False

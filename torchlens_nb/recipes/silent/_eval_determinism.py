@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..._validate import check_int
+from ..._validate import MAX_REPEATS, check_int
 from ...capture import iter_tensors
 from ...report import Finding, Table, Where
 from ...report._recipes_data import recipe_status, worst_finding
@@ -45,7 +45,14 @@ def eval_determinism(model: nn.Module, inputs: Any, *, passes: int = 2) -> EvalD
         :data:`SMALL_DIFF` of their magnitude, ``warn`` below it, else ``pass``.
     """
     model = check_model(model)
-    check_int("passes", passes, low=2, expect=">= 2", hint="two passes are enough")
+    check_int(
+        "passes",
+        passes,
+        low=2,
+        high=MAX_REPEATS,
+        expect=f"in [2, {MAX_REPEATS}]",
+        hint="two passes are enough",
+    )
     inputs = to_device(first_batch(inputs, what="inputs"), model_device(model))
     sums: list[dict[str, tuple[float, float]]] = []
     order: list[str] = []

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..._validate import check_int, check_number
+from ..._validate import MAX_REPEATS, check_int, check_number
 from ...debug import preserved_rng_state
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Unavailable
@@ -127,7 +127,7 @@ def memorise_batch(
     random_input_test on it: an untrained model scores chance on real data and noise alike)."""
     check_model(model)
     check_loss_fn(loss_fn)
-    check_int("steps", steps, low=1)
+    check_int("steps", steps, low=1, high=MAX_REPEATS, hint="the default is 200")
     check_number("lr", lr, low=0, low_open=True)
     inputs, targets = split_batch(first_batch(batch))
     if not any(p.requires_grad for p in model.parameters()):

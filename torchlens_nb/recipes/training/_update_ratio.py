@@ -21,7 +21,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ..._validate import check_int, check_number
+from ..._validate import MAX_REPEATS, check_int, check_number
 from ...debug import ChecksSession, preserved_rng_state
 from ...errors import DiagnosticArgumentError, ModelTypeError
 from ...report import Exit, Finding, Report, Table, Unavailable
@@ -150,7 +150,7 @@ def update_ratio(
     if isinstance(model_or_report, nn.Module):
         check_model(model_or_report)
         check_loss_fn(loss_fn)
-        check_int("steps", steps, low=1)
+        check_int("steps", steps, low=1, high=MAX_REPEATS, hint="the default is 50")
         check_number("lr", lr, low=0, low_open=True)
         if not (
             optimizer is None or callable(optimizer) or isinstance(optimizer, torch.optim.Optimizer)

@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import nn
 
-from ..._validate import check_int
+from ..._validate import MAX_REPEATS, check_int
 from ...debug import clone_input_tree, preserved_rng_state
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding, Report, Table, Unavailable
@@ -134,7 +134,7 @@ def triage(
     """
     check_model(model)
     check_loss_fn(loss_fn)
-    check_int("steps", steps, low=1)
+    check_int("steps", steps, low=1, high=MAX_REPEATS, hint="the default is 200")
     check_options(seq_dim, num_classes, loss_kind)
     names = _selected(checks, seq_dim)
     choice = read_optimizer(optimizer, lr, model)
