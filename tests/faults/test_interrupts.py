@@ -135,6 +135,21 @@ class Tally:
     completed: int = 0
     """Calls the timer missed (it fired after they returned, or not at all)."""
     problems: list[str] = field(default_factory=list)
+    torch_windows: int = 0
+    """Interrupts that landed in PyTorch's own grad-mode window and left grad mode off (the
+    ``finally`` of ``torch.optim.optimizer._use_grad`` calls ``torch._dynamo.graph_break()``
+    before it restores grad mode: a Ctrl-C there does the same without any tool of ours). The
+    harness turns grad mode back on and counts them; they are never in a frame of ours."""
+
+
+def _in_torch_grad_window(interrupt: KeyboardInterrupt) -> bool:
+    """Whether ``interrupt`` was raised in torch's own code, no frame of ours below it but the
+    Ctrl-C delivery (``_interrupts._handler``) and this harness's timer."""
+    frames = traceback.extract_tb(interrupt.__traceback__)
+    ours = [f for f in frames if "/torchlens_nb/" in f.filename]
+    inner = [f for f in frames if f.name not in {"_fire", "_handler"}]
+    is_torch = bool(inner) and "/torch/" in inner[-1].filename
+    return is_torch and all(f.name == "_handler" for f in ours)
 
 
 def interrupt_at_random(
@@ -159,13 +174,14 @@ def interrupt_at_random(
     tally = Tally()
     with _Timer() as timer:
         while tally.interrupted < interrupts and tally.completed < 10 * interrupts:
-            outcome, where = "returned", None
+            outcome, where, in_torch = "returned", None, False
             try:
                 try:
                     timer.arm(rng.uniform(0.0, 1.2 * duration_s))
                     call()
                 except KeyboardInterrupt as interrupt:
                     outcome = "interrupted"
+                    in_torch = _in_torch_grad_window(interrupt)
                     where = [
                         f"{f.name}:{f.lineno}"
                         for f in traceback.extract_tb(interrupt.__traceback__)[-5:-1]
@@ -183,6 +199,10 @@ def interrupt_at_random(
             else:
                 tally.problems.append(outcome)
             after = state()
+            if in_torch and not after["grad enabled"] and before["grad enabled"]:
+                torch.set_grad_enabled(True)
+                tally.torch_windows += 1
+                after = state()
             if after != before:
                 changed = sorted(f"{k}: {after[k]!r:.80}" for k in before if before[k] != after[k])
                 tally.problems.append(f"after {outcome} at {where}: {changed}")
