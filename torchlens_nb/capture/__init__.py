@@ -4,7 +4,7 @@ from ._backward import BackwardPass, GradFnFire
 from ._blind_spots import BlindSpot, BlindSpotKind, opaque_modules
 from ._capture import call_arguments, run_capture, trace, validate_model
 from ._funcs import func_name
-from ._modules import ModuleCall
+from ._recording import ModuleCall
 from ._op import HookKind, Op
 from ._recorder import Tripwire
 from ._selectors import AnySelector, FuncSelector, ModuleSelector, Selector, func, module

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from threading import get_ident
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.nn.modules.module as _module_globals
@@ -30,25 +30,12 @@ from ..options import Site
 from ._blind_spots import describe, is_opaque
 from ._op import HookKind
 from ._recorder import Recorder
+from ._recording import RawCall
 from ._selectors import canonical_address
 from ._tensors import arg_tensors, tensors_in
 
 _SKIP = None
 """Address of a ``torch.compile`` wrapper (``OptimizedModule``): its ``_orig_mod`` stands for it."""
-
-
-class ModuleCall(NamedTuple):
-    """One call of a module during the forward."""
-
-    address: str
-    """Module address (``""`` for the root; ``?Type`` for a module outside the model)."""
-    type_name: str
-    first_op: int
-    """Index of the first op recorded inside the call."""
-    last_op: int
-    """One past the index of the last op recorded inside the call (its own hooks included)."""
-    output_labels: tuple[str, ...]
-    """Labels of the ops that produced the call's tensor outputs."""
 
 
 class ModelNames:
@@ -108,7 +95,7 @@ class ModuleTracker:
     def __init__(self, recorder: Recorder, names: ModelNames) -> None:
         self.rec = recorder
         self.names = names
-        self.calls: list[ModuleCall] = []
+        self.calls: list[RawCall] = recorder.recording.calls
         self.opaque_types: dict[str, str] = {}
         """Address -> type name of the opaque modules that ran (for their blind spots)."""
         self._open: list[_OpenCall] = []
@@ -180,7 +167,7 @@ class ModuleTracker:
             if is_opaque(module):
                 self.names.opaque[key] = describe(module)
                 self._special.add(key)
-        self._open.append((key, address, len(rec.ops), rec.stack, rec.hook_kind))
+        self._open.append((key, address, len(rec.rows), rec.stack, rec.hook_kind))
         if address:  # the root module has address "" and is not part of the stack
             rec.stack = (*rec.stack, address)
             rec.module = address
@@ -245,19 +232,17 @@ class ModuleTracker:
         rec.module = prev_stack[-1] if prev_stack else ""
         rec.hook_kind = prev_hook_kind
         if len(outputs) == 1:
-            label = rec.producer_of(outputs[0])
-            labels: tuple[str, ...] = () if label is None else (label,)
+            index = rec.producer_of(outputs[0])
+            indices: tuple[int, ...] = () if index is None else (index,)
         else:
-            labels = tuple(label for label in map(rec.producer_of, outputs) if label is not None)
-        self.calls.append(
-            ModuleCall(address, type(module).__name__, first_op, len(rec.ops), labels)
-        )
-        if rec.module_hooks and labels:
-            self._run_module_hooks(address, labels[0], outputs[0])
+            indices = tuple(i for i in map(rec.producer_of, outputs) if i is not None)
+        self.calls.append((address, type(module).__name__, first_op, len(rec.rows), indices))
+        if rec.module_hooks and indices:
+            self._run_module_hooks(address, indices[0], outputs[0])
 
-    def _run_module_hooks(self, address: str, label: str, value: torch.Tensor) -> None:
+    def _run_module_hooks(self, address: str, index: int, value: torch.Tensor) -> None:
         rec = self.rec
         for selector, callback in rec.module_hooks:
             if selector.matches_module(address):
-                op = rec.by_label[label]
+                op = rec.recording.op(index)
                 rec.run_hook(callback, Site(op.label, op.func, address, "module", selector), value)

@@ -43,6 +43,7 @@ from ..options import CaptureOptions, Site
 from ._blind_spots import BlindSpotKind
 from ._funcs import _infos, func_info
 from ._op import HookKind, Op
+from ._recording import Recording
 from ._selectors import AnySelector, Selector
 from ._source import NO_LOCATION, locate
 from ._tensors import arg_tensors, tensors_in
@@ -53,18 +54,6 @@ _now_ns = time.perf_counter_ns
 _getframe = sys._getframe
 _STRIDED = torch.strided
 _functorch_level = torch._C._functorch.maybe_current_level
-
-
-class _Names(dict[Any, str]):
-    """``str(key)`` without its ``torch.`` prefix, computed once per dtype or device."""
-
-    def __missing__(self, key: Any) -> str:
-        name = self[key] = str(key).removeprefix("torch.")
-        return name
-
-
-_DTYPE_NAMES = _Names()
-_DEVICE_NAMES = _Names()
 
 
 class _StopCapture(BaseException):
@@ -95,19 +84,19 @@ class Recorder(TorchFunctionMode):
         tripwire: Tripwire | None = None,
     ) -> None:
         super().__init__()
-        self.ops: list[Op] = []
-        self.by_label: dict[str, Op] = {}
-        self.counts: dict[str, int] = {}
-        self.producer: dict[int, tuple[Any, str, tuple[tuple[int, ...], str] | None]] = {}
-        """``id(tensor)`` -> (weak reference, label of the op that produced it, its (shape,
-        dtype name) as recorded then, for the first output of an op; None for the others)."""
+        self.recording = Recording()
+        self.rows = self.recording.rows
+        self.producer: dict[int, tuple[Any, int, tuple[Any, Any] | None]] = {}
+        """``id(tensor)`` -> (weak reference, row index of the op that produced it, its
+        (``torch.Size``, ``torch.dtype``) as recorded then, for the first output of an op; None
+        for the others)."""
         self.param_names = param_names
         self.options = options
         self.save_all = save is True
         self.save_selector = save if isinstance(save, Selector) else None
         self.backward_ready = options.backward_ready
-        self.grad_fns: dict[str, Any] = {}
-        self.saved_storage: dict[int, list[Op]] = {}
+        self.saved_storage: dict[int, list[int]] = {}
+        """Storage address -> row indices of the ops whose saved values it backs."""
         self.source_lines = options.source_lines
         self.tripwire = tripwire
         self.stopped_at: Op | None = None
@@ -122,8 +111,8 @@ class Recorder(TorchFunctionMode):
         """> 0: torch calls are not recorded (hook callbacks, opaque regions, nested captures)."""
         self.paused = 0
         """> 0: module calls are not tracked either (hook-plan callbacks)."""
-        self.blind_spots: dict[tuple[str, str], list[str]] = {}
-        """``(kind, where)`` -> labels of the ops holding what came out (see ``_blind_spots``)."""
+        self.blind_spots: dict[tuple[str, str], list[int]] = {}
+        """``(kind, where)`` -> row indices of the ops holding what came out (``_blind_spots``)."""
         self._save_cache: dict[tuple[str, tuple[str, ...]], bool] = {}
         self._op_hooks: list[tuple[Selector, Any]] = []
         self.module_hooks: list[tuple[Selector, Any]] = []
@@ -172,86 +161,68 @@ class Recorder(TorchFunctionMode):
         frame: Any,
         is_input: bool = False,
         observe: bool = True,
-    ) -> Op:
-        """Append the op ``name`` that read ``inputs`` and produced ``outputs`` (non-empty).
+    ) -> int:
+        """Append the row of the op ``name`` that read ``inputs`` and produced ``outputs``
+        (non-empty); returns its index (``Recording.op`` builds its ``Op``).
 
         ``frame`` is where the call was made (the first frame outside torch and torchlens_nb
         above it is the op's source line). With ``observe`` (the default) the hook plan's op
         callbacks and the tripwire see the op before this returns.
         """
-        count = self.counts.get(name, 0) + 1
-        self.counts[name] = count
-        label = f"{name}_{count}"
         producer = self.producer
-        parents: list[str] = []
+        rows = self.rows
+        index = len(rows)
+        parents: list[int] = []
         params: list[str] = []
-        meta: list[tuple[tuple[int, ...], str]] = []
+        meta: list[tuple[Any, Any]] = []
         is_untracked = False
         for tensor in inputs:
             entry = producer.get(id(tensor))
             if entry is not None and entry[0]() is tensor:
                 # the producer's recorded (shape, dtype): an op that changed them in place was
                 # recorded too and replaced the entry
-                meta.append(entry[2] or (tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype]))
+                meta.append(entry[2] or (tensor.shape, tensor.dtype))
                 if entry[1] not in parents:
                     parents.append(entry[1])
             else:
-                meta.append((tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype]))
+                meta.append((tensor.shape, tensor.dtype))
                 pname = self.param_names.get(id(tensor))
                 if pname is None:
                     is_untracked = True  # made where the capture did not look
                 elif pname not in params:
                     params.append(pname)
-        file, line, code_name = locate(frame) if self.source_lines else NO_LOCATION
         first = outputs[0]
-        shape, dtype = tuple(first.shape), _DTYPE_NAMES[first.dtype]
-        op = Op(
-            label,
-            len(self.ops),
-            name,
-            self.module,
-            self.stack,
-            file,
-            line,
-            code_name,
-            tuple(parents),
-            tuple(params),
-            tuple(meta),
-            shape,
-            dtype,
-            _DEVICE_NAMES[first.device],
-            first.requires_grad,
-            first._is_view(),
-            inplace,
-            duration,
-            len(outputs),
-            self.hook_kind,
-            is_input,
-        )
-        self.ops.append(op)
-        self.by_label[label] = op
-        producer[id(first)] = (_ref(first), label, (shape, dtype))
-        for tensor in outputs[1:]:
-            producer[id(tensor)] = (_ref(tensor), label, None)
-        if self.backward_ready and op.requires_grad and first.grad_fn is not None:
-            self.grad_fns[label] = first.grad_fn
-            op.grad_fn_name = type(first.grad_fn).__name__
+        out_meta = (first.shape, first.dtype)
+        requires_grad = first.requires_grad
+        rows.append((
+            name, self.module, self.stack, self.hook_kind,
+            locate(frame) if self.source_lines else NO_LOCATION, parents, params, meta,
+            out_meta, first.device, requires_grad, first._is_view(), inplace, duration,
+            len(outputs), is_input,
+        ))  # fmt: skip
+        producer[id(first)] = (_ref(first), index, out_meta)
+        if len(outputs) > 1:
+            for tensor in outputs[1:]:
+                producer[id(tensor)] = (_ref(tensor), index, None)
+        if requires_grad and self.backward_ready and first.grad_fn is not None:
+            self.recording.grad_fns[index] = first.grad_fn
         if _functorch_level() != self.functorch_level:
             # inside a torch.func transform (grad, jacrev, jvp, ...): the values are wrappers
             # that die with the transform, and the links to the ops outside are lost
-            self._note("functorch_transform", label)
+            self._note("functorch_transform", index)
         else:
             if is_untracked:
-                self._note("untracked_input", label)
+                self._note("untracked_input", index)
             if self.save_all or (self.save_selector is not None and self._wants_save(name)):
-                self._save(op, outputs)
+                self._save(index, outputs)
         if observe and (self._op_hooks or self.tripwire is not None):
-            self.observe(op, outputs)
-        return op
+            self.observe(index, outputs)
+        return index
 
-    def observe(self, op: Op, outputs: Sequence[Tensor]) -> None:
-        """Show ``op`` to the hook plan's op callbacks (its first output), then to the tripwire
-        (every output), which may stop."""
+    def observe(self, index: int, outputs: Sequence[Tensor]) -> None:
+        """Show the op of row ``index`` to the hook plan's op callbacks (its first output), then
+        to the tripwire (every output), which may stop."""
+        op = self.recording.op(index)
         if self._op_hooks:
             value = outputs[0]
             for selector, callback in self._op_callbacks(op.func):
@@ -282,19 +253,19 @@ class Recorder(TorchFunctionMode):
         # recording itself runs (detach for saving, the tripwire's checks) must not be recorded
         self.suspended += 1
         try:
-            op = self.record(name, inputs, outputs, duration, False, frame, observe=False)
+            index = self.record(name, inputs, outputs, duration, False, frame, observe=False)
             if where is None:
-                where = op.label
-            self.blind_spots.setdefault((kind, where), []).append(op.label)
-            self.observe(op, outputs)
+                where = self.recording.op(index).label
+            self.blind_spots.setdefault((kind, where), []).append(index)
+            self.observe(index, outputs)
         finally:
             self.suspended -= 1
 
-    def _note(self, kind: BlindSpotKind, label: str) -> None:
-        self.blind_spots.setdefault((kind, self.module or "(root)"), []).append(label)
+    def _note(self, kind: BlindSpotKind, index: int) -> None:
+        self.blind_spots.setdefault((kind, self.module or "(root)"), []).append(index)
 
-    def producer_of(self, tensor: Tensor) -> str | None:
-        """Label of the op that produced ``tensor`` in this capture, or None."""
+    def producer_of(self, tensor: Tensor) -> int | None:
+        """Row index of the op that produced ``tensor`` in this capture, or None."""
         entry = self.producer.get(id(tensor))
         return entry[1] if entry is not None and entry[0]() is tensor else None
 
@@ -334,35 +305,35 @@ class Recorder(TorchFunctionMode):
             self.paused -= 1
 
     # ----- saved values ------------------------------------------------------------------
-    def _save(self, op: Op, outputs: list[Tensor]) -> None:
+    def _save(self, index: int, outputs: list[Tensor]) -> None:
         # a detached alias cuts the autograd graph; an output outside autograd has none to cut
         # (skipping detach there saves 0.36 us per op, a third of what saving costs)
         if self.backward_ready:
             values = outputs
         else:
             values = [t.detach() if t.requires_grad else t for t in outputs]
-        op.out = values[0] if len(values) == 1 else tuple(values)
-        op.has_saved = True
+        self.recording.saved[index] = values[0] if len(values) == 1 else tuple(values)
         saved = self.saved_storage
         for tensor in values:
             key = _storage_key(tensor)
             if key is not None:
                 owners = saved.get(key)
                 if owners is None:
-                    saved[key] = [op]
+                    saved[key] = [index]
                 else:
-                    owners.append(op)
+                    owners.append(index)
 
     def _copy_saved_before_write(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         first = args[0] if args else None
         target = kwargs.get("out", first) if kwargs else first
+        recording = self.recording
         for tensor in tensors_in(target):
             key = _storage_key(tensor)
-            for op in self.saved_storage.pop(key, ()) if key is not None else ():
-                op.out = (
-                    tuple(t.clone() for t in op.out)
-                    if isinstance(op.out, tuple)
-                    else op.out.clone()
+            for index in self.saved_storage.pop(key, ()) if key is not None else ():
+                value = recording.saved[index]
+                recording.replace_saved(
+                    index,
+                    tuple(t.clone() for t in value) if isinstance(value, tuple) else value.clone(),
                 )
 
 
