@@ -1,14 +1,21 @@
 """Module context of a capture: which module each op ran in, module calls, own-hook phases.
 
-Two global module hooks, registered per capture (``_scope``), hand every module call to the
-capture's :class:`ModuleTracker`, which ignores calls from other threads. PyTorch runs global
-forward hooks before a module's own (``register_forward_hook``) hooks, so the global post-hook
-alone would pop the module before its own hooks run and their ops would land on the parent. For a module that has its own hooks when
-the capture starts, the tracker appends a marker hook after them (removed when the capture ends):
-the pre-hook marker ends the ``forward_pre_hook`` phase, the post-hook marker closes the call
-once the module's own forward hooks have run, so their ops belong to the module and carry
-``Op.hook_kind``. A TorchScript module (``_blind_spots.is_opaque``) is recorded as one op.
+While a capture runs, ``nn.Module._call_impl`` is wrapped (``_scope``): every module call of a
+thread that has a capture is handed to that capture's :class:`ModuleTracker` before the module's
+own forward pre-hooks run (``enter``) and after its own forward hooks ran, also when it raised
+(``exit``). For a module that has its own hooks when the capture starts, the tracker adds a
+marker after its own pre-hooks (they are done: the ``forward_pre_hook`` phase ends) and one
+before its own forward hooks (the ``forward_hook`` phase starts), removed when the capture ends,
+so ops run in a module's own hooks belong to the module and carry ``Op.hook_kind``. A
+TorchScript module (``_blind_spots.is_opaque``) is recorded as one op.
+
+Why a wrapper, not global module hooks (``register_module_forward_pre_hook``, as before): any
+global hook sends every module call through ``_call_impl``'s slow path, and registering and
+removing the pair cost every capture its handles. Measured on the 801-op chain of
+``benchmarks/bench_capture.py`` (CPU time, median of per-round ratios, one process): module
+tracking cost 0.6x of the plain forward with the global hooks.
 """
+
 
 from __future__ import annotations
 
@@ -100,30 +107,23 @@ class ModuleTracker:
         """Address -> type name of the opaque modules that ran (for their blind spots)."""
         self._open: list[_OpenCall] = []
         self._pre_marked: set[int] = set()
-        self._post_marked: set[int] = set()
-        self._awaiting: set[int] = set()
-        """Ids of open modules whose own forward hooks are running (closed by the marker)."""
         self._opaque_open: dict[int, tuple[list[torch.Tensor], int]] = {}
         """Depth of an open opaque call -> its tensor inputs and start time."""
         self._special = set(names.opaque)
         """Ids that need more than a push on entry (marked pre-hooks, opaque modules)."""
         self._marked: list[nn.Module] = []
         # bound once: the hook registries are searched for these very objects on removal
-        self._enter_hook = self.enter
-        self._exit_hook = self.exit
         self._pre_marker = self._pre_hooks_done
-        self._post_marker = self._hooks_done
+        self._post_marker = self._forward_done
 
     def install_hooks(self) -> None:
-        """Register the global module hook pair, then a marker after the own forward (pre-)hooks
+        """Register a marker after the own forward pre-hooks and one before the own forward hooks
         of every module that had some when the capture started (``ModelNames.hooked``).
 
         ``remove_hooks`` undoes it from any point (registered before this runs, see
         ``_installs``): it looks the hooks up by identity, so a hook whose handle an interrupt
         lost is found too.
         """
-        register_module_forward_pre_hook(self._enter_hook)
-        register_module_forward_hook(self._exit_hook, always_call=True)
         for module in self.names.hooked:
             self._marked.append(module)  # first: remove_hooks looks in every marked module
             if module._forward_pre_hooks:
@@ -131,18 +131,10 @@ class ModuleTracker:
                 self._special.add(id(module))
                 module.register_forward_pre_hook(self._pre_marker)
             if module._forward_hooks:
-                self._post_marked.add(id(module))
-                module.register_forward_hook(self._post_marker, always_call=True)
+                module.register_forward_hook(self._post_marker, prepend=True, always_call=True)
 
     def remove_hooks(self) -> None:
         """Remove what ``install_hooks`` registered, however far it got (idempotent)."""
-        remove_hook(_module_globals._global_forward_pre_hooks, self._enter_hook)
-        remove_hook(
-            _module_globals._global_forward_hooks,
-            self._exit_hook,
-            _module_globals._global_forward_hooks_always_called,
-            _module_globals._global_forward_hooks_with_kwargs,
-        )
         for module in self._marked:
             remove_hook(module._forward_pre_hooks, self._pre_marker)
             remove_hook(
@@ -152,11 +144,11 @@ class ModuleTracker:
                 module._forward_hooks_with_kwargs,
             )
 
-    # ----- module hooks ---------------------------------------------------------------------
+    # ----- module calls ---------------------------------------------------------------------
     def enter(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        """Global forward pre-hook: push the module (calls from other threads are ignored)."""
+        """A module call of this capture's thread starts (before its own pre-hooks): push it."""
         rec = self.rec
-        if rec.paused or get_ident() != rec.thread:
+        if rec.paused:
             return
         key = id(module)
         address = self.names.modules.get(key, _UNKNOWN)
@@ -183,34 +175,27 @@ class ModuleTracker:
             self._opaque_open[len(self._open)] = (arg_tensors(args, None), time.perf_counter_ns())
             rec.suspended += 1
 
-    def exit(self, module: nn.Module, args: Any, output: Any) -> None:
-        """Global forward hook: close the call, or wait for the module's own hooks to run."""
+    def exit(self, module: nn.Module, output: Any) -> None:
+        """The module call ended (after its own forward hooks, also when it raised): close it."""
         call = self._top(module)
-        if call is None:
-            return
-        if call[0] in self._post_marked:
-            self._awaiting.add(call[0])
-            self.rec.hook_kind = "forward_hook"
-            return
-        self._close(call, module, output)
+        if call is not None:
+            self._close(call, module, output)
 
     def _pre_hooks_done(self, module: nn.Module, args: Any) -> None:
         call = self._top(module)
         if call is not None:
             self.rec.hook_kind = call[4]
 
-    def _hooks_done(self, module: nn.Module, args: Any, output: Any) -> None:
-        call = self._top(module)
-        if call is not None and call[0] in self._awaiting:
-            self._awaiting.discard(call[0])
-            self._close(call, module, output)
+    def _forward_done(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self._top(module) is not None:
+            self.rec.hook_kind = "forward_hook"
 
     def _top(self, module: nn.Module) -> _OpenCall | None:
         open_calls = self._open
         if not open_calls or open_calls[-1][0] != id(module):
             return None
         rec = self.rec
-        if rec.paused or get_ident() != rec.thread:
+        if rec.paused or get_ident() != rec.thread:  # a marker hook runs in any thread
             return None
         return open_calls[-1]
 
