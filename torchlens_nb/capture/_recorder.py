@@ -124,10 +124,9 @@ class Recorder(TorchFunctionMode):
 
     # ----- the per-op path ---------------------------------------------------------------
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        info = _infos.get(func) or func_info(func)
-        if info.is_skipped or self.suspended:
+        name, is_skipped, inplace = _infos.get(func) or func_info(func)
+        if is_skipped or self.suspended:
             return func(*args, **kwargs) if kwargs else func(*args)
-        inplace = info.is_inplace
         if kwargs:
             inplace = inplace or "out" in kwargs or kwargs.get("inplace") is True
             if inplace and self.saved_storage:
@@ -140,7 +139,7 @@ class Recorder(TorchFunctionMode):
             start = _now_ns()
             out = func(*args)
         duration = _now_ns() - start
-        if info.name == "setitem":
+        if name == "setitem":
             out = args[0]
         if isinstance(out, Tensor):
             outputs = [out]
@@ -148,7 +147,7 @@ class Recorder(TorchFunctionMode):
             outputs = tensors_in(out)
             if not outputs:
                 return out
-        self.record(info.name, arg_tensors(args, kwargs), outputs, duration, inplace, _getframe(1))
+        self.record(name, arg_tensors(args, kwargs), outputs, duration, inplace, _getframe(1))
         return out
 
     def record(
@@ -197,7 +196,7 @@ class Recorder(TorchFunctionMode):
         rows.append((
             name, self.module, self.stack, self.hook_kind,
             locate(frame) if self.source_lines else NO_LOCATION, parents, params, meta,
-            out_meta, first.device, requires_grad, first._is_view(), inplace, duration,
+            out_meta, None if first.is_cpu else first.device, requires_grad, first._is_view(), inplace, duration,
             len(outputs), is_input,
         ))  # fmt: skip
         producer[id(first)] = (_ref(first), index, out_meta)
@@ -272,7 +271,7 @@ class Recorder(TorchFunctionMode):
     def record_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """One ``input`` op per distinct tensor among the forward's arguments."""
         frame = _getframe(1)
-        for tensor in tensors_in((args, kwargs)):
+        for tensor in arg_tensors(args, kwargs):
             if self.producer_of(tensor) is None:
                 self.record("input", [], [tensor], 0, False, frame, is_input=True)
 

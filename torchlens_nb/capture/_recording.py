@@ -28,7 +28,8 @@ Row = tuple[Any, ...]
 path), in this order: func name, module address, module stack, hook kind, ``(file, line,
 code name)``, parent row indices (list, first occurrence order), parameter names (list), argument
 metadata (list of ``(torch.Size, torch.dtype)``), the first output's ``(torch.Size, torch.dtype)``
-(the very tuple the producer table holds), its ``torch.device``, ``requires_grad``, ``is_view``,
+(the very tuple the producer table holds), its ``torch.device`` (None for the CPU: reading
+``is_cpu`` allocates nothing), ``requires_grad``, ``is_view``,
 ``is_inplace``, ``duration_ns``, ``num_outputs``, ``is_input``."""
 
 RawCall = tuple[str, str, int, int, tuple[int, ...]]
@@ -98,7 +99,7 @@ class Recording:
                 label, index, func, module, stack, file, line, code_name,
                 tuple(ops[parent].label for parent in parents), tuple(params),
                 tuple((tuple(size), names[kind]) for size, kind in meta),
-                tuple(shape), names[dtype], names[device], requires_grad, is_view, inplace,
+                tuple(shape), names[dtype], "cpu" if device is None else names[device], requires_grad, is_view, inplace,
                 duration, num_outputs, hook_kind, is_input,
             )  # fmt: skip
             if index in saved:
