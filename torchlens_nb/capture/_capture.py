@@ -198,11 +198,12 @@ def _result(
 ) -> Trace:
     """The trace of a finished forward (a ``PartialTrace`` if it raised or was stopped)."""
     recording = recorder.recording
-    recording.outputs = tuple(
-        dict.fromkeys(
-            index for index in map(recorder.producer_of, tensors_in(output)) if index is not None
-        )
-    )
+    if isinstance(output, torch.Tensor):
+        index = recorder.producer_of(output)
+        recording.outputs = () if index is None else (index,)
+    else:
+        found = map(recorder.producer_of, tensors_in(output))
+        recording.outputs = tuple(dict.fromkeys(i for i in found if i is not None))
     common: dict[str, Any] = dict(
         model_type=type(model).__name__,
         output=output if options.keep_output else None,

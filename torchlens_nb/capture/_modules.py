@@ -65,37 +65,34 @@ class ModelNames:
         """Addresses of the ``torch.compile`` wrappers inside the model."""
         self.hooked: list[nn.Module] = []
         """The modules with own forward (pre-)hooks (the tracker marks where theirs end)."""
+        modules, params = self.modules, self.params
         pending: list[tuple[str, nn.Module]] = [("", model)]
         while pending:
             address, module = pending.pop()
-            if id(module) in self.modules:  # reached twice: named_modules() lists it once
+            key = id(module)
+            if key in modules:  # reached twice: named_modules() lists it once
                 continue
             children = module._modules
             if children:
                 prefix = f"{address}." if address else ""
-                pending.extend(
-                    (prefix + name, child)
-                    for name, child in reversed(list(children.items()))
-                    if child is not None
-                )
-            self._add(address, module)
-
-    def _add(self, address: str, module: nn.Module) -> None:
-        if module._forward_pre_hooks or module._forward_hooks:
-            self.hooked.append(module)
-        spelled = canonical_address(address)
-        if _is_compile_wrapper(module):
-            self.modules[id(module)] = _SKIP
-            self.compiled.append(spelled)
-            return
-        self.modules[id(module)] = spelled
-        if is_opaque(module):
-            self.opaque[id(module)] = describe(module)
-        prefix = f"{spelled}." if spelled else ""
-        for table in (module._parameters, module._buffers):
-            for name, tensor in table.items():
-                if tensor is not None and id(tensor) not in self.params:
-                    self.params[id(tensor)] = prefix + name
+                for name, child in reversed(list(children.items())):
+                    if child is not None:
+                        pending.append((prefix + name, child))
+            if module._forward_pre_hooks or module._forward_hooks:
+                self.hooked.append(module)
+            spelled = canonical_address(address)
+            if _is_compile_wrapper(module):
+                modules[key] = _SKIP
+                self.compiled.append(spelled)
+                continue
+            modules[key] = spelled
+            if is_opaque(module):
+                self.opaque[key] = describe(module)
+            prefix = f"{spelled}." if spelled else ""
+            for table in (module._parameters, module._buffers):
+                for name, tensor in table.items():
+                    if tensor is not None and id(tensor) not in params:
+                        params[id(tensor)] = prefix + name
 
 
 def _is_compile_wrapper(module: nn.Module) -> bool:

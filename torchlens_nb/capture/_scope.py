@@ -158,13 +158,15 @@ def _release(recorder: Recorder) -> None:
 
 def _wrap_call_impl() -> None:
     # the original is kept first: _unwrap_call_impl restores it whatever instant this stopped at
-    if nn.Module.__dict__["_call_impl"] is not _tracked_call_impl:
-        _state.call_impl = nn.Module.__dict__["_call_impl"]
+    # (a plain function read off the class: nn.Module is the root of its MRO)
+    current = nn.Module._call_impl
+    if current is not _tracked_call_impl:
+        _state.call_impl = current
         nn.Module._call_impl = _tracked_call_impl  # type: ignore[method-assign]
 
 
 def _unwrap_call_impl() -> None:
-    if nn.Module.__dict__["_call_impl"] is _tracked_call_impl and _state.call_impl is not None:
+    if nn.Module._call_impl is _tracked_call_impl and _state.call_impl is not None:
         nn.Module._call_impl = _state.call_impl  # type: ignore[method-assign]
     _state.call_impl = None
 
@@ -174,10 +176,13 @@ def _route_vmap() -> Any:
     and earlier ``from torch import vmap`` aliases all call ``torch._functorch.apis.vmap_impl``
     at call time); returns the original entry point, or None if this torch has none (then
     vmap calls are not intercepted)."""
+    global _vmap_route
     apis = sys.modules.get("torch._functorch.apis")
     original = getattr(apis, "vmap_impl", None)
     if original is not None:
-        apis.vmap_impl = functools.partial(_record_vmap, original)  # type: ignore[union-attr]
+        if _vmap_route.args[0] is not original:  # made once per entry point, not per capture
+            _vmap_route = functools.partial(_record_vmap, original)
+        apis.vmap_impl = _vmap_route  # type: ignore[union-attr]
     return original
 
 
@@ -200,3 +205,7 @@ def _record_vmap(original: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
     duration = time.perf_counter_ns() - begin
     recorder.record_unseen("vmap", None, "vmap", inputs, tensors_in(out), duration, frame)
     return out
+
+
+_vmap_route = functools.partial(_record_vmap, None)
+"""The routed entry point last installed (``_route_vmap``)."""
