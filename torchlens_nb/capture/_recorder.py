@@ -95,8 +95,11 @@ class Recorder(TorchFunctionMode):
         self.save_all = save is True
         self.save_selector = save if isinstance(save, Selector) else None
         self.backward_ready = options.backward_ready
-        self.saved_storage: dict[int, list[int]] = {}
-        """Storage address -> row indices of the ops whose saved values it backs."""
+        self.saved = self.recording.saved
+        self.saved_storage: dict[int, list[int]] | None = None
+        """Storage address -> row indices of the ops whose saved values it backs; built at the
+        first in-place op that finds values saved, kept up to date from then on (a forward
+        without in-place ops never reads a storage address)."""
         self.source_lines = options.source_lines
         self.tripwire = tripwire
         self.stopped_at: Op | None = None
@@ -129,12 +132,12 @@ class Recorder(TorchFunctionMode):
             return func(*args, **kwargs) if kwargs else func(*args)
         if kwargs:
             inplace = inplace or "out" in kwargs or kwargs.get("inplace") is True
-            if inplace and self.saved_storage:
+            if inplace and self.saved:
                 self._copy_saved_before_write(args, kwargs)
             start = _now_ns()
             out = func(*args, **kwargs)
         else:
-            if inplace and self.saved_storage:
+            if inplace and self.saved:
                 self._copy_saved_before_write(args, kwargs)
             start = _now_ns()
             out = func(*args)
@@ -311,18 +314,27 @@ class Recorder(TorchFunctionMode):
             values = outputs
         else:
             values = [t.detach() if t.requires_grad else t for t in outputs]
-        self.recording.saved[index] = values[0] if len(values) == 1 else tuple(values)
-        saved = self.saved_storage
+        self.saved[index] = values[0] if len(values) == 1 else tuple(values)
+        if self.saved_storage is not None:
+            self._index_storage(index, values)
+
+    def _index_storage(self, index: int, values: Sequence[Tensor]) -> None:
+        saved_storage = self.saved_storage
+        assert saved_storage is not None
         for tensor in values:
             key = _storage_key(tensor)
             if key is not None:
-                owners = saved.get(key)
+                owners = saved_storage.get(key)
                 if owners is None:
-                    saved[key] = [index]
+                    saved_storage[key] = [index]
                 else:
                     owners.append(index)
 
     def _copy_saved_before_write(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self.saved_storage is None:  # the first in-place op: index what was saved so far
+            self.saved_storage = {}
+            for index, value in self.saved.items():
+                self._index_storage(index, value if isinstance(value, tuple) else (value,))
         first = args[0] if args else None
         target = kwargs.get("out", first) if kwargs else first
         recording = self.recording
