@@ -207,9 +207,9 @@ class ModuleTracker:
 
     def exit(self, module: nn.Module, output: Any) -> None:
         """The module call ended (after its own forward hooks, also when it raised): close it."""
-        call = self._top(module)
-        if call is not None:
-            self._close(call, module, output)
+        open_calls = self._open
+        if open_calls and open_calls[-1][0] == id(module) and not self.rec.paused:
+            self._close(open_calls[-1], module, output)
 
     def _pre_hooks_done(self, module: nn.Module, args: Any) -> None:
         call = self._top(module)
@@ -247,11 +247,12 @@ class ModuleTracker:
         rec.module = prev_stack[-1] if prev_stack else ""
         rec.hook_kind = prev_hook_kind
         if len(outputs) == 1:
-            index = rec.producer_of(outputs[0])
-            indices: tuple[int, ...] = () if index is None else (index,)
+            entry = rec.producer.get(id(outputs[0]))
+            is_ours = entry is not None and entry[0]() is outputs[0]
+            indices: tuple[int, ...] = (entry[1],) if is_ours else ()  # type: ignore[index]
         else:
             indices = tuple(i for i in map(rec.producer_of, outputs) if i is not None)
-        self.calls.append((address, type(module).__name__, first_op, len(rec.rows), indices))
+        self.calls.append((address, type(module), first_op, len(rec.rows), indices))
         if rec.module_hooks and indices:
             self._run_module_hooks(address, indices[0], outputs[0])
 

@@ -32,9 +32,9 @@ metadata (list of ``(torch.Size, torch.dtype)``), the first output's ``(torch.Si
 ``is_cpu`` allocates nothing), ``requires_grad``, ``is_view``,
 ``is_inplace``, ``duration_ns``, ``num_outputs``, ``is_input``."""
 
-RawCall = tuple[str, str, int, int, tuple[int, ...]]
-"""A closed module call as the tracker appends it: :class:`ModuleCall` with the output ops as
-row indices."""
+RawCall = tuple[str, type, int, int, tuple[int, ...]]
+"""A closed module call as the tracker appends it: :class:`ModuleCall` with the module's class
+for its type name and the output ops as row indices."""
 
 
 class ModuleCall(NamedTuple):
@@ -97,17 +97,16 @@ class Recording:
             label = f"{func}_{count}"
             op = Op(
                 label, index, func, module, stack, file, line, code_name,
-                tuple(ops[parent].label for parent in parents), tuple(params),
-                tuple((tuple(size), names[kind]) for size, kind in meta),
-                tuple(shape), names[dtype], "cpu" if device is None else names[device], requires_grad, is_view, inplace,
-                duration, num_outputs, hook_kind, is_input,
+                tuple([ops[parent].label for parent in parents]), tuple(params),
+                tuple([(tuple(size), names[kind]) for size, kind in meta]),
+                tuple(shape), names[dtype], "cpu" if device is None else names[device],
+                requires_grad, is_view, inplace, duration, num_outputs, hook_kind, is_input,
             )  # fmt: skip
             if index in saved:
                 op.out = saved[index]
                 op.has_saved = True
-            grad_fn = grad_fns.get(index)
-            if grad_fn is not None:
-                op.grad_fn_name = type(grad_fn).__name__
+            if index in grad_fns:
+                op.grad_fn_name = type(grad_fns[index]).__name__
             ops.append(op)
             by_label[label] = op
         return ops
@@ -122,6 +121,6 @@ class Recording:
         """The module calls with their output ops' labels (builds every op)."""
         ops = self.build()
         return [
-            ModuleCall(address, type_name, first, last, tuple(ops[i].label for i in outputs))
-            for address, type_name, first, last, outputs in self.calls
+            ModuleCall(address, kind.__name__, first, last, tuple(ops[i].label for i in outputs))
+            for address, kind, first, last, outputs in self.calls
         ]
