@@ -16,7 +16,6 @@ removing the pair cost every capture its handles. Measured on the 801-op chain o
 tracking cost 0.6x of the plain forward with the global hooks.
 """
 
-
 from __future__ import annotations
 
 import sys
@@ -25,12 +24,7 @@ from threading import get_ident
 from typing import Any
 
 import torch
-import torch.nn.modules.module as _module_globals
 from torch import nn
-from torch.nn.modules.module import (
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
 
 from .._hooks import remove_hook
 from ..options import Site

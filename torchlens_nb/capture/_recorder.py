@@ -198,9 +198,9 @@ class Recorder(TorchFunctionMode):
         requires_grad = first.requires_grad
         rows.append((
             name, self.module, self.stack, self.hook_kind,
-            locate(frame) if self.source_lines else NO_LOCATION, parents, params, meta,
-            out_meta, None if first.is_cpu else first.device, requires_grad, first._is_view(), inplace, duration,
-            len(outputs), is_input,
+            locate(frame) if self.source_lines else NO_LOCATION, parents, params, meta, out_meta,
+            None if first.is_cpu else first.device, requires_grad, first._is_view(), inplace,
+            duration, len(outputs), is_input,
         ))  # fmt: skip
         producer[id(first)] = (_ref(first), index, out_meta)
         if len(outputs) > 1:

@@ -20,8 +20,6 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ._op import Op
-from ._source import Location
-
 
 Row = tuple[Any, ...]
 """One recorded op before it is built, a plain tuple (no field names are read on the per-op

@@ -84,6 +84,8 @@ def _tracked_call_impl(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     return output
 
 
+_MODULE: Any = nn.Module
+"""``nn.Module``, typed loosely: its ``_call_impl`` is swapped for a plain function."""
 _ORIGINAL_CALL_IMPL = nn.Module._call_impl
 """What a call that reaches the wrapper after the last capture ended runs (a module whose
 ``_call_impl`` was bound while a capture ran)."""
@@ -159,15 +161,15 @@ def _release(recorder: Recorder) -> None:
 def _wrap_call_impl() -> None:
     # the original is kept first: _unwrap_call_impl restores it whatever instant this stopped at
     # (a plain function read off the class: nn.Module is the root of its MRO)
-    current = nn.Module._call_impl
+    current = _MODULE._call_impl
     if current is not _tracked_call_impl:
         _state.call_impl = current
-        nn.Module._call_impl = _tracked_call_impl  # type: ignore[method-assign]
+        _MODULE._call_impl = _tracked_call_impl
 
 
 def _unwrap_call_impl() -> None:
-    if nn.Module._call_impl is _tracked_call_impl and _state.call_impl is not None:
-        nn.Module._call_impl = _state.call_impl  # type: ignore[method-assign]
+    if _MODULE._call_impl is _tracked_call_impl and _state.call_impl is not None:
+        _MODULE._call_impl = _state.call_impl
     _state.call_impl = None
 
 
