@@ -3,24 +3,36 @@
 Design (measured in ``benchmarks/bench_capture.py``): one torch-function mode sees every torch
 function, ``nn.functional`` call, tensor method and operator at the Python boundary, so nested
 internals (``F.layer_norm`` calling ``torch.layer_norm``) are recorded once, at the outermost
-call. Module context comes from ``_modules.ModuleTracker`` (global module hooks registered per
-capture, see ``_scope``). Producer lookup is by tensor identity: ``id(tensor)`` -> ``(weakref, label)``,
-checked against the weak reference, so a ``save=False`` capture keeps no activation alive and a
-recycled id is never mistaken for a producer.
+call. Module context comes from ``_modules.ModuleTracker`` (module calls reach it through the
+wrapped ``nn.Module._call_impl``, see ``_scope``). Producer lookup is by tensor identity:
+``id(tensor)`` -> ``(weakref, row index, (Size, dtype))``, checked against the weak reference, so
+a ``save=False`` capture keeps no activation alive and a recycled id is never mistaken for a
+producer.
 
-Cost per op above the plain forward, 200 x (Linear(16) -> tanh -> mul -> add), batch 2, no grad,
-2-core CPU (min of 25 interleaved rounds, as ``bench_capture.py`` prints it): 19.0 us
-(save=False) and 22.9 us (save=True) before this layout, which looked producers up in a
-``WeakIdKeyDictionary`` (Python ``__eq__``/``__hash__`` per lookup), walked arguments with a
-recursive generator and made three calls and 28 attribute stores per op; 11.4 and 13.0 us now,
-against 1.7 us for a bare recording mode (func + calling frame). The path is one
-``__torch_function__`` plus one ``record`` call: cached function facts (``_funcs``), a flat
-argument scan (``_tensors.arg_tensors``), the source frame's cached verdict (``_source``), one
-``Op`` constructor call. In situ, the source walk, the argument metadata and the output metadata
-cost about 1.1, 1.1 and 0.8 us of that per op; an input another op produced takes the (shape,
-dtype) that op recorded from the producer table instead of reading the tensor again (about
-0.5 us less per op on the chain: 10.9-11.5 us save=False, 12.0-12.9 us save=True, in A/B runs
-on a shared machine).
+Each op appends one flat tuple of raw facts (``_recording.Row``): the output's ``torch.Size``,
+``dtype`` and (off the CPU) ``device`` objects as torch returns them, the producers' row indices,
+the parameter names, the source location. Labels, parent labels, ``Op`` objects, children and
+dtype/device names are built after the forward, when the trace is first read
+(``_recording.Recording.build``); a live observer (hook plan, tripwire) has the op built as it
+runs. Saved values are kept by row index; the storage index that copy on write needs is built
+at the first in-place op that finds values saved.
+
+Measured on the 801-op chain ``200 x (Linear(16) -> tanh -> mul -> add)``, batch 2, no grad,
+2-core CPU shared with other jobs (CPU time, median of per-round ratios to the plain forward,
+the code before and after side by side in one process, 21 rounds): save=False 4.2-4.9x ->
+3.1-3.4x, save=True 4.7-5.5x -> 3.5-3.7x, against 1.5-1.6x for a bare recording mode (function
+and calling frame only); reading ``trace.ops`` afterwards brings save=False to 3.96x (the build
+is about 0.8x). Of the cut, building ``Op`` objects and labels after the forward is about 0.5x
+(A/B 4.64x -> 4.12x), module calls through the wrapper instead of global hooks about 0.5x (the
+hooks cost 0.6x by ablation), the lazy storage index about 0.35x of save=True; the cheaper
+argument scan, the unpacked function facts and the CPU outputs' skipped device object could not
+be told apart in the noise one by one. Tried and not kept: folding ``record`` into
+``__torch_function__`` (inlined argument scan and first source-frame step): 3.47x against
+3.49x, within the noise.
+What remains per op (ablations, each about 0.1-0.3x): the source walk (four frames for an op
+inside ``nn.Linear.forward``), the producer table (a weak reference per output), reading
+``shape``/``dtype``/``requires_grad``/``_is_view``, the functorch level check, the two clock
+reads.
 
 Saved outputs are detached references, not copies; an in-place op on a tensor whose storage backs
 a saved value first replaces that saved value by a clone (copy on write), so saving every op costs
