@@ -13,8 +13,8 @@ of per-round ratios to the plain forward, A/B in one process): building ``Op`` o
 and the label table inside the forward cost about 0.5x of the plain forward; as rows the
 ``tl.trace`` call does none of it. Building every op afterwards (the first ``trace.ops``) costs
 about 0.8x: a trace whose ops are read is cheaper than before only by the other cuts of issue
-34 (3.96x against 4.21x), one whose ops are not read (a live check that found nothing, a value
-scan by label) saves all of it.
+34 (3.96x against 4.21x), one whose ops are never read (dropped, or read only for its
+``output``) saves all of it. A live observer (hook plan, tripwire) builds each op as it runs.
 """
 
 from __future__ import annotations

@@ -45,6 +45,11 @@ class Trace:
     with ``backward_ready``, each op's ``grad_fn``: that keeps the autograd graph alive until the
     trace is released. ``blind_spots`` lists what the capture could not see into (TorchScript
     modules, vmap calls); an analysis must not call a trace with blind spots fully checked.
+
+    The ``Op`` objects and the tables below are built from the capture's raw rows
+    (``_recording``) on the first read of any of them (``ops``, a label lookup, iteration,
+    ``len``), once: a trace dropped unread, or read only for ``output`` and ``options``, never
+    builds them.
     """
 
     is_partial = False
@@ -109,6 +114,7 @@ class Trace:
             fields["_grad_fns"] = {ops[i].label: fn for i, fn in recording.grad_fns.items()}
             fields["ops"] = ops
             self._recording = None  # the rows are not needed again
+            self._raw_blind_spots = ({}, {})
 
     # ----- lookup ------------------------------------------------------------------------
     def __getitem__(self, key: str | int | Op) -> Op:
