@@ -93,7 +93,7 @@ class Recording:
             (func, module, stack, hook_kind, (file, line, code_name), parents, params, meta,
              (shape, dtype), device, requires_grad, is_view, inplace, duration, num_outputs,
              is_input) = rows[index]  # fmt: skip
-            count = counts[func] = counts.get(func, 0) + 1
+            count = counts.get(func, 0) + 1
             label = f"{func}_{count}"
             op = Op(
                 label, index, func, module, stack, file, line, code_name,
@@ -107,8 +107,11 @@ class Recording:
                 op.has_saved = True
             if index in grad_fns:
                 op.grad_fn_name = type(grad_fns[index]).__name__
-            ops.append(op)
+            # committed at once: no signal check runs between these stores and the append's
+            # return, so an interrupt leaves the row built or not, never half counted
+            counts[func] = count
             by_label[label] = op
+            ops.append(op)
         return ops
 
     def replace_saved(self, index: int, value: Any) -> None:

@@ -11,7 +11,8 @@ import torch
 from ..errors import BackwardError, OpNotFoundError
 from ._backward import BackwardPass, log_backward
 from ._blind_spots import BlindSpot, blind_spots
-from ._gc_pause import paused_gc
+from ._gc_pause import pause_gc
+from ._installs import Undo
 from ._op import Op
 from ._recording import ModuleCall, Recording
 from ._selectors import canonical_address
@@ -87,34 +88,57 @@ class Trace:
         self.backward_passes: list[BackwardPass] = []
 
     def _build(self) -> None:
-        """Build every op and the tables above from the recording (once, under the gc pause)."""
-        with _build_lock, paused_gc():
-            recording = self._recording
-            if recording is None:  # another thread built them while this one waited
-                return
-            ops = recording.build()
-            for index in recording.outputs:
-                ops[index].is_output = True
-            children: dict[int, list[str]] = {}  # ops without consumers keep Op.children == ()
-            for op in ops:
-                for parent in op.parents:
-                    children.setdefault(recording.by_label[parent].index, []).append(op.label)
-            for index, consumers in children.items():
-                ops[index].children = tuple(consumers)
-            found, opaque_types = self._raw_blind_spots
-            fields = self.__dict__
-            fields["_by_label"] = recording.by_label
-            fields["module_calls"] = recording.module_calls()
-            fields["output_layers"] = tuple(ops[index].label for index in recording.outputs)
-            fields["input_layers"] = tuple(op.label for op in ops if op.is_input)
-            fields["blind_spots"] = blind_spots(
-                {key: [ops[i].label for i in indices] for key, indices in found.items()},
-                opaque_types,
-            )
-            fields["_grad_fns"] = {ops[i].label: fn for i, fn in recording.grad_fns.items()}
-            fields["ops"] = ops
-            self._recording = None  # the rows are not needed again
-            self._raw_blind_spots = ({}, {})
+        """Build every op and the tables above from the recording (once, under the gc pause).
+
+        An interrupt leaves nothing half done: the pause is undone by an ``Undo`` registered
+        before it (``_installs``: a ``paused_gc()`` block interrupted in its exit kept the
+        objects frozen), each op is committed at once (``Recording.build``) and the tables are
+        set before ``ops``, so the next read builds the rest.
+        """
+        with _build_lock:
+            undo = Undo()
+            try:
+                pause_gc(undo)
+                self._build_tables()
+            finally:
+                # in this frame, as in run_capture: a helper called here could be interrupted at
+                # its first line, before its own try (the objects stayed frozen)
+                while True:
+                    try:
+                        if undo.run():
+                            break
+                    except BaseException as exc:  # one that arrived at run's first line
+                        undo.error = undo.error or exc
+                if undo.error is not None:
+                    raise undo.error
+
+    def _build_tables(self) -> None:
+        recording = self._recording
+        if recording is None:  # another thread built them while this one waited
+            return
+        ops = recording.build()
+        for index in recording.outputs:
+            ops[index].is_output = True
+        children: dict[int, list[str]] = {}  # ops without consumers keep Op.children == ()
+        for op in ops:
+            for parent in op.parents:
+                children.setdefault(recording.by_label[parent].index, []).append(op.label)
+        for index, consumers in children.items():
+            ops[index].children = tuple(consumers)
+        found, opaque_types = self._raw_blind_spots
+        fields = self.__dict__
+        fields["_by_label"] = recording.by_label
+        fields["module_calls"] = recording.module_calls()
+        fields["output_layers"] = tuple(ops[index].label for index in recording.outputs)
+        fields["input_layers"] = tuple(op.label for op in ops if op.is_input)
+        fields["blind_spots"] = blind_spots(
+            {key: [ops[i].label for i in indices] for key, indices in found.items()},
+            opaque_types,
+        )
+        fields["_grad_fns"] = {ops[i].label: fn for i, fn in recording.grad_fns.items()}
+        fields["ops"] = ops
+        self._recording = None  # the rows are not needed again
+        self._raw_blind_spots = ({}, {})
 
     # ----- lookup ------------------------------------------------------------------------
     def __getitem__(self, key: str | int | Op) -> Op:
