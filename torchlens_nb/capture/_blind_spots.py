@@ -72,9 +72,12 @@ class BlindSpot:
     """Labels of the ops that hold what came out of it (their values can be checked)."""
 
 
+_SCRIPT_MODULE = torch.jit.ScriptModule
+
+
 def is_opaque(module: nn.Module) -> bool:
     """True for a module whose ops the capture cannot record (a TorchScript module)."""
-    return isinstance(module, torch.jit.ScriptModule)
+    return isinstance(module, _SCRIPT_MODULE)
 
 
 def describe(module: nn.Module) -> str:

@@ -18,7 +18,6 @@ from ..errors import (
     warn,
 )
 from ..options import CaptureOptions
-from ._blind_spots import blind_spots
 from ._gc_pause import pause_gc
 from ._installs import Undo
 from ._modules import ModelNames, ModuleTracker
@@ -198,39 +197,32 @@ def _result(
     error: BaseException | None,
 ) -> Trace:
     """The trace of a finished forward (a ``PartialTrace`` if it raised or was stopped)."""
-    output_layers = tuple(
-        dict.fromkeys(
-            label for label in map(recorder.producer_of, tensors_in(output)) if label is not None
-        )
-    )
-    for label in output_layers:
-        recorder.by_label[label].is_output = True
+    recording = recorder.recording
+    if isinstance(output, torch.Tensor):
+        index = recorder.producer_of(output)
+        recording.outputs = () if index is None else (index,)
+    else:
+        found = map(recorder.producer_of, tensors_in(output))
+        recording.outputs = tuple(dict.fromkeys(i for i in found if i is not None))
     common: dict[str, Any] = dict(
         model_type=type(model).__name__,
         output=output if options.keep_output else None,
-        output_layers=output_layers,
         save_all=save is True,
         options=options,
-        blind_spots=blind_spots(recorder.blind_spots, tracker.opaque_types),
-        by_label=recorder.by_label,
+        blind_spots=recorder.blind_spots,
+        opaque_types=tracker.opaque_types,
     )
     if error is not None or recorder.stopped_at is not None:
-        partial = PartialTrace(
-            recorder.ops,
-            tracker.calls,
-            recorder.grad_fns,
-            exception=error or _StopCapture(None),
-            **common,
-        )
+        partial = PartialTrace(recording, exception=error or _StopCapture(None), **common)
         if error is not None:
             raise ForwardError(
                 f"the model's forward raised {type(error).__name__}: {error} "
-                f"(after {len(recorder.ops)} recorded ops; the exception's partial_trace holds "
-                "them, and tl.debug helpers accept it).",
+                f"(after {len(recording.rows)} recorded ops; the exception's partial_trace "
+                "holds them, and tl.debug helpers accept it).",
                 partial,
             ) from error
         return partial
-    return Trace(recorder.ops, tracker.calls, recorder.grad_fns, **common)
+    return Trace(recording, **common)
 
 
 def trace(

@@ -1,13 +1,19 @@
 """Module context of a capture: which module each op ran in, module calls, own-hook phases.
 
-Two global module hooks, registered per capture (``_scope``), hand every module call to the
-capture's :class:`ModuleTracker`, which ignores calls from other threads. PyTorch runs global
-forward hooks before a module's own (``register_forward_hook``) hooks, so the global post-hook
-alone would pop the module before its own hooks run and their ops would land on the parent. For a module that has its own hooks when
-the capture starts, the tracker appends a marker hook after them (removed when the capture ends):
-the pre-hook marker ends the ``forward_pre_hook`` phase, the post-hook marker closes the call
-once the module's own forward hooks have run, so their ops belong to the module and carry
-``Op.hook_kind``. A TorchScript module (``_blind_spots.is_opaque``) is recorded as one op.
+While a capture runs, ``nn.Module._call_impl`` is wrapped (``_scope``): every module call of a
+thread that has a capture is handed to that capture's :class:`ModuleTracker` before the module's
+own forward pre-hooks run (``enter``) and after its own forward hooks ran, also when it raised
+(``exit``). For a module that has its own hooks when the capture starts, the tracker adds a
+marker after its own pre-hooks (they are done: the ``forward_pre_hook`` phase ends) and one
+before its own forward hooks (the ``forward_hook`` phase starts), removed when the capture ends,
+so ops run in a module's own hooks belong to the module and carry ``Op.hook_kind``. A
+TorchScript module (``_blind_spots.is_opaque``) is recorded as one op.
+
+Why a wrapper, not global module hooks (``register_module_forward_pre_hook``, as before): any
+global hook sends every module call through ``_call_impl``'s slow path, and registering and
+removing the pair cost every capture its handles. Measured on the 801-op chain of
+``benchmarks/bench_capture.py`` (CPU time, median of per-round ratios, one process): module
+tracking cost 0.6x of the plain forward with the global hooks.
 """
 
 from __future__ import annotations
@@ -15,21 +21,17 @@ from __future__ import annotations
 import sys
 import time
 from threading import get_ident
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
-import torch.nn.modules.module as _module_globals
 from torch import nn
-from torch.nn.modules.module import (
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
 
 from .._hooks import remove_hook
 from ..options import Site
 from ._blind_spots import describe, is_opaque
 from ._op import HookKind
 from ._recorder import Recorder
+from ._recording import RawCall
 from ._selectors import canonical_address
 from ._tensors import arg_tensors, tensors_in
 
@@ -37,25 +39,13 @@ _SKIP = None
 """Address of a ``torch.compile`` wrapper (``OptimizedModule``): its ``_orig_mod`` stands for it."""
 
 
-class ModuleCall(NamedTuple):
-    """One call of a module during the forward."""
-
-    address: str
-    """Module address (``""`` for the root; ``?Type`` for a module outside the model)."""
-    type_name: str
-    first_op: int
-    """Index of the first op recorded inside the call."""
-    last_op: int
-    """One past the index of the last op recorded inside the call (its own hooks included)."""
-    output_labels: tuple[str, ...]
-    """Labels of the ops that produced the call's tensor outputs."""
-
-
 class ModelNames:
     """Addresses of a model's modules and names of its parameters and buffers, by ``id``.
 
-    One ``named_modules()`` walk (``named_parameters`` and ``named_buffers`` walk it again each:
-    0.54 ms -> 0.18 ms per capture on the 200-block chain of ``tests/capture/golden_models``).
+    One walk of the module tree (``named_parameters`` and ``named_buffers`` walk it again each:
+    0.54 ms -> 0.18 ms per capture on the 200-block chain of ``tests/capture/golden_models``),
+    in ``named_modules()`` order (``_tree``: the recursive generator of ``named_modules()`` was
+    most of the cost for a small model).
     A tensor shared by two modules keeps its first name, as ``named_parameters()`` does. Names
     are spelled by ``canonical_address`` (no ``_orig_mod`` segments).
     """
@@ -69,22 +59,50 @@ class ModelNames:
         """Addresses of the ``torch.compile`` wrappers inside the model."""
         self.hooked: list[nn.Module] = []
         """The modules with own forward (pre-)hooks (the tracker marks where theirs end)."""
-        for address, module in model.named_modules():
+        modules, params = self.modules, self.params
+        for address, module in _tree(model):
+            key = id(module)
             if module._forward_pre_hooks or module._forward_hooks:
                 self.hooked.append(module)
             spelled = canonical_address(address)
             if _is_compile_wrapper(module):
-                self.modules[id(module)] = _SKIP
+                modules[key] = _SKIP
                 self.compiled.append(spelled)
                 continue
-            self.modules[id(module)] = spelled
+            modules[key] = spelled
             if is_opaque(module):
-                self.opaque[id(module)] = describe(module)
+                self.opaque[key] = describe(module)
             prefix = f"{spelled}." if spelled else ""
             for table in (module._parameters, module._buffers):
                 for name, tensor in table.items():
-                    if tensor is not None and id(tensor) not in self.params:
-                        self.params[id(tensor)] = prefix + name
+                    if tensor is not None and id(tensor) not in params:
+                        params[id(tensor)] = prefix + name
+
+
+_NAMED_MODULES = nn.Module.named_modules
+
+
+def _tree(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``list(model.named_modules())``, walked as a loop over ``_modules`` unless a module's
+    class overrides ``named_modules`` (then that override is followed, from the root)."""
+    found: list[tuple[str, nn.Module]] = []
+    seen: set[int] = set()
+    pending: list[tuple[str, nn.Module]] = [("", model)]
+    while pending:
+        address, module = pending.pop()
+        if id(module) in seen:  # reached twice: named_modules() lists it once
+            continue
+        if type(module).named_modules is not _NAMED_MODULES:
+            return list(model.named_modules())
+        seen.add(id(module))
+        found.append((address, module))
+        children = module._modules
+        if children:
+            prefix = f"{address}." if address else ""
+            for name, child in reversed(list(children.items())):
+                if child is not None:
+                    pending.append((prefix + name, child))
+    return found
 
 
 def _is_compile_wrapper(module: nn.Module) -> bool:
@@ -108,35 +126,28 @@ class ModuleTracker:
     def __init__(self, recorder: Recorder, names: ModelNames) -> None:
         self.rec = recorder
         self.names = names
-        self.calls: list[ModuleCall] = []
+        self.calls: list[RawCall] = recorder.recording.calls
         self.opaque_types: dict[str, str] = {}
         """Address -> type name of the opaque modules that ran (for their blind spots)."""
         self._open: list[_OpenCall] = []
         self._pre_marked: set[int] = set()
-        self._post_marked: set[int] = set()
-        self._awaiting: set[int] = set()
-        """Ids of open modules whose own forward hooks are running (closed by the marker)."""
         self._opaque_open: dict[int, tuple[list[torch.Tensor], int]] = {}
         """Depth of an open opaque call -> its tensor inputs and start time."""
         self._special = set(names.opaque)
         """Ids that need more than a push on entry (marked pre-hooks, opaque modules)."""
         self._marked: list[nn.Module] = []
         # bound once: the hook registries are searched for these very objects on removal
-        self._enter_hook = self.enter
-        self._exit_hook = self.exit
         self._pre_marker = self._pre_hooks_done
-        self._post_marker = self._hooks_done
+        self._post_marker = self._forward_done
 
     def install_hooks(self) -> None:
-        """Register the global module hook pair, then a marker after the own forward (pre-)hooks
+        """Register a marker after the own forward pre-hooks and one before the own forward hooks
         of every module that had some when the capture started (``ModelNames.hooked``).
 
         ``remove_hooks`` undoes it from any point (registered before this runs, see
         ``_installs``): it looks the hooks up by identity, so a hook whose handle an interrupt
         lost is found too.
         """
-        register_module_forward_pre_hook(self._enter_hook)
-        register_module_forward_hook(self._exit_hook, always_call=True)
         for module in self.names.hooked:
             self._marked.append(module)  # first: remove_hooks looks in every marked module
             if module._forward_pre_hooks:
@@ -144,18 +155,10 @@ class ModuleTracker:
                 self._special.add(id(module))
                 module.register_forward_pre_hook(self._pre_marker)
             if module._forward_hooks:
-                self._post_marked.add(id(module))
-                module.register_forward_hook(self._post_marker, always_call=True)
+                module.register_forward_hook(self._post_marker, prepend=True, always_call=True)
 
     def remove_hooks(self) -> None:
         """Remove what ``install_hooks`` registered, however far it got (idempotent)."""
-        remove_hook(_module_globals._global_forward_pre_hooks, self._enter_hook)
-        remove_hook(
-            _module_globals._global_forward_hooks,
-            self._exit_hook,
-            _module_globals._global_forward_hooks_always_called,
-            _module_globals._global_forward_hooks_with_kwargs,
-        )
         for module in self._marked:
             remove_hook(module._forward_pre_hooks, self._pre_marker)
             remove_hook(
@@ -165,11 +168,11 @@ class ModuleTracker:
                 module._forward_hooks_with_kwargs,
             )
 
-    # ----- module hooks ---------------------------------------------------------------------
+    # ----- module calls ---------------------------------------------------------------------
     def enter(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        """Global forward pre-hook: push the module (calls from other threads are ignored)."""
+        """A module call of this capture's thread starts (before its own pre-hooks): push it."""
         rec = self.rec
-        if rec.paused or get_ident() != rec.thread:
+        if rec.paused:
             return
         key = id(module)
         address = self.names.modules.get(key, _UNKNOWN)
@@ -180,7 +183,7 @@ class ModuleTracker:
             if is_opaque(module):
                 self.names.opaque[key] = describe(module)
                 self._special.add(key)
-        self._open.append((key, address, len(rec.ops), rec.stack, rec.hook_kind))
+        self._open.append((key, address, len(rec.rows), rec.stack, rec.hook_kind))
         if address:  # the root module has address "" and is not part of the stack
             rec.stack = (*rec.stack, address)
             rec.module = address
@@ -196,34 +199,27 @@ class ModuleTracker:
             self._opaque_open[len(self._open)] = (arg_tensors(args, None), time.perf_counter_ns())
             rec.suspended += 1
 
-    def exit(self, module: nn.Module, args: Any, output: Any) -> None:
-        """Global forward hook: close the call, or wait for the module's own hooks to run."""
-        call = self._top(module)
-        if call is None:
-            return
-        if call[0] in self._post_marked:
-            self._awaiting.add(call[0])
-            self.rec.hook_kind = "forward_hook"
-            return
-        self._close(call, module, output)
+    def exit(self, module: nn.Module, output: Any) -> None:
+        """The module call ended (after its own forward hooks, also when it raised): close it."""
+        open_calls = self._open
+        if open_calls and open_calls[-1][0] == id(module) and not self.rec.paused:
+            self._close(open_calls[-1], module, output)
 
     def _pre_hooks_done(self, module: nn.Module, args: Any) -> None:
         call = self._top(module)
         if call is not None:
             self.rec.hook_kind = call[4]
 
-    def _hooks_done(self, module: nn.Module, args: Any, output: Any) -> None:
-        call = self._top(module)
-        if call is not None and call[0] in self._awaiting:
-            self._awaiting.discard(call[0])
-            self._close(call, module, output)
+    def _forward_done(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self._top(module) is not None:
+            self.rec.hook_kind = "forward_hook"
 
     def _top(self, module: nn.Module) -> _OpenCall | None:
         open_calls = self._open
         if not open_calls or open_calls[-1][0] != id(module):
             return None
         rec = self.rec
-        if rec.paused or get_ident() != rec.thread:
+        if rec.paused or get_ident() != rec.thread:  # a marker hook runs in any thread
             return None
         return open_calls[-1]
 
@@ -245,19 +241,18 @@ class ModuleTracker:
         rec.module = prev_stack[-1] if prev_stack else ""
         rec.hook_kind = prev_hook_kind
         if len(outputs) == 1:
-            label = rec.producer_of(outputs[0])
-            labels: tuple[str, ...] = () if label is None else (label,)
+            entry = rec.producer.get(id(outputs[0]))
+            is_ours = entry is not None and entry[0]() is outputs[0]
+            indices: tuple[int, ...] = (entry[1],) if is_ours else ()  # type: ignore[index]
         else:
-            labels = tuple(label for label in map(rec.producer_of, outputs) if label is not None)
-        self.calls.append(
-            ModuleCall(address, type(module).__name__, first_op, len(rec.ops), labels)
-        )
-        if rec.module_hooks and labels:
-            self._run_module_hooks(address, labels[0], outputs[0])
+            indices = tuple(i for i in map(rec.producer_of, outputs) if i is not None)
+        self.calls.append((address, type(module), first_op, len(rec.rows), indices))
+        if rec.module_hooks and indices:
+            self._run_module_hooks(address, indices[0], outputs[0])
 
-    def _run_module_hooks(self, address: str, label: str, value: torch.Tensor) -> None:
+    def _run_module_hooks(self, address: str, index: int, value: torch.Tensor) -> None:
         rec = self.rec
         for selector, callback in rec.module_hooks:
             if selector.matches_module(address):
-                op = rec.by_label[label]
+                op = rec.recording.op(index)
                 rec.run_hook(callback, Site(op.label, op.func, address, "module", selector), value)

@@ -3,24 +3,36 @@
 Design (measured in ``benchmarks/bench_capture.py``): one torch-function mode sees every torch
 function, ``nn.functional`` call, tensor method and operator at the Python boundary, so nested
 internals (``F.layer_norm`` calling ``torch.layer_norm``) are recorded once, at the outermost
-call. Module context comes from ``_modules.ModuleTracker`` (global module hooks registered per
-capture, see ``_scope``). Producer lookup is by tensor identity: ``id(tensor)`` -> ``(weakref, label)``,
-checked against the weak reference, so a ``save=False`` capture keeps no activation alive and a
-recycled id is never mistaken for a producer.
+call. Module context comes from ``_modules.ModuleTracker`` (module calls reach it through the
+wrapped ``nn.Module._call_impl``, see ``_scope``). Producer lookup is by tensor identity:
+``id(tensor)`` -> ``(weakref, row index, (Size, dtype))``, checked against the weak reference, so
+a ``save=False`` capture keeps no activation alive and a recycled id is never mistaken for a
+producer.
 
-Cost per op above the plain forward, 200 x (Linear(16) -> tanh -> mul -> add), batch 2, no grad,
-2-core CPU (min of 25 interleaved rounds, as ``bench_capture.py`` prints it): 19.0 us
-(save=False) and 22.9 us (save=True) before this layout, which looked producers up in a
-``WeakIdKeyDictionary`` (Python ``__eq__``/``__hash__`` per lookup), walked arguments with a
-recursive generator and made three calls and 28 attribute stores per op; 11.4 and 13.0 us now,
-against 1.7 us for a bare recording mode (func + calling frame). The path is one
-``__torch_function__`` plus one ``record`` call: cached function facts (``_funcs``), a flat
-argument scan (``_tensors.arg_tensors``), the source frame's cached verdict (``_source``), one
-``Op`` constructor call. In situ, the source walk, the argument metadata and the output metadata
-cost about 1.1, 1.1 and 0.8 us of that per op; an input another op produced takes the (shape,
-dtype) that op recorded from the producer table instead of reading the tensor again (about
-0.5 us less per op on the chain: 10.9-11.5 us save=False, 12.0-12.9 us save=True, in A/B runs
-on a shared machine).
+Each op appends one flat tuple of raw facts (``_recording.Row``): the output's ``torch.Size``,
+``dtype`` and (off the CPU) ``device`` objects as torch returns them, the producers' row indices,
+the parameter names, the source location. Labels, parent labels, ``Op`` objects, children and
+dtype/device names are built after the forward, when the trace is first read
+(``_recording.Recording.build``); a live observer (hook plan, tripwire) has the op built as it
+runs. Saved values are kept by row index; the storage index that copy on write needs is built
+at the first in-place op that finds values saved.
+
+Measured on the 801-op chain ``200 x (Linear(16) -> tanh -> mul -> add)``, batch 2, no grad,
+2-core CPU shared with other jobs (CPU time, median of per-round ratios to the plain forward,
+the code before and after side by side in one process, 21 rounds): save=False 4.2-4.9x ->
+3.1-3.4x, save=True 4.7-5.5x -> 3.5-3.7x, against 1.5-1.6x for a bare recording mode (function
+and calling frame only); reading ``trace.ops`` afterwards brings save=False to 3.96x (the build
+is about 0.8x). Of the cut, building ``Op`` objects and labels after the forward is about 0.5x
+(A/B 4.64x -> 4.12x), module calls through the wrapper instead of global hooks about 0.5x (the
+hooks cost 0.6x by ablation), the lazy storage index about 0.35x of save=True; the cheaper
+argument scan, the unpacked function facts and the CPU outputs' skipped device object could not
+be told apart in the noise one by one. Tried and not kept: folding ``record`` into
+``__torch_function__`` (inlined argument scan and first source-frame step): 3.47x against
+3.49x, within the noise.
+What remains per op (ablations, each about 0.1-0.3x): the source walk (four frames for an op
+inside ``nn.Linear.forward``), the producer table (a weak reference per output), reading
+``shape``/``dtype``/``requires_grad``/``_is_view``, the functorch level check, the two clock
+reads.
 
 Saved outputs are detached references, not copies; an in-place op on a tensor whose storage backs
 a saved value first replaces that saved value by a clone (copy on write), so saving every op costs
@@ -43,6 +55,7 @@ from ..options import CaptureOptions, Site
 from ._blind_spots import BlindSpotKind
 from ._funcs import _infos, func_info
 from ._op import HookKind, Op
+from ._recording import Recording
 from ._selectors import AnySelector, Selector
 from ._source import NO_LOCATION, locate
 from ._tensors import arg_tensors, tensors_in
@@ -53,18 +66,6 @@ _now_ns = time.perf_counter_ns
 _getframe = sys._getframe
 _STRIDED = torch.strided
 _functorch_level = torch._C._functorch.maybe_current_level
-
-
-class _Names(dict[Any, str]):
-    """``str(key)`` without its ``torch.`` prefix, computed once per dtype or device."""
-
-    def __missing__(self, key: Any) -> str:
-        name = self[key] = str(key).removeprefix("torch.")
-        return name
-
-
-_DTYPE_NAMES = _Names()
-_DEVICE_NAMES = _Names()
 
 
 class _StopCapture(BaseException):
@@ -95,19 +96,22 @@ class Recorder(TorchFunctionMode):
         tripwire: Tripwire | None = None,
     ) -> None:
         super().__init__()
-        self.ops: list[Op] = []
-        self.by_label: dict[str, Op] = {}
-        self.counts: dict[str, int] = {}
-        self.producer: dict[int, tuple[Any, str, tuple[tuple[int, ...], str] | None]] = {}
-        """``id(tensor)`` -> (weak reference, label of the op that produced it, its (shape,
-        dtype name) as recorded then, for the first output of an op; None for the others)."""
+        self.recording = Recording()
+        self.rows = self.recording.rows
+        self.producer: dict[int, tuple[Any, int, tuple[Any, Any] | None]] = {}
+        """``id(tensor)`` -> (weak reference, row index of the op that produced it, its
+        (``torch.Size``, ``torch.dtype``) as recorded then, for the first output of an op; None
+        for the others)."""
         self.param_names = param_names
         self.options = options
         self.save_all = save is True
         self.save_selector = save if isinstance(save, Selector) else None
         self.backward_ready = options.backward_ready
-        self.grad_fns: dict[str, Any] = {}
-        self.saved_storage: dict[int, list[Op]] = {}
+        self.saved = self.recording.saved
+        self.saved_storage: dict[int, list[int]] | None = None
+        """Storage address -> row indices of the ops whose saved values it backs; built at the
+        first in-place op that finds values saved, kept up to date from then on (a forward
+        without in-place ops never reads a storage address)."""
         self.source_lines = options.source_lines
         self.tripwire = tripwire
         self.stopped_at: Op | None = None
@@ -122,8 +126,8 @@ class Recorder(TorchFunctionMode):
         """> 0: torch calls are not recorded (hook callbacks, opaque regions, nested captures)."""
         self.paused = 0
         """> 0: module calls are not tracked either (hook-plan callbacks)."""
-        self.blind_spots: dict[tuple[str, str], list[str]] = {}
-        """``(kind, where)`` -> labels of the ops holding what came out (see ``_blind_spots``)."""
+        self.blind_spots: dict[tuple[str, str], list[int]] = {}
+        """``(kind, where)`` -> row indices of the ops holding what came out (``_blind_spots``)."""
         self._save_cache: dict[tuple[str, tuple[str, ...]], bool] = {}
         self._op_hooks: list[tuple[Selector, Any]] = []
         self.module_hooks: list[tuple[Selector, Any]] = []
@@ -135,23 +139,22 @@ class Recorder(TorchFunctionMode):
 
     # ----- the per-op path ---------------------------------------------------------------
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        info = _infos.get(func) or func_info(func)
-        if info.is_skipped or self.suspended:
+        name, is_skipped, inplace = _infos.get(func) or func_info(func)
+        if is_skipped or self.suspended:
             return func(*args, **kwargs) if kwargs else func(*args)
-        inplace = info.is_inplace
         if kwargs:
             inplace = inplace or "out" in kwargs or kwargs.get("inplace") is True
-            if inplace and self.saved_storage:
+            if inplace and self.saved:
                 self._copy_saved_before_write(args, kwargs)
             start = _now_ns()
             out = func(*args, **kwargs)
         else:
-            if inplace and self.saved_storage:
+            if inplace and self.saved:
                 self._copy_saved_before_write(args, kwargs)
             start = _now_ns()
             out = func(*args)
         duration = _now_ns() - start
-        if info.name == "setitem":
+        if name == "setitem":
             out = args[0]
         if isinstance(out, Tensor):
             outputs = [out]
@@ -159,7 +162,7 @@ class Recorder(TorchFunctionMode):
             outputs = tensors_in(out)
             if not outputs:
                 return out
-        self.record(info.name, arg_tensors(args, kwargs), outputs, duration, inplace, _getframe(1))
+        self.record(name, arg_tensors(args, kwargs), outputs, duration, inplace, _getframe(1))
         return out
 
     def record(
@@ -172,86 +175,68 @@ class Recorder(TorchFunctionMode):
         frame: Any,
         is_input: bool = False,
         observe: bool = True,
-    ) -> Op:
-        """Append the op ``name`` that read ``inputs`` and produced ``outputs`` (non-empty).
+    ) -> int:
+        """Append the row of the op ``name`` that read ``inputs`` and produced ``outputs``
+        (non-empty); returns its index (``Recording.op`` builds its ``Op``).
 
         ``frame`` is where the call was made (the first frame outside torch and torchlens_nb
         above it is the op's source line). With ``observe`` (the default) the hook plan's op
         callbacks and the tripwire see the op before this returns.
         """
-        count = self.counts.get(name, 0) + 1
-        self.counts[name] = count
-        label = f"{name}_{count}"
         producer = self.producer
-        parents: list[str] = []
+        rows = self.rows
+        index = len(rows)
+        parents: list[int] = []
         params: list[str] = []
-        meta: list[tuple[tuple[int, ...], str]] = []
+        meta: list[tuple[Any, Any]] = []
         is_untracked = False
         for tensor in inputs:
             entry = producer.get(id(tensor))
             if entry is not None and entry[0]() is tensor:
                 # the producer's recorded (shape, dtype): an op that changed them in place was
                 # recorded too and replaced the entry
-                meta.append(entry[2] or (tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype]))
+                meta.append(entry[2] or (tensor.shape, tensor.dtype))
                 if entry[1] not in parents:
                     parents.append(entry[1])
             else:
-                meta.append((tuple(tensor.shape), _DTYPE_NAMES[tensor.dtype]))
+                meta.append((tensor.shape, tensor.dtype))
                 pname = self.param_names.get(id(tensor))
                 if pname is None:
                     is_untracked = True  # made where the capture did not look
                 elif pname not in params:
                     params.append(pname)
-        file, line, code_name = locate(frame) if self.source_lines else NO_LOCATION
         first = outputs[0]
-        shape, dtype = tuple(first.shape), _DTYPE_NAMES[first.dtype]
-        op = Op(
-            label,
-            len(self.ops),
-            name,
-            self.module,
-            self.stack,
-            file,
-            line,
-            code_name,
-            tuple(parents),
-            tuple(params),
-            tuple(meta),
-            shape,
-            dtype,
-            _DEVICE_NAMES[first.device],
-            first.requires_grad,
-            first._is_view(),
-            inplace,
-            duration,
-            len(outputs),
-            self.hook_kind,
-            is_input,
-        )
-        self.ops.append(op)
-        self.by_label[label] = op
-        producer[id(first)] = (_ref(first), label, (shape, dtype))
-        for tensor in outputs[1:]:
-            producer[id(tensor)] = (_ref(tensor), label, None)
-        if self.backward_ready and op.requires_grad and first.grad_fn is not None:
-            self.grad_fns[label] = first.grad_fn
-            op.grad_fn_name = type(first.grad_fn).__name__
+        out_meta = (first.shape, first.dtype)
+        requires_grad = first.requires_grad
+        rows.append((
+            name, self.module, self.stack, self.hook_kind,
+            locate(frame) if self.source_lines else NO_LOCATION, parents, params, meta, out_meta,
+            None if first.is_cpu else first.device, requires_grad, first._is_view(), inplace,
+            duration, len(outputs), is_input,
+        ))  # fmt: skip
+        producer[id(first)] = (_ref(first), index, out_meta)
+        if len(outputs) > 1:
+            for tensor in outputs[1:]:
+                producer[id(tensor)] = (_ref(tensor), index, None)
+        if requires_grad and self.backward_ready and first.grad_fn is not None:
+            self.recording.grad_fns[index] = first.grad_fn
         if _functorch_level() != self.functorch_level:
             # inside a torch.func transform (grad, jacrev, jvp, ...): the values are wrappers
             # that die with the transform, and the links to the ops outside are lost
-            self._note("functorch_transform", label)
+            self._note("functorch_transform", index)
         else:
             if is_untracked:
-                self._note("untracked_input", label)
+                self._note("untracked_input", index)
             if self.save_all or (self.save_selector is not None and self._wants_save(name)):
-                self._save(op, outputs)
+                self._save(index, outputs)
         if observe and (self._op_hooks or self.tripwire is not None):
-            self.observe(op, outputs)
-        return op
+            self.observe(index, outputs)
+        return index
 
-    def observe(self, op: Op, outputs: Sequence[Tensor]) -> None:
-        """Show ``op`` to the hook plan's op callbacks (its first output), then to the tripwire
-        (every output), which may stop."""
+    def observe(self, index: int, outputs: Sequence[Tensor]) -> None:
+        """Show the op of row ``index`` to the hook plan's op callbacks (its first output), then
+        to the tripwire (every output), which may stop."""
+        op = self.recording.op(index)
         if self._op_hooks:
             value = outputs[0]
             for selector, callback in self._op_callbacks(op.func):
@@ -282,26 +267,26 @@ class Recorder(TorchFunctionMode):
         # recording itself runs (detach for saving, the tripwire's checks) must not be recorded
         self.suspended += 1
         try:
-            op = self.record(name, inputs, outputs, duration, False, frame, observe=False)
+            index = self.record(name, inputs, outputs, duration, False, frame, observe=False)
             if where is None:
-                where = op.label
-            self.blind_spots.setdefault((kind, where), []).append(op.label)
-            self.observe(op, outputs)
+                where = self.recording.op(index).label
+            self.blind_spots.setdefault((kind, where), []).append(index)
+            self.observe(index, outputs)
         finally:
             self.suspended -= 1
 
-    def _note(self, kind: BlindSpotKind, label: str) -> None:
-        self.blind_spots.setdefault((kind, self.module or "(root)"), []).append(label)
+    def _note(self, kind: BlindSpotKind, index: int) -> None:
+        self.blind_spots.setdefault((kind, self.module or "(root)"), []).append(index)
 
-    def producer_of(self, tensor: Tensor) -> str | None:
-        """Label of the op that produced ``tensor`` in this capture, or None."""
+    def producer_of(self, tensor: Tensor) -> int | None:
+        """Row index of the op that produced ``tensor`` in this capture, or None."""
         entry = self.producer.get(id(tensor))
         return entry[1] if entry is not None and entry[0]() is tensor else None
 
     def record_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """One ``input`` op per distinct tensor among the forward's arguments."""
         frame = _getframe(1)
-        for tensor in tensors_in((args, kwargs)):
+        for tensor in arg_tensors(args, kwargs):
             if self.producer_of(tensor) is None:
                 self.record("input", [], [tensor], 0, False, frame, is_input=True)
 
@@ -334,35 +319,44 @@ class Recorder(TorchFunctionMode):
             self.paused -= 1
 
     # ----- saved values ------------------------------------------------------------------
-    def _save(self, op: Op, outputs: list[Tensor]) -> None:
+    def _save(self, index: int, outputs: list[Tensor]) -> None:
         # a detached alias cuts the autograd graph; an output outside autograd has none to cut
         # (skipping detach there saves 0.36 us per op, a third of what saving costs)
         if self.backward_ready:
             values = outputs
         else:
             values = [t.detach() if t.requires_grad else t for t in outputs]
-        op.out = values[0] if len(values) == 1 else tuple(values)
-        op.has_saved = True
-        saved = self.saved_storage
+        self.saved[index] = values[0] if len(values) == 1 else tuple(values)
+        if self.saved_storage is not None:
+            self._index_storage(index, values)
+
+    def _index_storage(self, index: int, values: Sequence[Tensor]) -> None:
+        saved_storage = self.saved_storage
+        assert saved_storage is not None
         for tensor in values:
             key = _storage_key(tensor)
             if key is not None:
-                owners = saved.get(key)
+                owners = saved_storage.get(key)
                 if owners is None:
-                    saved[key] = [op]
+                    saved_storage[key] = [index]
                 else:
-                    owners.append(op)
+                    owners.append(index)
 
     def _copy_saved_before_write(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self.saved_storage is None:  # the first in-place op: index what was saved so far
+            self.saved_storage = {}
+            for index, value in self.saved.items():
+                self._index_storage(index, value if isinstance(value, tuple) else (value,))
         first = args[0] if args else None
         target = kwargs.get("out", first) if kwargs else first
+        recording = self.recording
         for tensor in tensors_in(target):
             key = _storage_key(tensor)
-            for op in self.saved_storage.pop(key, ()) if key is not None else ():
-                op.out = (
-                    tuple(t.clone() for t in op.out)
-                    if isinstance(op.out, tuple)
-                    else op.out.clone()
+            for index in self.saved_storage.pop(key, ()) if key is not None else ():
+                value = recording.saved[index]
+                recording.replace_saved(
+                    index,
+                    tuple(t.clone() for t in value) if isinstance(value, tuple) else value.clone(),
                 )
 
 

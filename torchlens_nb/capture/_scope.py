@@ -1,18 +1,20 @@
 """The scope of a capture: its thread, the captures around it, and the process-wide state.
 
-Two things are process-wide in PyTorch and a capture changes them: the ``torch.compile`` stance
-(``force_eager``, so compiled regions run as recorded eager code) and the ``torch.vmap`` entry
-point (so a vmap call is recorded as one op instead of being lost). They are changed when the
-first capture of the process starts and restored when the last one ends, under a lock, however
-captures in several threads interleave: two overlapping captures each restoring "their" stance
-left the process at ``force_eager`` (tests/capture/test_threads.py).
+Three things are process-wide in PyTorch and a capture changes them: the ``torch.compile``
+stance (``force_eager``, so compiled regions run as recorded eager code), the ``torch.vmap``
+entry point (so a vmap call is recorded as one op instead of being lost) and
+``nn.Module._call_impl`` (wrapped, so module calls reach the capture's tracker, see
+``_modules``). They are changed when the first capture of the process starts and restored when
+the last one ends, under a lock, however captures in several threads interleave: two
+overlapping captures each restoring "their" stance left the process at ``force_eager``
+(tests/capture/test_threads.py).
 
-Module hooks are global in PyTorch too; each capture registers its own pair (one handle each,
-instead of one per module), and its tracker ignores calls from other threads. Torch-function
-modes are per-thread, so a forward in another thread is never recorded. Each thread keeps a
-stack of its active captures: a capture started inside another (a ``tl.trace`` in a forward hook)
-suspends the outer recorder until it ends, so the outer one does not record the inner capture's
-ops and the inner one never sees the outer's; vmap calls go to the innermost capture.
+Torch-function modes are per-thread, so a forward in another thread is never recorded, and the
+module-call wrapper hands a call to the capture of the calling thread only (a thread without
+one pays one thread-local lookup per module call). Each thread keeps a stack of its active
+captures: a capture started inside another (a ``tl.trace`` in a forward hook) suspends the outer
+recorder until it ends, so the outer one does not record the inner capture's ops and the inner
+one never sees the outer's; module and vmap calls go to the innermost capture.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 from typing import Any
 
 import torch
+from torch import nn
 
 from ._installs import Undo, pop_mode, push_mode
 from ._modules import ModuleTracker
@@ -44,12 +47,14 @@ class _ProcessState:
         """The ``torch.vmap`` entry point found before (None: not routed)."""
         self.stance: Any = None
         """The ``torch.compile`` stance found before the first capture (None: not changed)."""
+        self.call_impl: Any = None
+        """``nn.Module._call_impl`` as found before the first capture (None: not wrapped)."""
 
 
 _state = _ProcessState()
 
 
-def _thread_stack() -> list[Recorder]:
+def _thread_stack() -> list[ModuleTracker]:
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
@@ -59,39 +64,64 @@ def _thread_stack() -> list[Recorder]:
 def active_recorder() -> Recorder | None:
     """The recorder of the capture running in this thread (the innermost one), or None."""
     stack = getattr(_local, "stack", None)
-    return stack[-1] if stack else None
+    return stack[-1].rec if stack else None
+
+
+def _tracked_call_impl(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """``nn.Module._call_impl`` while captures run: the call, between the tracker's ``enter``
+    and ``exit`` when this thread has a capture."""
+    call_impl = _state.call_impl
+    stack = getattr(_local, "stack", None)
+    if not stack or call_impl is None:
+        return (call_impl or _ORIGINAL_CALL_IMPL)(module, *args, **kwargs)
+    tracker = stack[-1]
+    tracker.enter(module, args)
+    output = None
+    try:
+        output = call_impl(module, *args, **kwargs)
+    finally:
+        tracker.exit(module, output)
+    return output
+
+
+_MODULE: Any = nn.Module
+"""``nn.Module``, typed loosely: its ``_call_impl`` is swapped for a plain function."""
+_ORIGINAL_CALL_IMPL = nn.Module._call_impl
+"""What a call that reaches the wrapper after the last capture ended runs (a module whose
+``_call_impl`` was bound while a capture ran)."""
 
 
 def enter_scope(recorder: Recorder, tracker: ModuleTracker, undo: Undo) -> None:
     """Make ``recorder`` this thread's active capture and its mode the innermost one.
 
-    The tracker's module hooks are registered for this capture only (their first check is the
-    thread, so a forward in another thread costs them one comparison); an enclosing capture of
-    this thread is suspended and paused until this one ends. Each step's undo goes to ``undo``
+    The tracker's marker hooks are registered for this capture only (their first check is the
+    thread); an enclosing capture of this thread is suspended and paused until this one ends. Each step's undo goes to ``undo``
     before the step runs (``_installs``): ``undo.run()`` ends the scope, whatever instant an
     interrupt stopped the steps at.
     """
     undo.add(functools.partial(_release, recorder))
     _acquire(recorder)
     stack = _thread_stack()
-    outer = stack[-1] if stack else None
-    undo.add(functools.partial(_leave_thread, stack, recorder, outer))
+    outer = stack[-1].rec if stack else None
+    undo.add(functools.partial(_leave_thread, stack, tracker, outer))
     if outer is not None:  # no signal check between these stores and the append's return
         outer.suspended += 1
         outer.paused += 1
-    stack.append(recorder)
+    stack.append(tracker)
     undo.add(tracker.remove_hooks)
     tracker.install_hooks()
     undo.add(functools.partial(pop_mode, recorder))
     push_mode(recorder)
 
 
-def _leave_thread(stack: list[Recorder], recorder: Recorder, outer: Recorder | None) -> None:
-    if recorder in stack:
+def _leave_thread(
+    stack: list[ModuleTracker], tracker: ModuleTracker, outer: Recorder | None
+) -> None:
+    if tracker in stack:
         if outer is not None:
             outer.suspended -= 1
             outer.paused -= 1
-        stack.remove(recorder)
+        stack.remove(tracker)
 
 
 def running_captures() -> int:
@@ -103,6 +133,7 @@ def _acquire(recorder: Recorder) -> None:
     with _lock:
         if not _state.holders:
             _state.vmap_original = _route_vmap()
+            _wrap_call_impl()
         _state.holders.add(id(recorder))
         eval_frame = sys.modules.get("torch._dynamo.eval_frame")
         if _state.stance is None and eval_frame is not None:
@@ -118,6 +149,7 @@ def _release(recorder: Recorder) -> None:
         _state.holders.discard(id(recorder))
         if _state.holders:
             return
+        _unwrap_call_impl()
         original, _state.vmap_original = _state.vmap_original, None
         if original is not None:
             sys.modules["torch._functorch.apis"].vmap_impl = original  # type: ignore[attr-defined]
@@ -126,15 +158,33 @@ def _release(recorder: Recorder) -> None:
             _state.stance = None
 
 
+def _wrap_call_impl() -> None:
+    # the original is kept first: _unwrap_call_impl restores it whatever instant this stopped at
+    # (a plain function read off the class: nn.Module is the root of its MRO)
+    current = _MODULE._call_impl
+    if current is not _tracked_call_impl:
+        _state.call_impl = current
+        _MODULE._call_impl = _tracked_call_impl
+
+
+def _unwrap_call_impl() -> None:
+    if _MODULE._call_impl is _tracked_call_impl and _state.call_impl is not None:
+        _MODULE._call_impl = _state.call_impl
+    _state.call_impl = None
+
+
 def _route_vmap() -> Any:
     """Route ``torch.vmap`` calls through ``_record_vmap`` (``torch.vmap``, ``torch.func.vmap``
     and earlier ``from torch import vmap`` aliases all call ``torch._functorch.apis.vmap_impl``
     at call time); returns the original entry point, or None if this torch has none (then
     vmap calls are not intercepted)."""
+    global _vmap_route
     apis = sys.modules.get("torch._functorch.apis")
     original = getattr(apis, "vmap_impl", None)
     if original is not None:
-        apis.vmap_impl = functools.partial(_record_vmap, original)  # type: ignore[union-attr]
+        if _vmap_route.args[0] is not original:  # made once per entry point, not per capture
+            _vmap_route = functools.partial(_record_vmap, original)
+        apis.vmap_impl = _vmap_route  # type: ignore[union-attr]
     return original
 
 
@@ -157,3 +207,7 @@ def _record_vmap(original: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
     duration = time.perf_counter_ns() - begin
     recorder.record_unseen("vmap", None, "vmap", inputs, tensors_in(out), duration, frame)
     return out
+
+
+_vmap_route = functools.partial(_record_vmap, None)
+"""The routed entry point last installed (``_route_vmap``)."""

@@ -69,8 +69,19 @@ def tensors_in(value: Any, depth: int = 0) -> list[Tensor]:
 
 def arg_tensors(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> list[Tensor]:
     """The tensors among a call's arguments (positional first), as ``tensors_in((args, kwargs))``
-    would list them; the common case (tensors and scalars only) never opens a container."""
-    found: list[Tensor] = []
+    would list them; the common case (positional tensors and scalars only) never opens a
+    container and allocates nothing but the list (on the per-op path: about 0.3x of the 801-op
+    chain's plain forward went to this scan when it always set up the walk)."""
+    if not kwargs:
+        found: list[Tensor] = []
+        for value in args:
+            if isinstance(value, Tensor):
+                found.append(value)
+            elif type(value) not in ATOMIC_TYPES:
+                break
+        else:
+            return found
+    found = []
     budget = [MAX_VISITS]
     for values in (args, kwargs.values()) if kwargs else (args,):
         for value in values:

@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..errors import BackwardError, OpNotFoundError
 from ._backward import BackwardPass, log_backward
-from ._blind_spots import BlindSpot
-from ._modules import ModuleCall
+from ._blind_spots import BlindSpot, blind_spots
+from ._gc_pause import pause_gc
+from ._installs import Undo
 from ._op import Op
+from ._recording import ModuleCall, Recording
 from ._selectors import canonical_address
 
 if TYPE_CHECKING:
     from ..report import FindNanReport, HealthReport
+
+
+_build_lock = threading.Lock()
+
+
+class _Built:
+    """A :class:`Trace` attribute built with the ops on its first read (``Trace._build``), a
+    plain instance attribute from then on (a non-data descriptor: the instance dict wins)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, trace: Trace | None, owner: type | None = None) -> Any:
+        if trace is None:
+            return self
+        trace._build()
+        return trace.__dict__[self.name]
 
 
 class Trace:
@@ -26,44 +46,99 @@ class Trace:
     with ``backward_ready``, each op's ``grad_fn``: that keeps the autograd graph alive until the
     trace is released. ``blind_spots`` lists what the capture could not see into (TorchScript
     modules, vmap calls); an analysis must not call a trace with blind spots fully checked.
+
+    The ``Op`` objects and the tables below are built from the capture's raw rows
+    (``_recording``) on the first read of any of them (``ops``, a label lookup, iteration,
+    ``len``), once: a trace dropped unread, or read only for ``output`` and ``options``, never
+    builds them.
     """
 
     is_partial = False
 
+    ops: list[Op] = _Built()  # type: ignore[assignment]
+    """The ops in execution order."""
+    _by_label: dict[str, Op] = _Built()  # type: ignore[assignment]
+    module_calls: list[ModuleCall] = _Built()  # type: ignore[assignment]
+    """Every module call, in the order the calls ended."""
+    output_layers: tuple[str, ...] = _Built()  # type: ignore[assignment]
+    """Labels of the ops that produced the forward's outputs."""
+    input_layers: tuple[str, ...] = _Built()  # type: ignore[assignment]
+    blind_spots: tuple[BlindSpot, ...] = _Built()  # type: ignore[assignment]
+    """What the capture could not see into (see ``tl.capture.BlindSpot``)."""
+    _grad_fns: dict[str, Any] = _Built()  # type: ignore[assignment]
+
     def __init__(
         self,
-        ops: list[Op],
-        module_calls: list[ModuleCall],
-        grad_fns: dict[str, Any],
+        recording: Recording,
         *,
         model_type: str,
         output: Any,
-        output_layers: tuple[str, ...],
         save_all: bool,
         options: Any,
-        blind_spots: tuple[BlindSpot, ...] = (),
-        by_label: dict[str, Op] | None = None,
+        blind_spots: Mapping[tuple[str, str], list[int]],
+        opaque_types: Mapping[str, str],
     ) -> None:
-        self.ops = ops
-        self._by_label = by_label if by_label is not None else {op.label: op for op in ops}
-        self.module_calls = module_calls
-        self._grad_fns = grad_fns
+        self._recording: Recording | None = recording
+        self._raw_blind_spots = (blind_spots, opaque_types)
         self.model_type = model_type
         self.output = output
-        self.output_layers = output_layers
-        self.input_layers = tuple(op.label for op in ops if op.is_input)
         self.save_all = save_all
         """True when every op's output was saved (full coverage for value scans)."""
         self.options = options
-        self.blind_spots = blind_spots
-        """What the capture could not see into (see ``tl.capture.BlindSpot``)."""
         self.backward_passes: list[BackwardPass] = []
-        children: dict[str, list[str]] = {}  # ops without consumers keep Op.children == ()
+
+    def _build(self) -> None:
+        """Build every op and the tables above from the recording (once, under the gc pause).
+
+        An interrupt leaves nothing half done: the pause is undone by an ``Undo`` registered
+        before it (``_installs``: a ``paused_gc()`` block interrupted in its exit kept the
+        objects frozen), each op is committed at once (``Recording.build``) and the tables are
+        set before ``ops``, so the next read builds the rest.
+        """
+        with _build_lock:
+            undo = Undo()
+            try:
+                pause_gc(undo)
+                self._build_tables()
+            finally:
+                # in this frame, as in run_capture: a helper called here could be interrupted at
+                # its first line, before its own try (the objects stayed frozen)
+                while True:
+                    try:
+                        if undo.run():
+                            break
+                    except BaseException as exc:  # one that arrived at run's first line
+                        undo.error = undo.error or exc
+                if undo.error is not None:
+                    raise undo.error
+
+    def _build_tables(self) -> None:
+        recording = self._recording
+        if recording is None:  # another thread built them while this one waited
+            return
+        ops = recording.build()
+        for index in recording.outputs:
+            ops[index].is_output = True
+        children: dict[int, list[str]] = {}  # ops without consumers keep Op.children == ()
         for op in ops:
             for parent in op.parents:
-                children.setdefault(parent, []).append(op.label)
-        for label, consumers in children.items():
-            self._by_label[label].children = tuple(consumers)
+                children.setdefault(recording.by_label[parent].index, []).append(op.label)
+        for index, consumers in children.items():
+            ops[index].children = tuple(consumers)
+        found, opaque_types = self._raw_blind_spots
+        fields = self.__dict__
+        fields["_by_label"] = recording.by_label
+        fields["module_calls"] = recording.module_calls()
+        fields["output_layers"] = tuple(ops[index].label for index in recording.outputs)
+        fields["input_layers"] = tuple(op.label for op in ops if op.is_input)
+        fields["blind_spots"] = blind_spots(
+            {key: [ops[i].label for i in indices] for key, indices in found.items()},
+            opaque_types,
+        )
+        fields["_grad_fns"] = {ops[i].label: fn for i, fn in recording.grad_fns.items()}
+        fields["ops"] = ops
+        self._recording = None  # the rows are not needed again
+        self._raw_blind_spots = ({}, {})
 
     # ----- lookup ------------------------------------------------------------------------
     def __getitem__(self, key: str | int | Op) -> Op:
