@@ -17,9 +17,11 @@ bare step's wall-clock min and median differed by 1.8x, and single runs by 5x):
 * ``checks``: ``ChecksSession(model, optimizer, scaler=None)`` with the quick-start defaults
   (``register_change_check()``, ``register_nonfinite_grad_check()``,
   ``register_update_ratio_check()``) attached in hook-only mode: counting at S-A, one batched
-  ``_foreach_norm`` per backward and one more at the step site over every gradient the
-  optimizer is about to use (issue 28: a write through ``.data`` leaves ``_version`` as it was,
-  so the step site cannot trust the backward's norm), one host read per step;
+  ``_foreach_norm`` at the step site over every gradient the optimizer is about to use (issue
+  28: a write through ``.data`` leaves ``_version`` as it was, so the step site cannot trust the
+  backward's norm), which also serves as the arrival read once three attempts read both ways
+  agree (``checks/session/_arrival.py``; the warm-up covers them, and the amortised row adds
+  the one attempt in 25 that reads both ways again), one host read per step;
 * ``checks+dashboard``: the same plus ``session.dashboard()`` backed by the real dashboard
   widget (no frontend: its comm goes nowhere, every increment is still serialised and sent).
 * ``checks, no invariants``: ``checks`` with ``invariants=False``: the per-step invariants of
