@@ -20,7 +20,6 @@ class Op:
 
     __slots__ = (
         "__weakref__",
-        "_trace_ref",
         "arg_meta",
         "children",
         "code_name",
@@ -120,7 +119,6 @@ class Op:
         self.grads: list[Any] = []
         """Gradient w.r.t. the output, one entry per logged backward (None where not reached)."""
         self.grad_fn_name: str | None = None
-        self._trace_ref: Any = None
 
     @property
     def in_hook(self) -> bool:
