@@ -21,7 +21,10 @@ Between the wrapper's last check and its return there is no call (no signal chec
 interrupt is never left undelivered. Installed only from the main thread (the only one signals
 reach), and only over a Python-level handler: a process that ignores Ctrl-C (``SIG_IGN``) or
 kept the default action is left alone. A handler the user installs while a scope is open is
-kept: release restores ours only if ours is still the one installed.
+kept: release restores ours only if ours is still the one installed. Limit: ipykernel sets
+``SIGINT`` to ``signal.default_int_handler`` around each cell it runs and puts its saved handler
+back after, so a session attached in one cell and used in later ones is held only in the cell
+that attached it (``with session:`` inside one cell, the usual form, is held throughout).
 """
 
 from __future__ import annotations
