@@ -100,7 +100,7 @@ from torchlens_nb.checks.session._arrival import LEARNING_ATTEMPTS, VERIFY_EVERY
 from torchlens_nb.checks.session._replay import KeptBatch
 from torchlens_nb.widgets import _dashboard
 
-ROUNDS = 9
+ROUNDS = 15
 SAMPLED_ROUNDS = 3
 TARGETS = {"checks": 1.03, "checks+dashboard": 1.05}
 MANY_ROUNDS = 15
