@@ -100,6 +100,24 @@ def release_sigint() -> None:
         _state.previous = None
 
 
+class SigintHold:
+    """One owner's scope of :func:`hold_sigint`: :meth:`open` once, :meth:`close` any number of
+    times (only the first close after an open that held releases it)."""
+
+    __slots__ = ("_is_held",)
+
+    def __init__(self) -> None:
+        self._is_held = False
+
+    def open(self) -> None:
+        self._is_held = hold_sigint()
+
+    def close(self) -> None:
+        if self._is_held:
+            self._is_held = False
+            release_sigint()
+
+
 def shielded(on_interrupt: Callable[[Any], None] | None = None) -> Callable[[Method], Method]:
     """Decorate a method whose run a Ctrl-C must not cut: one that arrives during it is raised
     as ``KeyboardInterrupt`` when it returns (or raises), after ``on_interrupt(self)``."""

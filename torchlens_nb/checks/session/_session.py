@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import torch
 
-from ..._interrupts import hold_sigint, release_sigint, shielded
+from ..._interrupts import SigintHold, shielded
 from ..._validate import check_bool, check_int, is_number
 from ...errors import CheckViolationError, DiagnosticArgumentError, ModelTypeError
 from ...report import Finding
@@ -170,8 +170,8 @@ class ChecksSession:
             + (f" on rank {self._ranks.rank}" if self._ranks.is_active else "")
         )
         self._hooks: contextlib.ExitStack | None = None
-        self._holds_sigint = False
-        """attach() opened a Ctrl-C holding scope (``_interrupts.py``); detach() closes it."""
+        self._sigint = SigintHold()
+        """Opened by attach() (Ctrl-C held in the session's own code), closed by detach()."""
         self._final: CheckReport | None = None
         self._feed: DashboardFeed | None = None
         self._paused_spans = 0
@@ -422,7 +422,7 @@ class ChecksSession:
             raise DiagnosticArgumentError("this session is already attached.")
         stack = contextlib.ExitStack()
         self._hooks = stack  # first: an interrupt at any later instant is rolled back below
-        self._holds_sigint = hold_sigint()
+        self._sigint.open()
         try:
             ATTACHED.claim(self._optimizer, self._subject, stack)
             self._engine.install(stack)
@@ -436,9 +436,7 @@ class ChecksSession:
         stack, self._hooks = self._hooks, None
         if stack is not None:
             stack.close()
-        if self._holds_sigint:
-            self._holds_sigint = False
-            release_sigint()
+        self._sigint.close()
 
     @shielded()
     def detach(self, exit_reason: str = "completed") -> CheckReport:
@@ -457,9 +455,7 @@ class ChecksSession:
             if self._feed is not None:
                 self._feed.finish(self._final)
         finally:
-            if self._holds_sigint:
-                self._holds_sigint = False
-                release_sigint()
+            self._sigint.close()
         return self._final
 
     @shielded(on_interrupt=lambda self: self._roll_back())

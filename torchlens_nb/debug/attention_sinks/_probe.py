@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
-from ..._interrupts import hold_sigint, release_sigint, shielded
+from ..._interrupts import SigintHold, shielded
 from ..._validate import check_number
 from ...capture import Selector, func
 from ...capture._installs import pop_mode
@@ -206,8 +206,9 @@ class SinkProbe:
         self._scored: dict[SiteKind, list[Any]] = {}  # results, until the next value arrives
         self._mode: FusedAttentionMode | None = None
         self._is_entered = False
-        self._holds_sigint = False
-        """``__enter__`` opened a Ctrl-C holding scope (``_interrupts.py``)."""
+        self._sigint = SigintHold()
+        """Opened by ``__enter__`` (Ctrl-C held while the mode goes on and off), closed by
+        ``__exit__``."""
         # (output tensor, probabilities, op name) of the last recomputed fused call, until the
         # capture's hook for that op claims it (the output's identity pairs the two)
         self._pending: tuple[torch.Tensor, torch.Tensor, str] | None = None
@@ -228,7 +229,7 @@ class SinkProbe:
                 "tl.trace(...) call."
             )
         self._is_entered = True
-        self._holds_sigint = hold_sigint()
+        self._sigint.open()
         if self.fused_attention == "recompute":
             mode = self._mode = FusedAttentionMode(self._on_fused_call)
             try:
@@ -244,9 +245,7 @@ class SinkProbe:
         self._claim_nothing()
         if mode is not None:
             pop_mode(mode)  # only if it is still ours on top (never "pop from empty stack")
-        if self._holds_sigint:
-            self._holds_sigint = False
-            release_sigint()
+        self._sigint.close()
 
     def _on_fused_call(self, call: FusedCall) -> None:
         self._claim_nothing()
