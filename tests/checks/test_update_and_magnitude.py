@@ -50,6 +50,29 @@ def test_sgd_update_ratio_is_lr_times_grad_norm_over_weight_norm() -> None:
     assert all(r["update_ratio"] > 0 for r in series)
 
 
+def test_cpu_snapshot_is_kept_between_sampled_steps_and_freed_at_detach() -> None:
+    model = models.mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    session.register_update_ratio_check(every=1)
+    sampler = session._engine._sampler
+    x = torch.randn(4, 8)
+    with session:
+        _step(model, optimizer, x)
+        kept = [t.data_ptr() for t in sampler._kept]
+        # the second sampled step copies into the same tensors, and still measures exactly
+        weight = model[0].weight.detach().clone()
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        grad = model[0].weight.grad.clone()
+        optimizer.step()
+        assert [t.data_ptr() for t in sampler._kept] == kept
+        rows = {r["param"]: r for r in session.report().table("params").dicts()}
+        expected = 0.1 * grad.norm().item() / weight.norm().item()
+        assert rows["0.weight"]["update_ratio"] == pytest.approx(expected, rel=1e-5)
+    assert sampler._kept == []  # detached: the 4 parameters' copy is freed
+
+
 def test_update_ratio_band_flags_parameters_out_of_band_on_a_sustained_window() -> None:
     model = models.mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -189,7 +189,8 @@ class Engine:
 
     def install(self, stack: contextlib.ExitStack) -> None:
         """Install S-A on every roster parameter and S-B / S-C on the optimizer; every handle
-        goes to ``stack``."""
+        goes to ``stack``, and so does freeing the update sampler's kept snapshot."""
+        stack.callback(self._release_snapshot)
         self._sites.install(stack)
         optimizer, pre, post = self._optimizer, self._on_step_pre, self._on_step_post
         # each removal before its hook: an interrupt in between leaves nothing (_hooks)
@@ -297,6 +298,10 @@ class Engine:
             self._in_flight = None
             if self._sampler is not None:
                 self._sampler.discard()
+
+    def _release_snapshot(self) -> None:
+        if self._sampler is not None:
+            self._sampler.release()
 
     def start_feeding(self) -> None:
         """Keep the chart rows added between dashboard increments."""
