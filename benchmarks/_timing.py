@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -50,12 +51,42 @@ def interleaved(
     return [Timing(name, tuple(samples[name])) for name, _ in contenders]
 
 
+def per_round_ratios(timing: Timing, base: Timing) -> list[float]:
+    """Each round's ``timing`` / ``base`` (empty when the two were not timed in the same
+    rounds)."""
+    if len(timing.seconds) != len(base.seconds):
+        return []
+    return [t / b for t, b in zip(timing.seconds, base.seconds)]
+
+
 def paired_ratio(timing: Timing, base: Timing) -> float:
-    """The median over rounds of ``timing``'s round / ``base``'s same round (NaN when the two
-    were not timed in the same rounds)."""
-    if len(timing.seconds) != len(base.seconds) or not base.seconds:
-        return float("nan")
-    return statistics.median(t / b for t, b in zip(timing.seconds, base.seconds))
+    """The median of :func:`per_round_ratios` (NaN when there are none)."""
+    ratios = per_round_ratios(timing, base)
+    return statistics.median(ratios) if ratios else float("nan")
+
+
+def paired_interval(
+    timing: Timing, base: Timing, *, level: float = 0.9, resamples: int = 2000
+) -> tuple[float, float]:
+    """A bootstrap ``level`` interval of :func:`paired_ratio` (percentile method over
+    ``resamples`` resamples of the rounds, seeded, so a run's table is reproducible from its
+    timings); (NaN, NaN) when there are no paired rounds."""
+    ratios = per_round_ratios(timing, base)
+    if not ratios:
+        return float("nan"), float("nan")
+    draw = random.Random(0)
+    medians = sorted(
+        statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(resamples)
+    )
+    tail = (1 - level) / 2
+    return medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
+
+
+def interval_verdict(interval: tuple[float, float], target: float) -> str:
+    """ "yes" when the whole interval is within ``target``, "NO" when it is all above it, else
+    "noisy": the run cannot tell."""
+    low, high = interval
+    return "yes" if high <= target else ("NO" if low > target else "noisy")
 
 
 def ratio_rows(
@@ -67,7 +98,9 @@ def ratio_rows(
     judge: str = "min_ratio",
 ) -> list[dict[str, object]]:
     """Rows of a ratio table: each contender against ``baseline`` (min, median and paired
-    ratios); a contender with a target is judged on the ``judge`` column."""
+    ratios). A contender with a target is judged on the ``judge`` column; judged on
+    ``"paired_ratio"``, the rows carry the ratio's 90% interval (:func:`paired_interval`) and
+    the verdict is :func:`interval_verdict`'s."""
     base = next(t for t in timings if t.name == baseline)
     rows = []
     for timing in timings:
@@ -77,17 +110,21 @@ def ratio_rows(
             "median_ratio": timing.median_s / base.median_s,
             "paired_ratio": paired_ratio(timing, base),
         }
-        rows.append(
-            {
-                "case": case,
-                "contender": timing.name,
-                "min_ms": timing.min_s * 1e3,
-                "median_ms": timing.median_s * 1e3,
-                **ratios,
-                "target": f"<= {target:.2f}x" if target else "",
-                "ok": "" if target is None else ("yes" if ratios[judge] <= target else "NO"),
-            }
-        )
+        row: dict[str, object] = {
+            "case": case,
+            "contender": timing.name,
+            "min_ms": timing.min_s * 1e3,
+            "median_ms": timing.median_s * 1e3,
+            **ratios,
+        }
+        verdict = "" if target is None else ("yes" if ratios[judge] <= target else "NO")
+        if judge == "paired_ratio":
+            interval = paired_interval(timing, base)
+            row["paired_90pct"] = f"{interval[0]:.3f}-{interval[1]:.3f}"
+            verdict = "" if target is None else interval_verdict(interval, target)
+        row["target"] = f"<= {target:.2f}x" if target else ""
+        row["ok"] = verdict
+        rows.append(row)
     return rows
 
 
@@ -164,7 +201,7 @@ def print_table(rows: Sequence[dict[str, object]]) -> None:
     if not rows:
         return
     columns = list(rows[0])
-    cells = [[_fmt(row[c]) for c in columns] for row in rows]
+    cells = [[_fmt(row.get(c, "")) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
     print("  ".join("-" * w for w in widths))
