@@ -9,6 +9,14 @@ before its own forward hooks (the ``forward_hook`` phase starts), removed when t
 so ops run in a module's own hooks belong to the module and carry ``Op.hook_kind``. A
 TorchScript module (``_blind_spots.is_opaque``) is recorded as one op.
 
+A module outside the model (not among ``model.named_modules()``) that holds parameters or
+buffers gets the address ``?Type``: an unregistered layer, which the optimizer never sees, is
+something to show. One that holds nothing is transparent, its ops belong to the model module
+that called it: transformers (5.x, with the ``kernels`` package it depends on) turns
+``apply_rotary_pos_emb`` and friends into process-wide stateless ``Func`` modules, and an
+activation built inside ``forward`` is one too. A TorchScript module stays an opaque op wherever
+it lives.
+
 Why a wrapper, not global module hooks (``register_module_forward_pre_hook``, as before): any
 global hook sends every module call through ``_call_impl``'s slow path, and registering and
 removing the pair cost every capture its handles. Measured on the 801-op chain of
@@ -179,6 +187,8 @@ class ModuleTracker:
         if address is _SKIP:  # a torch.compile wrapper: its _orig_mod stands for it
             return
         if address is _UNKNOWN:
+            if not (module._parameters or module._buffers or module._modules or is_opaque(module)):
+                return  # stateless, outside the model: transparent (see the module docstring)
             address = f"?{type(module).__name__}"
             if is_opaque(module):
                 self.names.opaque[key] = describe(module)

@@ -41,7 +41,8 @@ class ModuleCall(NamedTuple):
     """One call of a module during the forward."""
 
     address: str
-    """Module address (``""`` for the root; ``?Type`` for a module outside the model)."""
+    """Module address (``""`` for the root; ``?Type`` for a module outside the model that
+    holds parameters or buffers: a stateless one is transparent, ``_modules``)."""
     type_name: str
     first_op: int
     """Index of the first op recorded inside the call."""
