@@ -38,7 +38,8 @@ Targets (issue 5): checks <= 1.03x and checks+dashboard <= 1.05x of a step witho
 Two bare copies of one model differ by 1.4-2.8% round after round (the A/A control), as much as
 the cost being judged, so the verdicts compare each session with ITSELF: its own model stepped
 with the session paused (``with session.paused():``, hooks installed and returning at once) and
-active, alternating round by round (:data:`PAUSED` / :data:`ACTIVE`). They are judged on the
+active, as A B B A / B A A B within each round (:func:`abba_wall_and_cpu`; the rows' ms are of
+two steps), memory locked (:func:`_lock_memory`). They are judged on the
 PAIRED ratio, the median over rounds of each round's active / paused (a load that drifts over
 minutes cancels in each pair; the min ratio compares two minima that can fall minutes apart, and
 read 1.007x-1.190x for the same code in earlier rounds), and only when its 90% bootstrap
@@ -55,11 +56,12 @@ about 1 us per parameter, is not in it). For reference, the spec's seed measured
 counting tier at 0.910/0.995/1.019x and counting + one batched norm at 0.971/0.969x.
 
 Measured 2026-12-07, the machine otherwise idle (``benchmarks/recorded/bench_checks.json``):
-checks active vs paused 1.045x (90%: 1.019-1.051) at 1x32 and 1.029x (0.981-1.067) at 1x128;
-the session's own time 37.7 ms (1.043x of the 0.88 s bare step) and 35.7 ms (1.019x of 1.84 s);
-the dashboard 1.052x and 1.007x; the A/A control 1.015x and 1.020x. The 1.03x target is not met
-at 1x32, where the one read of the gradients (30 ms standalone) is 3.5% of the step by itself,
-and not shown at 1x128.
+checks active vs paused 1.022x (90%: 1.016-1.025) at 1x128 and 1.034x (1.027-1.039) at 1x32,
+amortised 1.023x and 1.040x; the session's own time 29.7 ms (1.018x of the 1.68 s bare step)
+and 34.2 ms (1.040x of 0.85 s); the dashboard 1.022x and 1.045x; the A/A control 0.997x and
+0.995x. The 1.03x target is met at 1x128 and not at 1x32, where the one read of the gradients
+(28 ms standalone) is 3.3% of the step by itself. Before A B B A and the memory lock, the same
+comparison gave intervals of +-3-4% (1.045x at 1x32, 1.029x at 1x128, both "noisy").
 
 What the cost is made of: one read of every gradient at the step site (issue 28: a write
 through ``.data`` leaves ``_version`` as it was, so only a read there sees it), 498 MB on GPT-2

@@ -234,7 +234,7 @@ class ChecksSession:
 
         Each sampled step copies the parameters at S-B (``estimated_snapshot_bytes``; on the CPU
         into a copy kept until the session detaches) and reads three batched norms at S-C: on
-        GPT-2 small (1x32 tokens, CPU, one thread) a sampled step took 1.08-1.21x a bare one
+        GPT-2 small (1x32 tokens, CPU, one thread) a sampled step took 1.08-1.32x a bare one
         (``benchmarks/bench_checks.py``; 2.08x with a fresh copy each time), so the default
         samples 1 step in 50 (under +0.5% amortised); pass ``every=1`` for a ratio at every
         step. With ``band`` declared, sustained out-of-band ratios yield
