@@ -9,6 +9,7 @@ on the min ratio unless a benchmark judges on the paired one.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
@@ -36,19 +37,41 @@ class Timing:
 
 
 def interleaved(
-    contenders: Sequence[tuple[str, Callable[[], object]]], *, rounds: int = 7, warmup: int = 2
+    contenders: Sequence[tuple[str, Callable[[], object]]],
+    *,
+    rounds: int = 7,
+    warmup: int = 2,
+    repeats: int = 1,
 ) -> list[Timing]:
-    """Time each contender ``rounds`` times, interleaved, after ``warmup`` untimed rounds."""
+    """Time each contender ``rounds`` times, interleaved, after ``warmup`` untimed rounds; with
+    ``repeats`` > 1 a sample is the least of that many back-to-back calls (a preemption, or a
+    cost the previous contender left behind, lands in a dropped call)."""
     for _ in range(warmup):
         for _, fn in contenders:
             fn()
     samples: dict[str, list[float]] = {name: [] for name, _ in contenders}
     for _ in range(rounds):
         for name, fn in contenders:
-            start = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - start)
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                fn()
+                best = min(best, time.perf_counter() - start)
+            samples[name].append(best)
     return [Timing(name, tuple(samples[name])) for name, _ in contenders]
+
+
+def lock_memory(*, future: bool = True) -> None:
+    """``mlockall``: this VM's kernel pages out cold pages (DAMON ``pageout``: 308k refaults of
+    libtorch's and python's code pages in two hours), and a refault lands in some timed call at
+    random. Locked, one checks session's paused GPT-2 steps at 1x128 spread 1.83-2.15 s against
+    1.87-2.45 s. With ``future`` every later mapping is locked too, so each fresh ``mmap`` is
+    faulted in whole when it is made (run with glibc keeping freed memory, as bench_checks
+    does); without it only what is mapped now (the libraries' code) is locked. Needs root or a
+    large ``RLIMIT_MEMLOCK``; without it the run goes on and says so."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mlockall(1 | (2 if future else 0)) != 0:  # MCL_CURRENT | MCL_FUTURE
+        print(f"mlockall failed (errno {ctypes.get_errno()}): pages stay swappable-out")
 
 
 def per_round_ratios(timing: Timing, base: Timing) -> list[float]:
@@ -68,15 +91,22 @@ def paired_ratio(timing: Timing, base: Timing) -> float:
 def paired_interval(
     timing: Timing, base: Timing, *, level: float = 0.9, resamples: int = 2000
 ) -> tuple[float, float]:
-    """A bootstrap ``level`` interval of :func:`paired_ratio` (percentile method over
-    ``resamples`` resamples of the rounds, seeded, so a run's table is reproducible from its
-    timings); (NaN, NaN) when there are no paired rounds."""
-    ratios = per_round_ratios(timing, base)
-    if not ratios:
+    """A bootstrap ``level`` interval of :func:`paired_ratio` (:func:`median_interval` of the
+    per-round ratios); (NaN, NaN) when there are no paired rounds."""
+    return median_interval(per_round_ratios(timing, base), level=level, resamples=resamples)
+
+
+def median_interval(
+    values: Sequence[float], *, level: float = 0.9, resamples: int = 2000
+) -> tuple[float, float]:
+    """A bootstrap ``level`` interval of the median of ``values`` (percentile method over
+    ``resamples`` resamples, seeded, so a run's table is reproducible from its timings);
+    (NaN, NaN) for no values."""
+    if not values:
         return float("nan"), float("nan")
     draw = random.Random(0)
     medians = sorted(
-        statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(resamples)
+        statistics.median(draw.choices(values, k=len(values))) for _ in range(resamples)
     )
     tail = (1 - level) / 2
     return medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
@@ -84,7 +114,7 @@ def paired_interval(
 
 def interval_verdict(interval: tuple[float, float], target: float) -> str:
     """ "yes" when the whole interval is within ``target``, "NO" when it is all above it, else
-    "noisy": the run cannot tell."""
+    "noisy": the run cannot tell (a ratio or a difference alike)."""
     low, high = interval
     return "yes" if high <= target else ("NO" if low > target else "noisy")
 

@@ -39,7 +39,7 @@ Two bare copies of one model differ by 1.4-2.8% round after round (the A/A contr
 the cost being judged, so the verdicts compare each session with ITSELF: its own model stepped
 with the session paused (``with session.paused():``, hooks installed and returning at once) and
 active, as A B B A / B A A B within each round (:func:`abba_wall_and_cpu`; the rows' ms are of
-two steps), memory locked (:func:`_lock_memory`). They are judged on the
+two steps), memory locked (:func:`_timing.lock_memory`). They are judged on the
 PAIRED ratio, the median over rounds of each round's active / paused (a load that drifts over
 minutes cancels in each pair; the min ratio compares two minima that can fall minutes apart, and
 read 1.007x-1.190x for the same code in earlier rounds), and only when its 90% bootstrap
@@ -103,7 +103,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import functools
 import os
 import sys
@@ -454,20 +453,10 @@ shorter (0.84 s against 1.1-1.3 s at 1x32), so the session's share of it is larg
 conservative side."""
 
 
-def _lock_memory() -> None:
-    """``mlockall``: this VM's kernel pages out cold pages (DAMON ``pageout``: 308k refaults of
-    libtorch's and python's code pages in two hours), and a refault lands in some step at random.
-    Locked, one session's paused steps at 1x128 spread 1.83-2.15 s against 1.87-2.45 s. Needs
-    root or a large ``RLIMIT_MEMLOCK``; without it the run goes on and says so."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mlockall(1 | 2) != 0:  # MCL_CURRENT | MCL_FUTURE
-        print(f"mlockall failed (errno {ctypes.get_errno()}): pages stay swappable-out")
-
-
 def main(selected: list[str]) -> int:
     if any(os.environ.get(k) != v for k, v in FAULT_FREE_MALLOC.items()):  # glibc reads them
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **FAULT_FREE_MALLOC})
-    _lock_memory()
+    _timing.lock_memory()
     # One intra-op thread: an idle OpenMP thread spins (its spin counts as CPU time) and a
     # shared 2-core box preempts it; one thread makes the CPU clock count the step's own work.
     torch.set_num_threads(1)
