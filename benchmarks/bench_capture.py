@@ -42,8 +42,9 @@ calls. The code mapped at the start is locked in memory (``_timing.lock_memory``
 mappings are not, so a save=True capture's fresh ``mmap`` is not faulted in whole when it is
 made (GPT-2 small save=True read 1.44x with an interval up to 2.78x with them locked). Until
 issue 34's fourth round the rows were judged on the min ratio, the ratio of two minima that can
-fall minutes apart: on the chain it read 3.06x / 3.30x (save=True "yes") in a run whose paired
-medians were 3.4x / 3.5x.
+fall minutes apart: it read the chain at 3.06x / 3.30x (save=True "yes") at that round's start,
+where judged on the paired figure the same code read 3.51-3.77x / 3.72-4.02x in two full runs,
+each interval a few hundredths wide (the spread between runs is the larger uncertainty).
 
 Run: ``.venv/bin/python benchmarks/bench_capture.py`` (about 7 minutes on 2 cores with the
 peers; ``--no-memory`` skips the fresh-process memory runs, ``--no-peers`` the TorchLens rows;
