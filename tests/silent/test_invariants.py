@@ -82,6 +82,53 @@ def test_a_forgotten_zero_grad_is_visible_to_a_checks_session() -> None:
     assert caught.count("grads_not_reset") == 1
 
 
+class TwoHeads(nn.Module):
+    """A shared trunk and two heads that take turns: the head of the step opens its backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.trunk = nn.Linear(8, 16)
+        self.heads = nn.ModuleList([nn.Linear(16, 4), nn.Linear(16, 4)])
+
+    def forward(self, x: torch.Tensor, head: int) -> torch.Tensor:
+        return self.heads[head](torch.relu(self.trunk(x)))
+
+
+def test_a_forgotten_zero_grad_is_caught_when_two_heads_take_turns_opening_the_backward() -> None:
+    # the session records, after each step, the gradients of the parameters that have opened a
+    # backward so far; a parameter opening its first backward is not compared (head 1 at step 1)
+    model = TwoHeads()
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def loop(_: Any) -> None:
+        for step in range(4):
+            x, y = batch(step)
+            F.mse_loss(model(x, step % 2), y).backward()
+            optimizer.step()
+
+    report, caught = run(model, optimizer, loop)
+    finding = next(f for f in report.findings if f.code == "grads_not_reset")
+    assert finding.fields["param"] == "heads.0.bias"
+    assert (finding.fields["first_attempt"], finding.fields["count"]) == (2, 2)
+    assert caught.count("grads_not_reset") == 1
+
+
+def test_two_heads_taking_turns_with_zero_grad_are_fresh() -> None:
+    model = TwoHeads()
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def loop(_: Any) -> None:
+        for step in range(6):
+            x, y = batch(step)
+            optimizer.zero_grad()
+            F.mse_loss(model(x, step % 2), y).backward()
+            optimizer.step()
+
+    report, caught = run(model, optimizer, loop)
+    assert "grads_not_reset" not in codes(report) and "grads_not_reset" not in caught
+
+
 def test_carried_gradients_declared_do_not_fire() -> None:
     model = mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

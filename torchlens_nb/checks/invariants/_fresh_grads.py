@@ -9,16 +9,21 @@ gradients are a new tensor (``zero_grad(set_to_none=True)``) or moved by two (``
 the accumulation). The finding (``grads_not_reset``, warning) names the parameter and the
 attempt at the optimizer's next step-site, before it writes.
 
-Cost: one weak reference and one ``_version`` read per optimizer parameter at S-C, one
-comparison at S-A; no tensor read, no sync. Cannot see: a loop that resets some gradients and
-not others (only the parameter that opens the backward is compared); a gradient reset through
-``.data`` (no version bump) reads as fresh. Declared exception: ``expect_grads_carried_over()``.
+Cost: one weak reference and one ``_version`` read at S-C per parameter that has opened a
+backward so far (every optimizer parameter until the first backward has opened, or once more
+than ``MAX_OPENERS`` distinct ones have), one comparison at S-A; no tensor read, no sync. Only
+the opener is ever compared, so recording the others was wasted: on 5,000 small parameters
+(``benchmarks/bench_checks.py many_params``) it was 3.8% of the training step (py-spy). Cannot
+see: a loop that resets some gradients and not others (only the parameter that opens the
+backward is compared); a backward opened by a parameter that opened none before (its first
+time is not compared); a gradient reset through ``.data`` (no version bump) reads as fresh.
+Declared exception: ``expect_grads_carried_over()``.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -29,6 +34,10 @@ from ..gradients._update_ratio import UpdateSample
 from ..session._evidence import Attempt
 from ..session._params import Roster
 from ._invariant import Declared, InvariantCheck
+
+MAX_OPENERS = 16
+"""Distinct parameters that opened a backward, recorded at S-C by themselves; past this many
+(a model whose first gradient varies step to step), every optimizer parameter is recorded."""
 
 
 class FreshGradsCheck(InvariantCheck):
@@ -41,6 +50,10 @@ class FreshGradsCheck(InvariantCheck):
         super().__init__(roster, action, {}, declared)
         self._record: dict[int, tuple[weakref.ref[torch.Tensor], int]] | None = None
         self._stale: int | None = None
+        self._openers: dict[int, None] = {}
+        """The parameters that opened a backward so far, in order (an ordered set)."""
+        self._members: tuple[tuple[int, ...], frozenset[int]] = ((), frozenset())
+        """The roster's optimized tuple last seen, and its members as a set."""
         self._stale_tally = self.tally(
             "grads_not_reset",
             "warning",
@@ -54,6 +67,8 @@ class FreshGradsCheck(InvariantCheck):
     def on_open(self, index: int, param: torch.Tensor) -> None:
         """S-A: the first arrival of a backward; only the first backward after a step is
         compared."""
+        if index not in self._openers and len(self._openers) <= MAX_OPENERS:
+            self._openers[index] = None
         record, self._record = self._record, None
         held = None if record is None else record.get(index)
         if held is None or self.declared.carries_grads:
@@ -79,12 +94,23 @@ class FreshGradsCheck(InvariantCheck):
     def on_written(self, attempt: Attempt, sample: UpdateSample | None) -> Finding | None:
         tensors = self.roster.tensors
         record = {}
-        for index in self.roster.optimized:
+        for index in self._watched():
             grad = tensors[index].grad
             if grad is not None:
                 record[index] = (weakref.ref(grad), grad._version)
         self._record = record
         return None
+
+    def _watched(self) -> Sequence[int]:
+        """The optimizer parameters S-C records: those that opened a backward so far, or all of
+        them (none has opened yet, or more than ``MAX_OPENERS`` have)."""
+        optimized = self.roster.optimized
+        if not self._openers or len(self._openers) > MAX_OPENERS:
+            return optimized
+        if self._members[0] is not optimized:  # the roster keeps one tuple per revision
+            self._members = (optimized, frozenset(optimized))
+        members = self._members[1]
+        return [index for index in self._openers if index in members]
 
     def on_pause(self) -> None:
         self._record = None
