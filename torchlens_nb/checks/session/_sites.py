@@ -392,20 +392,26 @@ class GradSites:
         (a backward ran without either lean opener) ends lean mode.
 
         Host metadata only, no tensor value is read. The common case (one backward whose
-        gradients are exactly the optimizer's, still the same tensors) is three C-speed list
-        comparisons, about 0.2 us per parameter; otherwise one dictionary walk, about 0.7 us
-        per parameter.
+        gradients are exactly the optimizer's, still the same tensors, in the same order) reads
+        each ``.grad`` once and compares at C speed, about 0.2 us per parameter; otherwise one
+        dictionary walk, about 0.7 us per parameter.
         """
         tensors = self._roster.tensors
-        current = [(i, tensors[i].grad) for i in indices]
-        present = cast("list[tuple[int, torch.Tensor]]", [p for p in current if p[1] is not None])
+        grads = [tensors[i].grad for i in indices]  # each .grad read once (5,000: ~1% of a step)
+        present = cast(
+            "list[tuple[int, torch.Tensor]]",
+            list(zip(indices, grads))
+            if all(map(operator.is_not, grads, repeat(None)))
+            else [(i, g) for i, g in zip(indices, grads) if g is not None],
+        )
         if len(self._snapshots) == 1 and not self._merged:
             snapshot = self._snapshots[0]
             if self._matched != (indices, snapshot.indices):
                 is_same = set(indices) == set(snapshot.indices)
                 self._matched = (indices, snapshot.indices) if is_same else None
             if self._matched is not None:
-                grads = [tensors[i].grad for i in snapshot.indices]
+                if indices != snapshot.indices:  # the same set in another order
+                    grads = [tensors[i].grad for i in snapshot.indices]
                 if all(map(operator.is_, grads, snapshot.grads)):
                     return present
         if self._lean is None:
