@@ -99,6 +99,7 @@ def _three_ops() -> tuple[nn.Module, torch.Tensor]:
 
 FIXED_COST = "fixed cost: Linear(4, 4) -> relu -> sum b2"
 CHAIN = "chain 200 x (linear, tanh, mul, add)"
+GPT2_SMALL = "gpt2-small 1x64"
 CALLS_PER_SAMPLE = {FIXED_COST: 200}
 """Cases too short to time one call at a time: each sample is this many calls."""
 FIXED_COST_TARGET_US = 25.0
@@ -136,11 +137,11 @@ CASES: dict[str, tuple[Callable[[], tuple[nn.Module, Any]], dict[str, float]]] =
     "hf llama 2 x 64": (hf_llama, {}),
     "mlp 8 x Linear(256) b32": (_mlp, {}),
     "cnn 11 conv": (_cnn, {}),
-    "gpt2-small 1x64": (_gpt2_small, {NO_SAVE: 1.3, SAVE_ALL: 2.0}),
+    GPT2_SMALL: (_gpt2_small, {NO_SAVE: 1.3, SAVE_ALL: 2.0}),
 }
 
 
-JUDGED_ROUNDS = {FIXED_COST: 61, CHAIN: 61, "gpt2-small 1x64": 15}
+JUDGED_ROUNDS = {FIXED_COST: 61, CHAIN: 61, GPT2_SMALL: 15}
 """Rounds of the cases with a target, each sample the best of 3 calls in a row. On this shared
 2-core machine the chain's plain forward read 4.5 ms min and 6.1-8.6 ms median in runs of 21-31
 rounds, and a paired interval over 31 rounds still spanned 2.8-3.3x."""
@@ -283,11 +284,10 @@ def main(
             for name in (PLAIN, BARE, NO_SAVE, NO_SAVE_BUILT, SAVE_ALL)
         ]
         with torch.no_grad():
-            judged_rounds = JUDGED_ROUNDS.get(case)
-            timings = (
-                _timing.interleaved(contenders, rounds=judged_rounds, repeats=3)
-                if judged_rounds
-                else _timing.interleaved(contenders, rounds=rounds)
+            timings = _timing.interleaved(
+                contenders,
+                rounds=JUDGED_ROUNDS.get(case, rounds),
+                repeats=3 if case in JUDGED_ROUNDS else 1,
             )
         n_ops = len(tl.trace(model, inputs, save=False))
         measured[case] = (model, inputs, n_ops, {t.name: t for t in timings})

@@ -187,10 +187,11 @@ class ModuleTracker:
         if address is _SKIP:  # a torch.compile wrapper: its _orig_mod stands for it
             return
         if address is _UNKNOWN:
-            if not (module._parameters or module._buffers or module._modules or is_opaque(module)):
+            opaque = is_opaque(module)
+            if not (module._parameters or module._buffers or module._modules or opaque):
                 return  # stateless, outside the model: transparent (see the module docstring)
             address = f"?{type(module).__name__}"
-            if is_opaque(module):
+            if opaque:
                 self.names.opaque[key] = describe(module)
                 self._special.add(key)
         self._open.append((key, address, len(rec.rows), rec.stack, rec.hook_kind))
