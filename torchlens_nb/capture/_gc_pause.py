@@ -19,13 +19,22 @@ Process-wide and shared by every thread: the first holder freezes, the last one 
 unfreezes, so overlapping captures in several threads never leave objects frozen. When the user
 froze objects themselves (``gc.get_freeze_count() > 0`` at the first entry) nothing is frozen or
 unfrozen: their frozen set stays theirs.
+
+No lock: a lock taken here could be left held by a Ctrl-C, and the undo that retries
+:func:`_leave` in the same thread would then wait on it forever (``tests/faults/
+test_interrupt_sweep_capture.py`` interrupts every line). Each step is one GIL-atomic operation
+on ``_holders`` (a set: ``add`` and ``discard`` are idempotent, so a retried step is harmless),
+and the flag ``_is_frozen_by_us`` is set before the freeze and cleared after the unfreeze, so an
+interrupt between any two lines leaves a state the undo finishes. Threads switch only where a
+signal could land, and every interleaving of two holders ends unfrozen with no holder: the worst
+one (a thread entering while the last holder unfreezes) runs its capture unfrozen, slower but
+correct (``tests/capture/test_gc_pause.py``: overlapping captures in threads).
 """
 
 from __future__ import annotations
 
 import functools
 import gc
-import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -34,7 +43,6 @@ from ._installs import Undo, undoing
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_lock = threading.Lock()
 _holders: set[object] = set()
 _is_frozen_by_us = False
 
@@ -89,17 +97,15 @@ def paused_gc() -> _Pause:
 
 def _enter(token: object) -> None:
     global _is_frozen_by_us
-    with _lock:
-        if not _holders and not _is_frozen_by_us and gc.get_freeze_count() == 0:
-            _is_frozen_by_us = True  # first: an interrupt after it unfreezes nothing of theirs
-            gc.freeze()
-        _holders.add(token)
+    _holders.add(token)
+    if len(_holders) == 1 and not _is_frozen_by_us and gc.get_freeze_count() == 0:
+        _is_frozen_by_us = True  # first: an interrupt after it unfreezes nothing of theirs
+        gc.freeze()
 
 
 def _leave(token: object) -> None:
     global _is_frozen_by_us
-    with _lock:
-        _holders.discard(token)
-        if not _holders and _is_frozen_by_us:
-            gc.unfreeze()
-            _is_frozen_by_us = False
+    _holders.discard(token)
+    if not _holders and _is_frozen_by_us:
+        gc.unfreeze()
+        _is_frozen_by_us = False

@@ -134,7 +134,7 @@ def running_captures() -> int:
 def _acquire(recorder: Recorder) -> None:
     with _lock:
         if not _state.holders:
-            _state.vmap_original = _route_vmap()
+            _route_vmap()
             _wrap_call_impl()
         _state.holders.add(id(recorder))
         eval_frame = sys.modules.get("torch._dynamo.eval_frame")
@@ -180,9 +180,10 @@ def _release(recorder: Recorder) -> None:
         if _state.holders:
             return
         _unwrap_call_impl()
-        original, _state.vmap_original = _state.vmap_original, None
-        if original is not None:
+        original = _state.vmap_original
+        if original is not None:  # restored before it is forgotten: a retried release redoes it
             sys.modules["torch._functorch.apis"].vmap_impl = original  # type: ignore[attr-defined]
+        _state.vmap_original = None
         if _state.stance is not None:  # setting the stance found again is safe to repeat
             _set_stance(sys.modules["torch._dynamo.eval_frame"], _state.stance)
             _state.stance = None
@@ -203,19 +204,20 @@ def _unwrap_call_impl() -> None:
     _state.call_impl = None
 
 
-def _route_vmap() -> Any:
+def _route_vmap() -> None:
     """Route ``torch.vmap`` calls through ``_record_vmap`` (``torch.vmap``, ``torch.func.vmap``
     and earlier ``from torch import vmap`` aliases all call ``torch._functorch.apis.vmap_impl``
-    at call time); returns the original entry point, or None if this torch has none (then
-    vmap calls are not intercepted)."""
+    at call time); the original entry point is kept in ``_state`` before the route is set, so
+    ``_release`` restores it whatever instant an interrupt stopped this at (None when this
+    torch has none: then vmap calls are not intercepted)."""
     global _vmap_route
     apis = sys.modules.get("torch._functorch.apis")
     original = getattr(apis, "vmap_impl", None)
     if original is not None:
         if _vmap_route.args[0] is not original:  # made once per entry point, not per capture
             _vmap_route = functools.partial(_record_vmap, original)
+        _state.vmap_original = original
         apis.vmap_impl = _vmap_route  # type: ignore[union-attr]
-    return original
 
 
 def _record_vmap(original: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
