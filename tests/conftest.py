@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
 from tests import models
+from tests._process_state import ProcessState, leaks, restore
 
 pytest_plugins = ["tests.browser.fixtures"]  # one chromium per session for every browser test
+
+
+@pytest.fixture(autouse=True)
+def leaves_the_process_as_it_found_it() -> Iterator[None]:
+    """Fail the test that leaks process state (grad mode, hooks, modes, the collector, the
+    ``SIGINT`` handler, ...: ``tests/_process_state.py``) and put the state back, so one leak is
+    one red test, not every later test that needs autograd. Runs first and ends last, after the
+    test's own fixtures are torn down (``tests/test_isolation.py`` plants a leak)."""
+    before = ProcessState.read()
+    yield
+    after = ProcessState.read()
+    leaked = leaks(before, after)
+    if leaked:
+        restore(before, after)
+        pytest.fail("the test left process state behind:\n  " + "\n  ".join(leaked))
 
 
 @pytest.fixture

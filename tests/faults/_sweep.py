@@ -325,13 +325,19 @@ def sweep(
             elif run.outcome == "finished":
                 result.finished += 1
             else:
-                hung_in = f" hung in: {''.join(run.hang_stack[-2:]).strip()}" if run.hang_stack else ""
+                hung_in = (
+                    f" hung in: {''.join(run.hang_stack[-2:]).strip()}" if run.hang_stack else ""
+                )
                 result.problems.append(f"#{index} at {run.where}: {run.outcome}{hung_in}")
                 if run.outcome == "hang":
                     return result  # the process holds what the hung run held
             after = state()
             if after != before:
-                changed = sorted(f"{k}: {before[k]!r:.60} -> {after.get(k)!r:.60}" for k in before if before[k] != after.get(k))
+                changed = sorted(
+                    f"{k}: {before[k]!r:.60} -> {after.get(k)!r:.60}"
+                    for k in before
+                    if before[k] != after.get(k)
+                )
                 result.problems.append(f"#{index} at {run.where} ({run.outcome}) left {changed}")
                 repair()
                 if state() != before:
