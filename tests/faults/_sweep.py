@@ -253,15 +253,24 @@ class Run:
     hang_stack: list[str] = field(default_factory=list)
 
 
-def interrupt_at(call: Callable[[], object], index: int, watchdog: Watchdog) -> Run:
-    """Run ``call()`` with ``SIGINT`` raised at line event ``index`` of watched code."""
+def interrupt_at(
+    call: Callable[[], object],
+    index: int,
+    watchdog: Watchdog,
+    reports_interrupt: Callable[[Any], bool] = lambda result: False,
+) -> Run:
+    """Run ``call()`` with ``SIGINT`` raised at line event ``index`` of watched code.
+
+    ``reports_interrupt(result)``: whether a returned result is the call's documented answer
+    to Ctrl-C (``tl.recipes.triage`` returns its partial report, status ``interrupted``)."""
     tracer = _Tracer(index, watchdog)
     outcome = "finished"
+    result: Any = None
     watchdog.arm(f"line event #{index}")
     try:
         try:
             sys.settrace(tracer.on_call)
-            call()
+            result = call()
         finally:
             sys.settrace(None)
             watchdog.disarm()
@@ -272,7 +281,7 @@ def interrupt_at(call: Callable[[], object], index: int, watchdog: Watchdog) -> 
     except BaseException as exc:  # what the caller would see instead of the interrupt
         outcome = f"raised {type(exc).__name__}: {str(exc)[:160]}"
     if outcome == "finished" and tracer.where is not None:
-        outcome = "finished, interrupt swallowed"
+        outcome = "interrupted" if reports_interrupt(result) else "finished, interrupt swallowed"
     return Run(index, tracer.where, outcome, watchdog.stack)
 
 
@@ -304,12 +313,16 @@ def sweep(
     state: Callable[[], dict[str, Any]],
     *,
     budget: int,
+    delivered: tuple[str, ...] = (),
+    reports_interrupt: Callable[[Any], bool] = lambda result: False,
     repair: Callable[[], None] = lambda: None,
 ) -> Sweep:
     """Interrupt ``call`` at every line event (every ``stride``-th past ``budget`` events) and
     compare ``state()`` after each run with what it was before the sweep.
 
-    A run that left state behind is reported; ``repair()`` then puts back what it can (so one
+    ``delivered``: outcomes that count as the interrupt reaching the caller (a framework that
+    turns ``KeyboardInterrupt`` into its own exit); ``reports_interrupt``: see
+    :func:`interrupt_at`. A run that left state behind is reported; ``repair()`` then puts back what it can (so one
     leaking line does not hide the next), and the sweep stops if state still differs.
     """
     call()  # warm-up: first-call caches would shift the events of the first run
@@ -318,9 +331,9 @@ def sweep(
     result = Sweep(events=events, stride=stride_for(events, budget))
     with Watchdog() as watchdog:
         for index in range(0, events + 1, result.stride):
-            run = interrupt_at(call, index, watchdog)
+            run = interrupt_at(call, index, watchdog, reports_interrupt)
             result.runs += 1
-            if run.outcome == "interrupted":
+            if run.outcome == "interrupted" or run.outcome in delivered:
                 result.interrupted += 1
             elif run.outcome == "finished":
                 result.finished += 1
