@@ -32,9 +32,7 @@ pytestmark = pytest.mark.fault("no_leak")
 def trained_state(model: nn.Module, optimizers: Callable[[], list[Any]]) -> dict[str, Any]:
     """``process_state`` less what training changes on purpose (gradients, RNG streams), plus
     what a session installs on the model's parameters and the optimizers."""
-    kept = {
-        k: v for k, v in process_state(model).items() if not k.startswith(("grad ", "rng "))
-    }
+    kept = {k: v for k, v in process_state(model).items() if not k.startswith(("grad ", "rng "))}
     return {
         **kept,
         **global_hooks_and_handler(),
@@ -54,9 +52,7 @@ def _triage() -> tuple[Callable[[], object], Callable[[], dict[str, Any]], tuple
     batch = (torch.randn(16, 8), torch.randint(0, 3, (16,)))
 
     def call() -> object:
-        return tl.recipes.triage(
-            model, batch, nn.CrossEntropyLoss(), optimizer=optimizer, steps=20
-        )
+        return tl.recipes.triage(model, batch, nn.CrossEntropyLoss(), optimizer=optimizer, steps=20)
 
     return call, lambda: trained_state(model, lambda: [optimizer]), ()
 
@@ -130,8 +126,8 @@ def _lightning_trainer() -> tuple[Callable[[], object], Callable[[], dict], tupl
 
 
 CALLS: dict[str, tuple[Callable[[], tuple[Any, Any, tuple[str, ...]]], int]] = {
-    "tl.recipes.triage": (_triage, 60),
-    "transformers ChecksCallback": (_transformers_trainer, 40),
+    "tl.recipes.triage": (_triage, 40),
+    "transformers ChecksCallback": (_transformers_trainer, 25),
     "lightning ChecksCallback": (_lightning_trainer, 40),
 }
 """Call -> (its call, state and the outcomes that count as delivered; budget of runs)."""

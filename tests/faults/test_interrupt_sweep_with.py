@@ -25,9 +25,9 @@ pytestmark = pytest.mark.fault("no_leak")
 
 Statement = Callable[[], tuple[nn.Module, Callable[[], object], Callable[[], dict[str, Any]]]]
 STATEMENTS: dict[str, tuple[Statement, int]] = {
-    "with session: (hook-only)": (lambda: _session_loop(boundary=False), 800),
-    "with session: + session.step()": (lambda: _session_loop(boundary=True), 800),
-    "with SinkProbe(fused_attention='recompute')": (_sink_probe, 500),
+    "with session: (hook-only)": (lambda: _session_loop(boundary=False), 500),
+    "with session: + session.step()": (lambda: _session_loop(boundary=True), 500),
+    "with SinkProbe(fused_attention='recompute')": (_sink_probe, 300),
 }
 """Statement -> (its model, run and state; budget of runs). Measured line events: about 6,100
 (hook-only) and 6,300 (boundary mode) for the 3-step loop, 2,980 for the probe."""

@@ -13,8 +13,10 @@ install it undoes runs: whatever instant an interrupt arrives at, the undo is al
 finds the install done, half done or not done. ``Undo.run`` retries an undo that was itself
 interrupted; the caller's ``finally`` retries ``run`` until it completes and then raises the
 first interrupt (``tests/faults/test_interrupts.py``: thousands of interrupts at random
-instants, no hook, mode or collector state left, each reaching the caller as
-``KeyboardInterrupt``).
+instants; ``tests/faults/test_interrupt_sweep_capture.py``: one at every line the kit runs in
+``tl.trace``, 1,056 lines, and in ``find_nan``, 2,182; no hook, mode or collector state left,
+each reaching the caller as ``KeyboardInterrupt``). An undo never waits on a lock: one an
+interrupt left held would block the retry forever (``_gc_pause`` holds none).
 """
 
 from __future__ import annotations
