@@ -15,8 +15,10 @@ interrupted; the caller's ``finally`` retries ``run`` until it completes and the
 first interrupt (``tests/faults/test_interrupts.py``: thousands of interrupts at random
 instants; ``tests/faults/test_interrupt_sweep_capture.py``: one at every line the kit runs in
 ``tl.trace``, 1,056 lines, and in ``find_nan``, 2,182; no hook, mode or collector state left,
-each reaching the caller as ``KeyboardInterrupt``). An undo never waits on a lock: one an
-interrupt left held would block the retry forever (``_gc_pause`` holds none).
+each reaching the caller as ``KeyboardInterrupt``). A lock an undo takes must be taken in a
+``with`` block, never by ``acquire()`` then ``try``: CPython runs no signal handler between
+``acquire`` and the block's body, nor between its last call and ``__exit__``, while a lock an
+interrupt left held would make the retried undo wait forever (``_gc_pause`` holds none).
 """
 
 from __future__ import annotations
