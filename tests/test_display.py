@@ -62,6 +62,35 @@ def test_mimebundle_is_widget_view_plus_card_and_static_html(ops_report) -> None
     assert len(bundle[WIDGET_MIME]["model_id"]) == 32  # a live comm id
 
 
+@pytest.fixture
+def kernel_shell(monkeypatch):
+    """An IPython shell that passes for a kernel's, and every display() call it makes."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    monkeypatch.setattr(shell, "kernel", object(), raising=False)
+    shown: list[object] = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, **kwargs: shown.append(obj))
+    yield shell, shown
+    InteractiveShell.clear_instance()
+
+
+def test_a_report_a_live_panel_shows_displays_again_only_in_a_later_cell(
+    ops_report, kernel_shell
+) -> None:
+    from torchlens_nb.recipes._live import PanelSink
+
+    shell, shown = kernel_shell
+    PanelSink()(ops_report)  # the recipe's final push: the live panel shows the report
+    assert [type(obj).__name__ for obj in shown] == ["TablePanel"]
+    ops_report._ipython_display_()  # `t` as the same cell's last expression: already on screen
+    assert len(shown) == 1
+    shell.events.trigger("post_run_cell", None)  # the cell ends
+    ops_report._ipython_display_()  # `t` in the next cell
+    assert [type(obj).__name__ for obj in shown] == ["TablePanel", "TablePanel"]
+    assert shown[1] is not shown[0]
+
+
 def test_panel_that_fails_warns_once_and_shows_the_card(monkeypatch, fresh_warnings) -> None:
     monkeypatch.setitem(widgets.PANELS, "unbuilt", "no_such_panel")
     report = UnbuiltReport(subject="x", status="ok", lead="fine")
