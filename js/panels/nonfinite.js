@@ -37,9 +37,15 @@ function leadCard(payload, ctx) {
     rows.push(["module", bad.module === null ? "—" : bad.module === "" ? "(root)" : bad.module]);
     rows.push(["source", bad.file ? h("code", { title: `${bad.file}:${bad.line ?? "?"}` },
       formatLocation(bad.file, bad.line, ctx.locations)) : "—"]);
+    // a model input has no inputs to check: its values came with the batch
     rows.push(["inputs", backward ? (bad.is_proven ? "incoming gradients checked finite: born in this backward node"
       : "the seed gradient was already non-finite")
+      : bad.func === "input" ? "none: a model input, the values came with the batch"
       : bad.is_proven ? "checked finite: the value was born here" : "not all checked: see the uncertainty zone"]);
+    if (bad.num_batch_rows) {
+      const more = bad.num_batch_rows > bad.batch_rows.length ? ", …" : "";
+      rows.push(["batch rows", `${bad.batch_rows.join(", ")}${more} (${formatNumber(bad.num_batch_rows)} of ${formatNumber(bad.batch_size)})`]);
+    }
     if (bad.stats) {
       rows.push(["value", `NaN ${formatNumber(bad.stats.nan_count)} · +Inf ${formatNumber(bad.stats.posinf_count)} · ` +
         `-Inf ${formatNumber(bad.stats.neginf_count)} of ${formatNumber(bad.stats.numel)}`]);

@@ -114,11 +114,27 @@ def test_a_selective_save_names_the_uncertainty_zone_instead_of_a_false_origin()
         assert report.lineage_role == "first non-finite seen"  # the panel never says "origin"
 
 
-def test_a_nonfinite_input_is_named_as_the_input() -> None:
-    report = tl.debug.nonfinite_origin(Net(Finite()), torch.tensor([[float("nan"), 1.0]]))
-    assert (report.origin.op, report.origin.func) == ("input_1", "input")
-    assert report.findings[0].code == "nonfinite_input"
-    assert report.lead.startswith("the model input input_1 already holds nan")
+def test_a_nonfinite_input_is_named_as_the_input_with_its_bad_rows_and_no_location() -> None:
+    batch = torch.ones(5, 2)
+    batch[1, 0] = batch[3, 1] = float("nan")
+    for report in (
+        tl.debug.nonfinite_origin(Net(Finite()), batch),  # live
+        tl.debug.nonfinite_origin(tl.trace(Net(Finite()), batch)),  # saved
+    ):
+        assert (report.origin.op, report.origin.func) == ("input_1", "input")
+        assert report.findings[0].code == "nonfinite_input"
+        assert report.lead.startswith(
+            "the model input input_1 already holds nan in batch rows 1, 3 (2 of 5)"
+        )
+        origin = report.first_bad_thing
+        assert (origin.batch_rows, origin.num_batch_rows, origin.batch_size) == ((1, 3), 2, 5)
+        # the batch's values came from the caller's data, not from the line that passed it in
+        assert (origin.file, origin.line) == (None, None)
+
+
+def test_an_op_other_than_an_input_names_no_batch_rows() -> None:
+    origin = tl.debug.nonfinite_origin(Net(LogOfNegative()), X).first_bad_thing
+    assert (origin.func, origin.batch_rows, origin.num_batch_rows) == ("log", (), None)
 
 
 def test_a_nonfinite_weight_is_named_with_the_op_that_reads_it() -> None:

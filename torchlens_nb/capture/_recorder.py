@@ -287,11 +287,13 @@ class Recorder(TorchFunctionMode):
         return entry[1] if entry is not None and entry[0]() is tensor else None
 
     def record_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """One ``input`` op per distinct tensor among the forward's arguments."""
-        frame = _getframe(1)
+        """One ``input`` op per distinct tensor among the forward's arguments, with no source
+        location: the frame that called the capture is where the batch was handed over (a
+        ``tl.trace`` line, ``investigate()``, or a library such as ipywidgets' comm callback
+        when a panel button replays a step), not where its values came from."""
         for tensor in arg_tensors(args, kwargs):
             if self.producer_of(tensor) is None:
-                self.record("input", [], [tensor], 0, False, frame, is_input=True)
+                self.record("input", [], [tensor], 0, False, None, is_input=True)
 
     # ----- selection ---------------------------------------------------------------------
     def _wants_save(self, name: str) -> bool:

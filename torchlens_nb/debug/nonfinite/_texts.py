@@ -219,7 +219,7 @@ def lead_text(thing: Any, facts: ForwardFacts, verb: str) -> str:
     code = f": `{thing.code}`" if thing.code else ""  # no source text for exec'd code
     source = f" (line {thing.line}{code})" if thing.line else ""
     if thing.func == "input":
-        return f"the model input {thing.op} already holds {thing.kind}{source}."
+        return f"the model input {thing.op} already holds {thing.kind}{thing.rows_text()}{source}."
     place = f" in {thing.module}" if thing.module else ""
     proof = (
         "; its inputs were checked finite"
