@@ -32,10 +32,10 @@ from ...report._lineage import CheckedBy, Finiteness
 from ...report._nonfinite import Coverage, NonfiniteKind, ValueStats
 from .._isolation import keep_model_state
 from .._values import (
+    BatchRows,
     ValueClass,
     checkable,
     is_float_dtype,
-    BatchRows,
     nonfinite_kinds,
     nonfinite_rows,
     saved_tensors,
