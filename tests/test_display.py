@@ -473,3 +473,27 @@ def test_widgets_never_import_torch() -> None:
         names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         assert not [n for n in names if n.split(".")[0] == "torch"], path.name
+
+
+def test_to_pandas_names_a_notebook_cell_not_the_kernels_temp_file() -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell(
+            "import torch\nfrom torch import nn\nimport torchlens_nb as tl\n"
+            "class Dead(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return torch.relu(x - 10)\n",
+            store_history=True,
+        )
+        shell.run_cell(
+            "traces = [tl.trace(Dead(), torch.rand(4, 3), save=tl.func('relu')) for _ in '12']\n"
+            "frame = tl.dead(traces).to_pandas()",
+            store_history=True,
+        )
+        frame = shell.user_ns["frame"]
+    finally:
+        InteractiveShell.clear_instance()
+    assert list(frame["file"]) == ["Cell In[1]"]  # not /tmp/ipykernel_.../12345.py
+    assert list(frame["line"]) == [6]
