@@ -175,8 +175,10 @@ def _params_table(engine: Engine) -> Table:
                 else None,
                 "grad_norm_raw": norm,
                 # where and how a norm was read: nothing to say of a norm not measured
-                "grad_stage": attempt.stage if norm is not None else None,
-                "grad_scale_provenance": attempt.scale_provenance if norm is not None else None,
+                "grad_stage": attempt.stage if attempt and norm is not None else None,
+                "grad_scale_provenance": attempt.scale_provenance
+                if attempt and norm is not None
+                else None,
                 "update_ratio": ratio,
                 "update_ratio_lr_normalized": normalized,
                 "update_attempt": at,
