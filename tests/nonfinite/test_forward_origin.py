@@ -238,3 +238,15 @@ def test_spec_example_bisect_nan() -> None:
     trace = tl.trace(nn.Identity(), torch.tensor([float("nan")]))
     result = tl.debug.bisect_nan(trace)
     assert (result.found, result.kind) == (True, "nan")
+
+
+class MadeFromNothing(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.full((2,), float("nan"))  # torch.full reads no tensor
+
+
+def test_an_origin_with_no_tensor_input_is_not_said_to_have_finite_inputs() -> None:
+    report = tl.debug.nonfinite_origin(tl.trace(MadeFromNothing(), torch.ones(2)))
+    assert (report.origin.op, report.first_bad_thing.is_proven) == ("full_1", True)
+    assert "it read no recorded tensor" in report.lead
+    assert "inputs were checked finite" not in report.lead

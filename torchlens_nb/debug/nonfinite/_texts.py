@@ -221,8 +221,9 @@ def lead_text(thing: Any, facts: ForwardFacts, verb: str) -> str:
     if thing.func == "input":
         return f"the model input {thing.op} already holds {thing.kind}{thing.rows_text()}{source}."
     place = f" in {thing.module}" if thing.module else ""
+    has_inputs = bool(facts.trace[thing.op].parents)
     proof = (
-        "; its inputs were checked finite"
+        ("; its inputs were checked finite" if has_inputs else "; it read no recorded tensor")
         if thing.is_proven
         else "; its inputs were not all checked, see the uncertainty zone"
     )
