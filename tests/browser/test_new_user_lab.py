@@ -3,7 +3,8 @@
 Three scenarios: a recipe's report as the cell's last expression shows one panel (the live one,
 ending on the final report), and the same report shows as usual in a later cell; a NaN that
 came with the batch, found from the dashboard's button (ipywidgets' comm callback calls the
-replay), is placed in the batch (its rows), never at a library's line; label lists stay on one
+replay), is placed in the batch (its rows), never at a library's line, and the dashboard of that
+plain ``ChecksSession(model, optimizer)`` asks for no ``scaler=``; label lists stay on one
 line under Lab's ``.jp-OutputArea-output dt {float: left; width: 20%}``, the grad_fn details
 show their content, and after "Unfold all" the cue promises Fit only when Fit can show it all.
 Screenshots, light and dark: tests/artifacts/lab_new_user_*.png.
@@ -103,6 +104,12 @@ def test_a_nan_that_came_with_the_batch_is_placed_in_its_rows(lab_notebook) -> N
     outputs = nb.run_cell(0)
     assert any("stopped at step 4" in o.get("text", "") for o in outputs), outputs
     panel = nb.output_panel(0)
+    # a plain ChecksSession(model, optimizer) with no AMP: no scaler= to declare, no site codes
+    expect(panel.locator('[data-ledger="scale"]')).to_have_text(
+        "Skip ledger: every attempt stepped the optimizer: none was skipped"
+    )
+    expect(panel).not_to_contain_text("scaler=")
+    expect(panel.locator(".tln-ck-checks")).not_to_contain_text("S-")
     # the button's click reaches Python through ipywidgets' comm callback
     panel.get_by_role("button", name="Find where the value was born").click()
     followup = panel.locator('.tln-followup .tln-panel[data-panel="nonfinite"]')
