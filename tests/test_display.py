@@ -62,6 +62,35 @@ def test_mimebundle_is_widget_view_plus_card_and_static_html(ops_report) -> None
     assert len(bundle[WIDGET_MIME]["model_id"]) == 32  # a live comm id
 
 
+@pytest.fixture
+def kernel_shell(monkeypatch):
+    """An IPython shell that passes for a kernel's, and every display() call it makes."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    monkeypatch.setattr(shell, "kernel", object(), raising=False)
+    shown: list[object] = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, **kwargs: shown.append(obj))
+    yield shell, shown
+    InteractiveShell.clear_instance()
+
+
+def test_a_report_a_live_panel_shows_displays_again_only_in_a_later_cell(
+    ops_report, kernel_shell
+) -> None:
+    from torchlens_nb.recipes._live import PanelSink
+
+    shell, shown = kernel_shell
+    PanelSink()(ops_report)  # the recipe's final push: the live panel shows the report
+    assert [type(obj).__name__ for obj in shown] == ["TablePanel"]
+    ops_report._ipython_display_()  # `t` as the same cell's last expression: already on screen
+    assert len(shown) == 1
+    shell.events.trigger("post_run_cell", None)  # the cell ends
+    ops_report._ipython_display_()  # `t` in the next cell
+    assert [type(obj).__name__ for obj in shown] == ["TablePanel", "TablePanel"]
+    assert shown[1] is not shown[0]
+
+
 def test_panel_that_fails_warns_once_and_shows_the_card(monkeypatch, fresh_warnings) -> None:
     monkeypatch.setitem(widgets.PANELS, "unbuilt", "no_such_panel")
     report = UnbuiltReport(subject="x", status="ok", lead="fine")
@@ -444,3 +473,27 @@ def test_widgets_never_import_torch() -> None:
         names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         assert not [n for n in names if n.split(".")[0] == "torch"], path.name
+
+
+def test_to_pandas_names_a_notebook_cell_not_the_kernels_temp_file() -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell(
+            "import torch\nfrom torch import nn\nimport torchlens_nb as tl\n"
+            "class Dead(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return torch.relu(x - 10)\n",
+            store_history=True,
+        )
+        shell.run_cell(
+            "traces = [tl.trace(Dead(), torch.rand(4, 3), save=tl.func('relu')) for _ in '12']\n"
+            "frame = tl.dead(traces).to_pandas()",
+            store_history=True,
+        )
+        frame = shell.user_ns["frame"]
+    finally:
+        InteractiveShell.clear_instance()
+    assert list(frame["file"]) == ["Cell In[1]"]  # not /tmp/ipykernel_.../12345.py
+    assert list(frame["line"]) == [6]

@@ -125,7 +125,9 @@ function explorer(d, layers, tokens, ctx) {
     cells[layer][head].setAttribute("aria-pressed", "true");
     if (focus) cells[layer][head].focus();
     const l = layers[layer];
-    where.textContent = `Layer ${layer} of ${layers.length} · head ${head} of ${heads} · ${formatNumber(l.masses[head])} on ` +
+    // 0-based, as the grid and report.layers index them: "of 0–5", never "Layer 5 of 6"
+    where.textContent = `Layer ${layer} (of 0–${layers.length - 1}) · head ${head} (of 0–${heads - 1}) · ` +
+      `${formatNumber(l.masses[head])} on ` +
       `${token(l.positions[head])} (position ${l.positions[head]})${l.is_sink[head] ? " · sink" : ""}`;
     drawList();
     const summary = d.patterns;

@@ -78,22 +78,30 @@ function ranksView(ranks) {
   if (!ranks?.length) return null;
   const columns = Object.keys(ranks[0]);
   return h("table", { class: "tln-ck-ranks", "data-table": "ranks" },
-    h("caption", null, `Ranks (counters at S-B agreement ${formatNumber(ranks[0].at_step ?? null)})`),
+    h("caption", null, `Ranks (counters agreed before optimizer.step() of step ${formatNumber(ranks[0].at_step ?? null)})`),
     h("thead", null, h("tr", null, columns.map((c) => h("th", { scope: "col" }, c.replace("_", " "))))),
     h("tbody", null, ranks.map((row) => h("tr", { "data-rank": String(row.rank) },
       columns.map((c, i) => i === 0 ? h("th", { scope: "row" }, formatNumber(row[c]))
         : h("td", { "data-col": c }, formatNumber(row[c])))))));
 }
 
+/** Where each check runs, in words (the report's site codes are kept in each cell's title). */
+const SITE_WORDS = /** @type {Record<string, string>} */ ({
+  "S-A": "as gradients arrive",
+  "S-B": "before optimizer.step()",
+  "S-C": "after optimizer.step()",
+  "S-D": "between steps",
+});
+
 /** @param {Record<string, any>[]} checks @param {Payload} payload (its row_tones colour each state) */
 function checksView(checks, payload) {
   if (!checks.length) return h("p", { class: "tln-ck-empty" }, "No check registered.");
   return h("table", { class: "tln-ck-checks" },
     h("caption", null, "Checks"),
-    h("thead", null, h("tr", null, ["check", "site", "action", "state", "judged", "findings"]
+    h("thead", null, h("tr", null, ["check", "runs", "action", "state", "judged", "findings"]
       .map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", null, checks.map((c) => h("tr", { "data-check": c.name },
-      h("th", { scope: "row" }, c.name), h("td", null, c.site), h("td", null, c.action),
+      h("th", { scope: "row" }, c.name), h("td", { title: c.site }, SITE_WORDS[c.site] ?? c.site), h("td", null, c.action),
       h("td", { "data-tone": rowTone(payload, c.state) },
         h("span", { class: "tln-ck-state", "data-state": c.state }, c.state)),
       h("td", null, formatNumber(c.evaluations)), h("td", null, formatNumber(c.findings))))));
@@ -113,7 +121,7 @@ function ledgerView(scale) {
   const parts = scale.method === "scale_decrements"
     ? [`${formatNumber(scale.skipped)} skipped (scale decrements)`, `scale ${formatNumber(scale.current_scale)}`,
       `${formatNumber(scale.growths)} growths`]
-    : [`${scale.method}: ${scale.reason ?? ""}`];
+    : [scale.reason ?? scale.method];  // words: the method code is in report.ledgers
   return h("p", { class: "tln-ck-ledger", "data-ledger": "scale" }, h("strong", null, "Skip ledger: "), parts.join(" · "));
 }
 

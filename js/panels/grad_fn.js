@@ -46,8 +46,11 @@ function view(payload, ctx) {
     const sides = /** @type {const} */ (["left", "right", "top", "bottom"]).filter((side) => over[side]);
     cue.hidden = sides.length === 0;
     cue.dataset.sides = sides.join(" ");
-    cue.textContent = sides.length ? `More of the graph lies ${sides.map((s) => SIDE_WORDS[s]).join(" and ")}: ` +
-      "drag or use the arrow keys to pan, or Fit to see all of it." : "";
+    // Fit is promised only where it can deliver: an unfolded large graph stays larger than the
+    // view even at the smallest zoom, and then folding is what shows all of it
+    cue.textContent = !sides.length ? "" : `More of the graph lies ${sides.map((s) => SIDE_WORDS[s]).join(" and ")}: ` +
+      (over.fits ? "drag or use the arrow keys to pan, or Fit to see all of it."
+        : "drag or use the arrow keys to pan; it is too large to fit at the smallest zoom, fold groups to see all of it.");
   } });
   const treeSlot = h("div", { class: "tln-gg-tree-slot" });
   const detailsSlot = h("div", { class: "tln-gg-details-slot" },

@@ -37,9 +37,18 @@ function leadCard(payload, ctx) {
     rows.push(["module", bad.module === null ? "—" : bad.module === "" ? "(root)" : bad.module]);
     rows.push(["source", bad.file ? h("code", { title: `${bad.file}:${bad.line ?? "?"}` },
       formatLocation(bad.file, bad.line, ctx.locations)) : "—"]);
+    // an op with no input has nothing to check: a model input's values came with the batch,
+    // a factory op (torch.full) made its value from no tensor
+    const node = "lineage_nodes" in d ? d.lineage_nodes.find((n) => n.label === bad.op) : undefined;
     rows.push(["inputs", backward ? (bad.is_proven ? "incoming gradients checked finite: born in this backward node"
       : "the seed gradient was already non-finite")
+      : bad.func === "input" ? "none: a model input, the values came with the batch"
+      : node && node.parents.length === 0 ? "none recorded: the value was made here from no tensor"
       : bad.is_proven ? "checked finite: the value was born here" : "not all checked: see the uncertainty zone"]);
+    if (bad.num_batch_rows) {
+      const more = bad.num_batch_rows > bad.batch_rows.length ? ", …" : "";
+      rows.push(["batch rows", `${bad.batch_rows.join(", ")}${more} (${formatNumber(bad.num_batch_rows)} of ${formatNumber(bad.batch_size)})`]);
+    }
     if (bad.stats) {
       rows.push(["value", `NaN ${formatNumber(bad.stats.nan_count)} · +Inf ${formatNumber(bad.stats.posinf_count)} · ` +
         `-Inf ${formatNumber(bad.stats.neginf_count)} of ${formatNumber(bad.stats.numel)}`]);

@@ -157,6 +157,9 @@ export interface FirstBadThing {
   node: string | null;
   fire_order: number | null;
   stats: ValueStats | null;
+  batch_rows: number[];
+  num_batch_rows: number | null;
+  batch_size: number | null;
 }
 
 export interface FrontierOp {

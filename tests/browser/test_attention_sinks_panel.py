@@ -84,7 +84,7 @@ def test_the_stepper_and_arrow_keys_walk_layers_and_heads(panel_page, sinks_repo
     root.get_by_role("button", name="Previous head").click()
     expect(root.locator('figure[data-layer="3"][data-head="5"]')).to_be_visible()
     where = root.locator(".tln-as-where")
-    expect(where).to_contain_text("Layer 3 of 6 · head 5 of 12")
+    expect(where).to_contain_text("Layer 3 (of 0–5) · head 5 (of 0–11)")
 
 
 def test_the_head_list_sorts_by_mass_and_opens_a_head(panel_page, sinks_report):

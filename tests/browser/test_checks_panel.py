@@ -10,6 +10,8 @@ tests/artifacts/checks_ranks.png.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from playwright.sync_api import expect
@@ -108,7 +110,13 @@ def test_final_report_shows_counters_chart_tables_and_scope(panel_page, dead_lay
     expect(root.locator('[data-counter="attempts"]')).to_have_text("8")
     expect(root.locator('[data-check="nonfinite_grad"] .tln-ck-state')).to_have_text("clean")
     assert root.locator('svg[data-chart="grad_norm"] circle').count() == 8
-    expect(root.locator('[data-ledger="scale"]')).to_contain_text("not_applicable")
+    # words, not codes: the ledger's reason and where each check runs
+    expect(root.locator('[data-ledger="scale"]')).to_have_text(
+        "Skip ledger: scaler=None declared: no GradScaler runs, so no attempt is skipped by one"
+    )
+    site = root.locator('[data-check="nonfinite_grad"] td').first
+    expect(site).not_to_contain_text("S-")
+    expect(site).to_have_attribute("title", re.compile(r"^S-[ABCD]$"))
     expect(root.get_by_text("param_received_no_gradient").first).to_be_visible()
     assert root.locator("table").count() >= 3  # checks, params, series
     panel_page.screenshot("checks_final", root)
@@ -139,7 +147,9 @@ def test_live_dashboard_on_rank_0_lays_out_every_ranks_counters(ddp_live_run, pa
     expect(table).to_have_count(0)  # no agreement yet: no per-rank rows
     for message in ddp_live_run["increments"]:
         panel_page.kernel_set("live", message)
-    expect(table.locator("caption")).to_have_text("Ranks (counters at S-B agreement 4)")
+    expect(table.locator("caption")).to_have_text(
+        "Ranks (counters agreed before optimizer.step() of step 4)"
+    )
     expect(table.locator("thead th")).to_have_text(
         [
             "rank",

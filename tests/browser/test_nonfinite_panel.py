@@ -50,6 +50,31 @@ def test_origin_card_names_op_module_and_line(panel_page, traced) -> None:
     panel_page.screenshot("nonfinite_origin_light", root)
 
 
+def test_a_nonfinite_model_input_has_no_source_no_inputs_and_names_its_rows(panel_page) -> None:
+    batch = X.clone()
+    batch[0, 0] = float("nan")
+    report = tl.debug.nonfinite_origin(Net(LogOfNegative()), batch)
+    root = panel_page.mount("nonfinite", widgets.panel_payload(report))
+    lead = root.get_by_role("region", name="Origin")
+    facts = dict(zip(lead.locator("dt").all_inner_texts(), lead.locator("dd").all_inner_texts()))
+    assert (facts["op"], facts["source"]) == ("input_1 (input)", "—")
+    assert facts["inputs"] == "none: a model input, the values came with the batch"
+    assert facts["batch rows"] == f"0 (1 of {X.shape[0]})"
+
+
+def test_an_origin_op_with_no_input_says_so_instead_of_checked_finite(panel_page) -> None:
+    from tests.nonfinite.test_forward_origin import MadeFromNothing
+
+    report = tl.debug.nonfinite_origin(tl.trace(MadeFromNothing(), torch.ones(2)))
+    root = panel_page.mount("nonfinite", widgets.panel_payload(report))
+    lead = root.get_by_role("region", name="Origin")
+    facts = dict(zip(lead.locator("dt").all_inner_texts(), lead.locator("dd").all_inner_texts()))
+    assert (facts["op"], facts["inputs"]) == (
+        "full_1 (full)",
+        "none recorded: the value was made here from no tensor",
+    )
+
+
 def test_expand_asks_python_for_the_next_ring_and_merges_it(panel_page, traced) -> None:
     report = tl.debug.nonfinite_origin(traced)
     widget = widgets.widget_for(report)

@@ -161,3 +161,47 @@ def test_a_fused_optimizer_step_the_scaler_skips_is_counted_not_raised(boundary)
         "accepted",
     ]
     assert [f.code for f in report.findings] == ["nonfinite_grad_skipped_by_scaler"]
+
+
+def _plain_loop(model, optimizer, skip_step_at: int | None = None) -> tl.report.CheckReport:
+    """The README's loop under ``ChecksSession(model, optimizer)`` (no scaler= declared);
+    ``skip_step_at`` leaves out one ``optimizer.step()``, as a GradScaler's skip would."""
+    session = tl.debug.ChecksSession(model, optimizer)
+    with session:
+        for step in range(5):
+            optimizer.zero_grad()
+            model(torch.randn(4, 8)).square().mean().backward()
+            if step != skip_step_at:
+                optimizer.step()
+    return session.report()
+
+
+def test_a_plain_loop_that_stepped_every_attempt_gets_no_scaler_instruction(mlp_adamw) -> None:
+    report = _plain_loop(*mlp_adamw)
+    assert report.ledgers["scale"] == {
+        "method": "observed",
+        "skipped": 0,
+        "reason": "every attempt stepped the optimizer: none was skipped",
+    }
+    assert "skip_ledger" not in {u.check for u in report.unavailable}
+    card = report.card()
+    assert "scaler=" not in card and "S-A" not in card  # nothing to do, no site codes
+    assert "each optimizer.step() closes one" in card
+    # no norm was measured (no check reads gradient values): no stage or scale claimed for one
+    row = report.table("params").dicts()[0]
+    assert (row["grad_norm_raw"], row["grad_stage"], row["grad_scale_provenance"]) == (
+        None,
+        None,
+        None,
+    )
+
+
+def test_an_attempt_without_a_step_asks_for_the_scaler_that_may_have_skipped_it(
+    mlp_adamw,
+) -> None:
+    report = _plain_loop(*mlp_adamw, skip_step_at=2)
+    assert report.counters["skipped"] == 1
+    assert report.ledgers["scale"]["method"] == "unknown"
+    entry = next(u for u in report.unavailable if u.check == "skip_ledger")
+    assert entry.reason.startswith("1 attempt(s) ended without an optimizer step")
+    assert "pass scaler=your_scaler" in entry.reason

@@ -7,6 +7,8 @@ that comes out of it instead of calling the run clean.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -145,8 +147,28 @@ def test_a_tensor_of_unknown_origin_is_disclosed_at_the_op_that_consumes_it(
     trace = tl.trace(model, -torch.ones(2))
     (spot,) = trace.blind_spots
     assert (spot.kind, spot.where, spot.output_labels) == ("untracked_input", "(root)", (consumer,))
-    assert "register constants as buffers" in spot.reason
+    assert "register constants as buffers" in spot.reason and "a loss target" in spot.reason
     assert torch.isnan(trace[consumer].out).all()
+
+
+class WithLossOf(nn.Module):
+    """A model and its loss in one forward, the target captured from outside (as a closure)."""
+
+    def __init__(self, target: torch.Tensor, loss: Any) -> None:
+        super().__init__()
+        self.net, self.target, self.loss = nn.Linear(4, 3), target, loss
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.net(x), self.target)
+
+
+def test_a_class_index_target_is_no_blind_spot_and_a_float_one_is_named_as_one() -> None:
+    x = torch.randn(5, 4)
+    indices = WithLossOf(torch.randint(0, 3, (5,)), nn.functional.cross_entropy)
+    assert tl.trace(indices, x).blind_spots == ()  # int64 holds no NaN and carries no gradient
+    (spot,) = tl.trace(WithLossOf(torch.randn(5, 3), nn.functional.mse_loss), x).blind_spots
+    assert (spot.kind, spot.output_labels) == ("untracked_input", ("mse_loss_1",))
+    assert "made before the forward (a loss target" in spot.reason
 
 
 def test_buffers_parameters_and_inputs_are_not_of_unknown_origin() -> None:

@@ -114,11 +114,27 @@ def test_a_selective_save_names_the_uncertainty_zone_instead_of_a_false_origin()
         assert report.lineage_role == "first non-finite seen"  # the panel never says "origin"
 
 
-def test_a_nonfinite_input_is_named_as_the_input() -> None:
-    report = tl.debug.nonfinite_origin(Net(Finite()), torch.tensor([[float("nan"), 1.0]]))
-    assert (report.origin.op, report.origin.func) == ("input_1", "input")
-    assert report.findings[0].code == "nonfinite_input"
-    assert report.lead.startswith("the model input input_1 already holds nan")
+def test_a_nonfinite_input_is_named_as_the_input_with_its_bad_rows_and_no_location() -> None:
+    batch = torch.ones(5, 2)
+    batch[1, 0] = batch[3, 1] = float("nan")
+    for report in (
+        tl.debug.nonfinite_origin(Net(Finite()), batch),  # live
+        tl.debug.nonfinite_origin(tl.trace(Net(Finite()), batch)),  # saved
+    ):
+        assert (report.origin.op, report.origin.func) == ("input_1", "input")
+        assert report.findings[0].code == "nonfinite_input"
+        assert report.lead.startswith(
+            "the model input input_1 already holds nan in batch rows 1, 3 (2 of 5)"
+        )
+        origin = report.first_bad_thing
+        assert (origin.batch_rows, origin.num_batch_rows, origin.batch_size) == ((1, 3), 2, 5)
+        # the batch's values came from the caller's data, not from the line that passed it in
+        assert (origin.file, origin.line) == (None, None)
+
+
+def test_an_op_other_than_an_input_names_no_batch_rows() -> None:
+    origin = tl.debug.nonfinite_origin(Net(LogOfNegative()), X).first_bad_thing
+    assert (origin.func, origin.batch_rows, origin.num_batch_rows) == ("log", (), None)
 
 
 def test_a_nonfinite_weight_is_named_with_the_op_that_reads_it() -> None:
@@ -222,3 +238,15 @@ def test_spec_example_bisect_nan() -> None:
     trace = tl.trace(nn.Identity(), torch.tensor([float("nan")]))
     result = tl.debug.bisect_nan(trace)
     assert (result.found, result.kind) == (True, "nan")
+
+
+class MadeFromNothing(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.full((2,), float("nan"))  # torch.full reads no tensor
+
+
+def test_an_origin_with_no_tensor_input_is_not_said_to_have_finite_inputs() -> None:
+    report = tl.debug.nonfinite_origin(tl.trace(MadeFromNothing(), torch.ones(2)))
+    assert (report.origin.op, report.first_bad_thing.is_proven) == ("full_1", True)
+    assert "it read no recorded tensor" in report.lead
+    assert "inputs were checked finite" not in report.lead

@@ -381,3 +381,26 @@ def test_a_model_below_chance_even_when_reinitialised_is_still_a_shortcut() -> N
     leaky = torch.cat([y[:, None].float(), x], dim=1)
     report = tl.recipes.triage(LabelInInputs(), (leaky, y), CE, checks=["init_loss"], live=False)
     assert report.root_cause is not None and report.root_cause.code == "loss_far_below_expected"
+
+
+def test_a_root_cause_row_shown_above_its_own_status_says_why() -> None:
+    torch.manual_seed(0)
+    dead = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3))
+    with torch.no_grad():
+        dead[0].bias.fill_(-100.0)  # every ReLU unit dead: no gradient reaches layer 0
+    data = (torch.randn(64, 8), torch.randint(0, 3, (64,)))
+    report = tl.recipes.triage(
+        dead, data, nn.CrossEntropyLoss(), checks=["gradient_flow", "overfit_one_batch"], live=False
+    )
+    row = next(r for r in report.rows if r.check == "gradient_flow")
+    assert (row.is_root_cause, row.status, report.reports["gradient_flow"].status) == (
+        True,
+        "fail",
+        "warn",
+    )
+    assert row.reason is not None and row.reason.endswith(
+        "Shown as fail, though the check alone reads warn: as the root cause it explains "
+        "overfit_one_batch.cannot_overfit."
+    )
+    # a row at its check's own status carries no such word
+    assert next(r for r in report.rows if r.check == "overfit_one_batch").reason is None

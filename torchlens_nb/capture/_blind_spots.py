@@ -8,7 +8,9 @@ batched tensors that cannot be saved or compared; it is recorded as one ``vmap``
 Ops inside other ``torch.func`` transforms (``grad``, ``jacrev``, ...) are recorded, but on
 wrapped tensors: their values are not saved and the transform's result is not linked to them.
 An op that consumes a tensor of unknown origin (a ``torch.jit.script`` function's result, a
-tensor kept as a plain attribute) is named too: what was born before it shows up first there.
+tensor kept as a plain attribute, a loss target captured from outside) is named too: what was
+born before it shows up first there. An integer or bool tensor with no autograd history (class
+indices, a mask) is not: it can hold no NaN or Inf and carries no gradient.
 None of these occur in the golden models (``tests/capture/golden_models.py``).
 Each such region becomes a :class:`BlindSpot`; an analysis that reads the trace must not call
 what happened inside "clean".
@@ -49,11 +51,12 @@ _REASONS: dict[str, str] = {
         "tl.trace to see its values."
     ),
     "untracked_input": (
-        "has {labels} consuming tensors that no recorded op produced and that are not the "
-        "model's parameters, buffers or inputs: they were made where the capture does not look "
-        "(a TorchScript function, a C++ extension, another thread, or before the forward, such "
-        "as a tensor kept as a plain attribute), so a value born there shows up first at these "
-        "ops; register constants as buffers, and run such code eagerly to see it."
+        "has {labels} consuming floating-point tensors that no recorded op produced and that "
+        "are not the model's parameters, buffers or inputs: they were made before the forward "
+        "(a loss target, a constant kept as a plain attribute) or by code the capture does not "
+        "see (a TorchScript function, a C++ extension, another thread), so a value born there "
+        "shows up first at these ops; pass such tensors as inputs or register constants as "
+        "buffers to have them checked."
     ),
 }
 

@@ -85,6 +85,12 @@ Tripwire = Callable[[Op, tuple[Any, ...]], bool]
 ``outputs`` holds every tensor the op returned (``topk``: values and indices)."""
 
 
+def _may_carry_a_value(tensor: Tensor) -> bool:
+    """Whether a tensor of unknown origin can carry what the checks look for: a floating or
+    complex value (a NaN, an Inf) or an autograd history."""
+    return tensor.is_floating_point() or tensor.is_complex() or tensor.grad_fn is not None
+
+
 class Recorder(TorchFunctionMode):
     """Holds the state of one capture; ``__torch_function__`` is the per-op path."""
 
@@ -202,7 +208,10 @@ class Recorder(TorchFunctionMode):
                 meta.append((tensor.shape, tensor.dtype))
                 pname = self.param_names.get(id(tensor))
                 if pname is None:
-                    is_untracked = True  # made where the capture did not look
+                    # made where the capture did not look; an integer or bool tensor with no
+                    # autograd history (class-index targets, masks) can hold no NaN or Inf and
+                    # carries no gradient: nothing born in it can show up here
+                    is_untracked = is_untracked or _may_carry_a_value(tensor)
                 elif pname not in params:
                     params.append(pname)
         first = outputs[0]
@@ -287,11 +296,13 @@ class Recorder(TorchFunctionMode):
         return entry[1] if entry is not None and entry[0]() is tensor else None
 
     def record_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """One ``input`` op per distinct tensor among the forward's arguments."""
-        frame = _getframe(1)
+        """One ``input`` op per distinct tensor among the forward's arguments, with no source
+        location: the frame that called the capture is where the batch was handed over (a
+        ``tl.trace`` line, ``investigate()``, or a library such as ipywidgets' comm callback
+        when a panel button replays a step), not where its values came from."""
         for tensor in arg_tensors(args, kwargs):
             if self.producer_of(tensor) is None:
-                self.record("input", [], [tensor], 0, False, frame, is_input=True)
+                self.record("input", [], [tensor], 0, False, None, is_input=True)
 
     # ----- selection ---------------------------------------------------------------------
     def _wants_save(self, name: str) -> bool:

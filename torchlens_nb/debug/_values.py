@@ -249,6 +249,23 @@ def _to_stats(acc: list[float]) -> ValueStats:
     )
 
 
+MAX_BATCH_ROWS = 16
+"""A model input's non-finite rows are named up to this many (their count is exact)."""
+
+BatchRows = tuple[tuple[int, ...], int, int]
+"""(the first rows along dim 0 holding a non-finite element, how many do, the size of dim 0)."""
+
+
+def nonfinite_rows(tensor: torch.Tensor) -> BatchRows | None:
+    """Which rows along dim 0 (the batch of a model input) hold a non-finite element; None for
+    a 0-d tensor. One reduction and one host sync."""
+    if tensor.dim() == 0:
+        return None
+    bad = (~torch.isfinite(tensor.detach())).reshape(tensor.shape[0], -1).any(dim=1)
+    rows = bad.nonzero().flatten().tolist()
+    return tuple(rows[:MAX_BATCH_ROWS]), len(rows), tensor.shape[0]
+
+
 def where_of(op: Op) -> Where:
     """The report ``Where`` of an op: label, module, file, line and the code text."""
     return Where(op=op.label, module=op.module, file=op.file, line=op.line, code=op.code)
@@ -263,10 +280,13 @@ def first_bad_thing(
     node: str | None = None,
     fire_order: int | None = None,
     kind: NonfiniteKind | None = None,
+    rows: BatchRows | None = None,
 ) -> FirstBadThing:
-    """Describe ``op``'s non-finite value in the shared vocabulary (kind from ``stats``)."""
+    """Describe ``op``'s non-finite value in the shared vocabulary (kind from ``stats``);
+    ``rows`` says where a model input holds it (:func:`nonfinite_rows`)."""
     resolved = kind or stats.kind
     assert resolved is not None, f"{op.label} holds no non-finite value"
+    shown, count, size = rows if rows is not None else ((), None, None)
     return FirstBadThing(
         phase=phase,
         kind=resolved,
@@ -280,6 +300,9 @@ def first_bad_thing(
         node=node,
         fire_order=fire_order,
         stats=stats,
+        batch_rows=shown,
+        num_batch_rows=count,
+        batch_size=size,
     )
 
 

@@ -3,8 +3,10 @@
 The first report is displayed in the running cell as a live panel (``report.live_panel``); every
 later report is one ``widget.update(report)``: a single traitlet message, and the panel redraws
 in place. Where no panel can be built, each push replaces the cell output through the display
-handle instead (text card). Pushes are throttled by the caller; this module only knows where
-they go.
+handle instead (text card). Each pushed report is marked as shown (``mark_shown_live``): the
+final one, which the recipe returns, displays as nothing in the same cell (``t = triage(...);
+t`` shows one panel) and as usual from the next cell on. Pushes are throttled by the caller;
+this module only knows where they go.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from .._validate import check_bool
 from ..report import Report, live_panel
+from ..report._display import mark_shown_live
 
 
 def in_kernel() -> bool:
@@ -32,6 +35,7 @@ class PanelSink:
         self._widget: Any = None
 
     def __call__(self, report: Report) -> None:
+        mark_shown_live(report)
         if self._widget is not None:
             self._widget.update(report)
             return

@@ -34,7 +34,7 @@ from .._validate import check_int
 from ..errors import ReportOptionError
 from . import _display
 from ._actions import unavailable_actions
-from ._location import location_text
+from ._location import cell_names, location_text
 from ._status import Tone, ToneRule, printable, resolve_tone, status_phrase, tones
 
 if TYPE_CHECKING:
@@ -199,10 +199,19 @@ class Table:
         return [dict(zip(self.columns, row)) for row in self.rows]
 
     def to_pandas(self) -> pandas.DataFrame:
-        """The table as a DataFrame whose ``attrs`` carry the table facts."""
+        """The table as a DataFrame whose ``attrs`` carry the table facts.
+
+        A ``file`` column names a notebook cell as IPython does (``Cell In[3]``), not by the
+        temp file the kernel compiled it to, as the card and the panels do; the table itself
+        keeps the real file.
+        """
         import pandas as pd
 
         frame = pd.DataFrame(list(self.rows), columns=list(self.columns))
+        if "file" in self.columns:
+            named = cell_names(f for f in frame["file"] if isinstance(f, str))
+            if named:
+                frame["file"] = frame["file"].map(lambda f: named.get(f, f))
         frame.attrs.update(_thaw(self.attrs))
         return frame
 

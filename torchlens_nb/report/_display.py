@@ -7,6 +7,11 @@ own beside the panel, so an executed notebook converted to HTML shows it with no
 This module is the one upward edge of the layering (report -> widgets), imported inside the
 display call. Display never raises: a panel that fails to build warns once per report type
 (``TorchlensNbWarning``) and the bundle carries the card alone.
+
+A report a live panel already shows in the running cell (``mark_shown_live``: the final state
+of ``tl.recipes.triage`` or ``overfit_one_batch``) displays as nothing until that cell ends, so
+``t = tl.recipes.triage(...); t`` shows one panel, not the live one and a copy below it; from
+the next cell on, the same report displays as usual.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import html
 import os
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ReportOptionError, TorchlensNbWarning
@@ -24,6 +30,40 @@ if TYPE_CHECKING:
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 _warned_report_types: set[str] = set()
+
+_shown_live: dict[int, weakref.ref[Any]] = {}
+"""id -> weak reference of each report a live panel shows in the running cell (the weak
+reference tells a live report from a later object that reuses a collected one's id)."""
+
+
+def mark_shown_live(report: Report) -> None:
+    """Record that a live panel shows ``report`` in the running cell: displaying that same
+    object again before the cell ends shows nothing (the panel above is its display). The
+    record is dropped when the cell ends (IPython's ``post_run_cell`` event); outside a kernel
+    nothing is recorded."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if getattr(shell, "kernel", None) is None:
+        return
+    if _forget_shown_live not in shell.events.callbacks["post_run_cell"]:
+        shell.events.register("post_run_cell", _forget_shown_live)
+    _shown_live[id(report)] = weakref.ref(report)
+
+
+def _forget_shown_live(result: Any = None) -> None:
+    """``post_run_cell``: the cell ended, its live panels are ordinary outputs now."""
+    from IPython import get_ipython
+
+    _shown_live.clear()
+    shell = get_ipython()
+    if shell is not None and _forget_shown_live in shell.events.callbacks["post_run_cell"]:
+        shell.events.unregister("post_run_cell", _forget_shown_live)
+
+
+def _is_shown_live(report: Report) -> bool:
+    ref = _shown_live.get(id(report))
+    return ref is not None and ref() is report
 
 
 def static_html(report: Report, *, beside_panel: bool = False) -> str:
@@ -44,10 +84,13 @@ def static_html(report: Report, *, beside_panel: bool = False) -> str:
 def ipython_display(report: Report) -> None:
     """``display(report)`` in IPython: in a kernel the panel widget displays itself with its card
     beside it (``ReportWidget._ipython_display_``); in a terminal, or when no panel can be built
-    (warned once, as in :func:`mimebundle`), the card alone. Never raises."""
+    (warned once, as in :func:`mimebundle`), the card alone; nothing while a live panel shows
+    this report in the running cell (:func:`mark_shown_live`). Never raises."""
     from IPython import get_ipython
     from IPython.display import display
 
+    if _is_shown_live(report):
+        return
     widget = _panel(report) if getattr(get_ipython(), "kernel", None) is not None else None
     if widget is None:
         display({"text/plain": report.card(), "text/html": static_html(report)}, raw=True)

@@ -117,9 +117,26 @@ class FirstBadThing:
     """Position of that fire in measured fire order (backward only)."""
     stats: ValueStats | None = None
     """Statistics of the bad value (the forward output, or the outgoing gradient)."""
+    batch_rows: tuple[int, ...] = ()
+    """For a model input (``func == "input"``): the first indices along dim 0, the batch, whose
+    row holds a non-finite element (at most 16, ascending)."""
+    num_batch_rows: int | None = None
+    """How many rows along dim 0 hold a non-finite element, of a model input whose value was
+    read; None for any other op, a 0-d input or an input whose value was not kept."""
+    batch_size: int | None = None
+    """The model input's size along dim 0 (with ``num_batch_rows``)."""
 
     def where(self) -> Where:
         return Where(op=self.op, module=self.module, file=self.file, line=self.line, code=self.code)
+
+    def rows_text(self) -> str:
+        """``" in batch rows 3, 5 (2 of 8)"``: where a model input's bad values sit, or ``""``."""
+        if not self.num_batch_rows:
+            return ""
+        shown = ", ".join(map(str, self.batch_rows))
+        more = ", ..." if self.num_batch_rows > len(self.batch_rows) else ""
+        word = "row" if self.num_batch_rows == 1 else "rows"
+        return f" in batch {word} {shown}{more} ({self.num_batch_rows} of {self.batch_size})"
 
     def text(self) -> str:
         """``nan at div_1 in enc.head (model.py:12: `return a / b`)``."""

@@ -70,7 +70,8 @@ class TriageRow:
     """The key number itself (None when it is not one number)."""
     elapsed_s: float | None
     reason: str | None = None
-    """Why the check was skipped."""
+    """Why the check was skipped, or why the row shows another status than the check's own
+    report (the root cause's row is shown at the severity of the chain it explains)."""
     is_root_cause: bool = False
     """The root cause (the triage's first finding) comes from this check."""
     tone: Tone = field(init=False)

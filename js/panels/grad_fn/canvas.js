@@ -28,8 +28,9 @@ function svg(tag, attrs = {}) {
  *   units: import("./model.js").Unit[], frames: Frame[]) => void, select: (key: string | null) => void,
  *   mark: (keys: Set<string>) => void, fit: () => void, open: () => void, center: (key: string) => void,
  *   zoomBy: (factor: number) => void }} Canvas
- * @typedef {{ left: boolean, right: boolean, top: boolean, bottom: boolean }} Overflow  which
- *   sides of the graph lie outside the view
+ * @typedef {{ left: boolean, right: boolean, top: boolean, bottom: boolean, fits: boolean }} Overflow
+ *   which sides of the graph lie outside the view, and whether Fit (the smallest zoom at most)
+ *   can show all of it
  */
 
 /**
@@ -66,8 +67,10 @@ export function createCanvas({ signal, onActivate, onView }) {
     stage.setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`);
     const { w, h } = viewport();
     const edge = 1;  // px of tolerance
+    // whether Fit can show all of it: not when even the smallest zoom leaves it larger than the view
+    const fits = size.width * MIN_SCALE <= w + edge && size.height * MIN_SCALE <= h + edge;
     onView({ left: view.x < -edge, top: view.y < -edge, right: view.x + size.width * view.k > w + edge,
-      bottom: view.y + size.height * view.k > h + edge });
+      bottom: view.y + size.height * view.k > h + edge, fits });
   };
   /** @param {number} factor @param {number} [cx] @param {number} [cy] */
   const zoomBy = (factor, cx = viewport().w / 2, cy = viewport().h / 2) => {

@@ -51,10 +51,15 @@ def counters(engine: Engine) -> dict[str, Any]:
     return engine.ledger.counters(engine.backwards, engine.arrivals, engine.pending_backwards)
 
 
-def ledgers(engine: Engine) -> dict[str, Any]:
+def scale_ledger(engine: Engine, count: dict[str, Any]) -> dict[str, Any]:
+    """``ledgers["scale"]`` given the counters ``count`` (see ``ScaleLedger.to_dict``)."""
+    return engine.scale_ledger.to_dict(count["attempts"], count["skipped"])
+
+
+def ledgers(engine: Engine, count: dict[str, Any]) -> dict[str, Any]:
     """``report.ledgers``: the skip ledger and the per-attempt records."""
     return {
-        "scale": engine.scale_ledger.to_dict(),
+        "scale": scale_ledger(engine, count),
         "steps": list(engine.ledger.records),
         "steps_dropped": engine.ledger.records_dropped,
     }
@@ -143,7 +148,7 @@ def build_report(
         actions=actions,
         checks_run=tuple(verdict.runs),
         counters=count,
-        ledgers=ledgers(engine),
+        ledgers=ledgers(engine, count),
         is_final=is_final,
         exit_reason=exit_reason,
     )
@@ -158,6 +163,7 @@ def _params_table(engine: Engine) -> Table:
         ratio, normalized, at = (None, None, None)
         if updates is not None and info.index in updates.last:
             ratio, normalized, at = updates.last[info.index]
+        norm = attempt.final_norms.get(info.index) if attempt else None
         rows.append(
             {
                 "param": info.name,
@@ -167,9 +173,12 @@ def _params_table(engine: Engine) -> Table:
                 "grad_fact": attempt.fact(info.index)
                 if attempt and attempt.backward_count
                 else None,
-                "grad_norm_raw": attempt.final_norms.get(info.index) if attempt else None,
-                "grad_stage": attempt.stage if attempt else None,
-                "grad_scale_provenance": attempt.scale_provenance if attempt else None,
+                "grad_norm_raw": norm,
+                # where and how a norm was read: nothing to say of a norm not measured
+                "grad_stage": attempt.stage if attempt and norm is not None else None,
+                "grad_scale_provenance": attempt.scale_provenance
+                if attempt and norm is not None
+                else None,
                 "update_ratio": ratio,
                 "update_ratio_lr_normalized": normalized,
                 "update_attempt": at,
@@ -185,14 +194,17 @@ def _params_table(engine: Engine) -> Table:
 def _disclosures(engine: Engine, count: dict[str, Any], paused_spans: int) -> list[str]:
     notes = []
     if count["step_provenance"] == "inferred":
+        # the way to exact attribution matters only once an attempt ended without a step
         notes.append(
             "Attempt grouping is inferred from hooks (step_provenance='inferred'); "
             "use `with session.step(global_step=..., micro_batches=...)` for exact "
             "accepted/skipped attribution."
+            if count["skipped"]
+            else "Attempts are grouped from the hooks: each optimizer.step() closes one."
         )
     if engine.needs_norms:
         notes.append(
-            "Gradient norms are read at S-A (pre-clip) after each backward; under "
+            "Gradient norms are read as each backward delivers them, before any clipping; under "
             "accumulation they are norms of the accumulated gradient."
         )
         arrival = engine.arrival_reads.note()
@@ -207,13 +219,13 @@ def _disclosures(engine: Engine, count: dict[str, Any], paused_spans: int) -> li
     if outside:
         notes.append(
             f"{len(outside)} parameter(s) require grad but are not in the optimizer: their "
-            "gradients are watched at S-A (a non-finite one is named, since clipping over "
+            "gradients are watched as backward delivers them (a non-finite one is named, since clipping over "
             "every parameter spreads it) but no training check judges them: "
             + ", ".join(outside[:3])
         )
     if engine.unobserved_backwards:
         notes.append(
-            f"{engine.unobserved_backwards} backward(s) ran while S-A kept one hook (the "
+            f"{engine.unobserved_backwards} backward(s) ran while the gradient-arrival watch kept one hook (the "
             "graph had been stable) and gave the hooked parameter no gradient: their "
             "gradients were judged at the step site but not counted as backwards (every "
             "hook is back since)."
@@ -235,7 +247,7 @@ def _disclosures(engine: Engine, count: dict[str, Any], paused_spans: int) -> li
             f"The session was disabled {paused_spans} time(s); evidence of those spans "
             "(and of an attempt they interrupted) is not judged."
         )
-    scale = engine.scale_ledger.to_dict()
+    scale = scale_ledger(engine, count)
     if scale.get("method") == "scale_decrements" and scale["skipped"] != count["skipped"]:
         notes.append(
             f"The skip ledger counts {scale['skipped']} scale decrement(s) but "
@@ -268,8 +280,8 @@ def _mandatory_unavailable(engine: Engine, count: dict[str, Any]) -> list[Unavai
         entries.append(
             Unavailable(
                 "magnitude",
-                "off by default: register_magnitude_check() arms the pre-clip (S-A) "
-                "magnitude verdicts",
+                "off by default: register_magnitude_check() arms the magnitude verdicts "
+                "on gradient norms before clipping",
                 "not_registered",
             )
         )
@@ -287,15 +299,9 @@ def _mandatory_unavailable(engine: Engine, count: dict[str, Any]) -> list[Unavai
                 "not_registered",
             )
         )
-    if engine.scaler_kind == "undeclared":
-        entries.append(
-            Unavailable(
-                "skip_ledger",
-                "no scaler= declared, so skipped attempts and the loss scale are "
-                "unknown: pass scaler=your_scaler, or scaler=None when there is none",
-                "scale_unknown",
-            )
-        )
+    scale = scale_ledger(engine, count)
+    if scale["method"] == "unknown":  # an undeclared scaler and a skip it may have caused
+        entries.append(Unavailable("skip_ledger", scale["reason"], "scale_unknown"))
     if not count["attempts"]:
         entries.append(
             Unavailable("session", "no optimizer attempt was observed yet", "no_evidence")
@@ -352,7 +358,7 @@ def live_state(engine: Engine) -> dict[str, Any]:
     """The dashboard increment: status, lead, counters, check states, findings, the skip
     ledger summary and the chart rows added since the previous increment."""
     verdict = _verdict(engine)
-    scale = engine.scale_ledger.to_dict()
+    scale = scale_ledger(engine, verdict.counters)
     return {
         "status": verdict.status,
         "lead": verdict.lead,

@@ -60,8 +60,15 @@ class ScaleLedger:
         )
         return count
 
-    def to_dict(self) -> dict[str, Any]:
-        """``ledgers["scale"]``: method, counts and the decrement events."""
+    def to_dict(self, attempts: int, skipped: int) -> dict[str, Any]:
+        """``ledgers["scale"]``: method, counts and the decrement events.
+
+        ``attempts`` and ``skipped`` are the closed attempts and those closed without an
+        optimizer step. With no ``scaler=`` declared they are what is known: when every
+        attempt stepped, nothing was skipped (``method: "observed"``), and the user with no
+        AMP has nothing to do; only attempts that ended without a step leave the cause unknown,
+        and only then does the reason ask for ``scaler=``.
+        """
         if self.kind == "gradscaler":
             return {
                 "method": "scale_decrements",
@@ -72,20 +79,29 @@ class ScaleLedger:
                 "observations": self.observations,
                 "decrements": list(self.events),
             }
+        if self.kind == "undeclared":
+            if attempts and not skipped:
+                return {
+                    "method": "observed",
+                    "skipped": 0,
+                    "reason": "every attempt stepped the optimizer: none was skipped",
+                }
+            return {
+                "method": "unknown",
+                "skipped": None,
+                "reason": f"{skipped} attempt(s) ended without an optimizer step and no scaler= "
+                "was declared: if a GradScaler skipped them, pass scaler=your_scaler so they "
+                "count as its skips"
+                if skipped
+                else "no attempt has closed yet: whether one is skipped is not known",
+            }
         reasons = {
             "declared_none": "scaler=None declared: no GradScaler runs, so no attempt is "
             "skipped by one",
             "disabled": "the GradScaler was built with enabled=False (AMP off): it never scales "
             "the loss nor skips an attempt, so the session runs as with scaler=None",
-            "undeclared": "no scaler= declared: whether a GradScaler skips attempts is unknown; "
-            "pass scaler=your_scaler (or scaler=None when there is none)",
         }
-        is_known = self.kind != "undeclared"
-        return {
-            "method": "not_applicable" if is_known else "unknown",
-            "skipped": 0 if is_known else None,
-            "reason": reasons[self.kind],
-        }
+        return {"method": "not_applicable", "skipped": 0, "reason": reasons[self.kind]}
 
 
 class StepLedger:

@@ -32,10 +32,12 @@ from ...report._lineage import CheckedBy, Finiteness
 from ...report._nonfinite import Coverage, NonfiniteKind, ValueStats
 from .._isolation import keep_model_state
 from .._values import (
+    BatchRows,
     ValueClass,
     checkable,
     is_float_dtype,
     nonfinite_kinds,
+    nonfinite_rows,
     saved_tensors,
     value_class,
     value_classes,
@@ -64,6 +66,9 @@ class ForwardFacts:
     nonfinite_params: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Live form: op label -> the parameters/buffers it read that hold a non-finite value (every
     non-finite op that reads parameters is checked, each parameter once)."""
+    input_rows: dict[str, BatchRows | None] = field(default_factory=dict)
+    """Non-finite model inputs -> which of their rows along dim 0 hold the bad values (read
+    live; from the saved value on first use, :meth:`batch_rows`)."""
     forward_error: BaseException | None = None
     """The exception the model's forward raised (live form), if it raised."""
     is_stopped_early: bool = False
@@ -157,6 +162,16 @@ class ForwardFacts:
         read.update(zip(saved, found))
         return [kinds[label] if label in kinds else read.get(label) for label in labels]
 
+    def batch_rows(self, label: str) -> BatchRows | None:
+        """Which rows of the model input ``label`` hold its non-finite values (None: not an
+        input, 0-d, or its value was neither read live nor saved)."""
+        if self.trace[label].func != "input":
+            return None
+        if label not in self.input_rows:
+            saved = saved_tensors(self.trace[label].out)
+            self.input_rows[label] = nonfinite_rows(saved[0]) if saved else None
+        return self.input_rows[label]
+
     def ensure_stats(self, labels: Sequence[str]) -> None:
         """Compute statistics of the saved values of ``labels`` that lack them (one batch)."""
         missing = [
@@ -230,6 +245,7 @@ class _LiveCheck:
         self.partial: set[str] = set()
         self.nan: set[str] = set()
         self.nonfinite_params: dict[str, tuple[str, ...]] = {}
+        self.input_rows: dict[str, BatchRows | None] = {}
         self.is_stopped_early = False
         self._stop_at_first = stop_at_first
         self._params: dict[str, torch.Tensor] = dict(model.named_parameters())
@@ -259,6 +275,8 @@ class _LiveCheck:
             return False
         if not any(self.state.get(p) == "nonfinite" for p in op.parents):
             self.stats[op.label] = value_stats([values])[0]
+        if op.func == "input":  # the batch came in bad: which of its rows
+            self.input_rows[op.label] = nonfinite_rows(values[0])
         bad = self._bad_params(op)
         if bad:
             self.nonfinite_params[op.label] = bad
@@ -333,6 +351,7 @@ def run_live(
         partial=check.partial,
         nan=check.nan,
         nonfinite_params=check.nonfinite_params,
+        input_rows=check.input_rows,
         forward_error=error,
         is_stopped_early=check.is_stopped_early,
     )

@@ -82,7 +82,9 @@ def scan_report_fields(facts: ForwardFacts, label: str | None) -> dict[str, Any]
     facts.ensure_stats([label])
     op = trace[label]
     cause = paths.causes[label]
-    thing = first_bad_thing(op, facts.stats[label], is_proven=cause == "birth")
+    thing = first_bad_thing(
+        op, facts.stats[label], is_proven=cause == "birth", rows=facts.batch_rows(label)
+    )
     fields.update(kind=thing.kind, first_bad_thing=thing)
     if cause == "unattributed":
         zone, size = facts.zone(label)

@@ -219,10 +219,11 @@ def lead_text(thing: Any, facts: ForwardFacts, verb: str) -> str:
     code = f": `{thing.code}`" if thing.code else ""  # no source text for exec'd code
     source = f" (line {thing.line}{code})" if thing.line else ""
     if thing.func == "input":
-        return f"the model input {thing.op} already holds {thing.kind}{source}."
+        return f"the model input {thing.op} already holds {thing.kind}{thing.rows_text()}{source}."
     place = f" in {thing.module}" if thing.module else ""
+    has_inputs = bool(facts.trace[thing.op].parents)
     proof = (
-        "; its inputs were checked finite"
+        ("; its inputs were checked finite" if has_inputs else "; it read no recorded tensor")
         if thing.is_proven
         else "; its inputs were not all checked, see the uncertainty zone"
     )

@@ -94,8 +94,9 @@ def overfit_one_batch(
         steps: optimizer steps (stops early on a non-finite loss).
         lr: Adam learning rate.
         live: draw a live loss / grad-norm chart in the notebook cell while training (None:
-            when running inside a Jupyter kernel); it ends on the final report. Assign the
-            result (``report = ...``) so the cell does not display the final report twice.
+            when running inside a Jupyter kernel); it ends on the final report, which is the
+            cell's one panel: the returned report displays as nothing in that cell (as its
+            last expression too) and as usual in a later one.
         on_update: also called with each interim report (status ``running``) and the final one.
 
     Returns:

@@ -279,7 +279,7 @@ class _Runner:
         ]
         findings, root = rank(pairs)
         rows = tuple(
-            _mark_root(row, root)
+            _mark_root(row, root, findings)
             for row in self._pending_rows(interrupted_at, stopped=stopped, how=how)
         )
         status = _status(rows, findings, stopped)
@@ -312,20 +312,38 @@ class _Runner:
         )
 
 
-def _mark_root(row: TriageRow, root: RootCause | None) -> TriageRow:
+def _mark_root(row: TriageRow, root: RootCause | None, findings: tuple[Finding, ...]) -> TriageRow:
     """The root cause's row, marked, with its badge at the root finding's severity (the chain's
-    worst: a warning whose chain holds a critical finding is shown as fail)."""
+    worst: a warning whose chain holds a critical finding is shown as fail). When that differs
+    from the check's own status, ``reason`` says so and names the finding that lifted it, so the
+    row never reads ``fail`` above its own panel's ``warn`` without a word."""
     if root is None or row.check != root.check:
         return row
+    status: RowStatus = "fail" if root.severity == "critical" else "warn"
+    reason = row.reason
+    if status != row.status:
+        explained = (f"{f.fields.get('check')}.{f.code}" for f in findings)
+        worst = next(
+            (
+                name
+                for name, f in zip(explained, findings)
+                if f.severity == root.severity and name in root.explains
+            ),
+            f"a {root.severity} finding",
+        )
+        reason = (
+            f"{row.lead.rstrip('.')}. Shown as {status}, though the check alone reads "
+            f"{row.status}: as the root cause it explains {worst}."
+        )
     return TriageRow(
         row.index,
         row.check,
-        "fail" if root.severity == "critical" else "warn",
+        status,
         row.lead,
         row.key,
         row.value,
         row.elapsed_s,
-        row.reason,
+        reason,
         is_root_cause=True,
     )
 
