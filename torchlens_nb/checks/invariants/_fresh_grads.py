@@ -6,8 +6,15 @@ gradient and the gradient's ``_version``. At the first gradient arrival of the n
 (S-A, the post-accumulate hook of the parameter that opens it) it compares: the same tensor
 whose version moved by exactly one is the old gradient with one ``grad += g`` on top. Reset
 gradients are a new tensor (``zero_grad(set_to_none=True)``) or moved by two (``zero_()``, then
-the accumulation). The finding (``grads_not_reset``, warning) names the parameter and the
-attempt at the optimizer's next step-site, before it writes.
+the accumulation). Such a backward is a candidate only: the step judges the gradient it will
+read. At the optimizer's next step-site (S-B, before it writes) the candidate is confirmed when
+the parameter still holds that tensor (``zero_grad()`` sets it to None), and each later backward
+of the attempt that opens on the same parameter moved its version by exactly its own
+accumulation (a ``zero_()`` in between is one bump more). In-place work on the gradient after the
+last backward (``clip_grad_norm_``, a scaler's ``unscale_``) is not a reset and does not clear it. A GAN's discriminator (or a DDPG critic) gets the other
+network's backward onto its gradients after its step and zeroes them before its own backward:
+nothing stale is used, nothing is reported (issue 42). The finding (``grads_not_reset``,
+warning) names the parameter and the attempt.
 
 Cost: one weak reference and one ``_version`` read at S-C per parameter that has opened a
 backward so far (every optimizer parameter until the first backward has opened, or once more
@@ -16,8 +23,10 @@ the opener is ever compared, so recording the others was wasted: on 5,000 small 
 (``benchmarks/bench_checks.py many_params``) it was 3.8% of the training step (py-spy). Cannot
 see: a loop that resets some gradients and not others (only the parameter that opens the
 backward is compared); a backward opened by a parameter that opened none before (its first
-time is not compared); a gradient reset through ``.data`` (no version bump) reads as fresh.
-Declared exception: ``expect_grads_carried_over()``.
+time is not compared); a gradient reset through ``.data`` (``p.grad.data.zero_()``: no version
+bump) reads as not reset; a ``zero_grad(set_to_none=False)`` between the other network's backward and
+a backward that opens on another parameter reads as not reset. ``session.paused()`` keeps the record: a pause declares writes to the
+weights, not to the gradients. Declared exception: ``expect_grads_carried_over()``.
 """
 
 from __future__ import annotations
@@ -49,7 +58,8 @@ class FreshGradsCheck(InvariantCheck):
     def __init__(self, roster: Roster, *, action: Action, declared: Declared) -> None:
         super().__init__(roster, action, {}, declared)
         self._record: dict[int, tuple[weakref.ref[torch.Tensor], int]] | None = None
-        self._stale: int | None = None
+        self._stale: tuple[int, weakref.ref[torch.Tensor], int] | None = None
+        """A candidate: (index, the gradient it accumulated onto, its version then)."""
         self._openers: dict[int, None] = {}
         """The parameters that opened a backward so far, in order (an ordered set)."""
         self._members: tuple[tuple[int, ...], frozenset[int]] = ((), frozenset())
@@ -69,20 +79,26 @@ class FreshGradsCheck(InvariantCheck):
         compared."""
         if index not in self._openers and len(self._openers) <= MAX_OPENERS:
             self._openers[index] = None
+        if self._stale is not None and self._stale[0] == index:
+            self._follow(param)
         record, self._record = self._record, None
         held = None if record is None else record.get(index)
         if held is None or self.declared.carries_grads:
             return
         grad = param.grad
         if grad is not None and grad is held[0]() and grad._version == held[1] + 1:
-            self._stale = index
+            self._stale = (index, held[0], grad._version)
 
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         self.evaluations += 1
         stale, self._stale = self._stale, None
         if stale is None:
             return None
-        info = self.roster.infos[stale]
+        index, held, _ = stale
+        grad = self.roster.tensors[index].grad
+        if grad is None or grad is not held():
+            return None  # reset after the candidate backward: the step reads fresh gradients
+        info = self.roster.infos[index]
         return self.occur(
             self._stale_tally,
             attempt.index,
@@ -90,6 +106,18 @@ class FreshGradsCheck(InvariantCheck):
             {"param": info.name},
             Where(module=info.module),
         )
+
+    def _follow(self, param: torch.Tensor) -> None:
+        """A later backward of the attempt opened on the candidate's parameter: a version that
+        moved by more than this accumulation since the last one was reset in between (a
+        ``zero_()``); a new tensor was reset to None."""
+        assert self._stale is not None
+        index, held, version = self._stale
+        grad = param.grad
+        if grad is None or grad is not held() or grad._version != version + 1:
+            self._stale = None
+        else:
+            self._stale = (index, held, grad._version)
 
     def on_written(self, attempt: Attempt, sample: UpdateSample | None) -> Finding | None:
         tensors = self.roster.tensors
@@ -111,10 +139,6 @@ class FreshGradsCheck(InvariantCheck):
             self._members = (optimized, frozenset(optimized))
         members = self._members[1]
         return [index for index in self._openers if index in members]
-
-    def on_pause(self) -> None:
-        self._record = None
-        self._stale = None
 
 
 def _message(fields: Mapping[str, Any]) -> str:

@@ -51,7 +51,7 @@ from ._assemble import build_report, counters, live_state
 from ._check import Check
 from ._engine import Engine
 from ._ledger import ScalerKind
-from ._optimizer import ATTACHED, unwrap_optimizer, wrapper_scaler
+from ._optimizer import ATTACHED, unwrap_optimizer, watch_wrapper_writes, wrapper_scaler
 from ._params import Roster
 from ._replay import Replay
 
@@ -138,6 +138,8 @@ class ChecksSession:
                 "pass the module you train (a torch.compile'd module is fine)."
             )
         real = unwrap_optimizer(optimizer)
+        self._wrapper = optimizer
+        """What the caller passed (a wrapper's own writes are followed: ``_optimizer.py``)."""
         is_declared, wrapped_scaler = wrapper_scaler(optimizer, real)
         if scaler is UNDECLARED and is_declared:
             scaler = wrapped_scaler
@@ -335,6 +337,7 @@ class ChecksSession:
                     action=action,
                     declared=declared,
                     learning_rates=functools.partial(_learning_rates, self._optimizer),
+                    state_of=functools.partial(_param_state, self._optimizer),
                 ),
                 WritesCheck(roster, action=action, declared=declared),
             ]
@@ -428,10 +431,18 @@ class ChecksSession:
         try:
             ATTACHED.claim(self._optimizer, self._subject, stack)
             self._engine.install(stack)
+            watch_wrapper_writes(self._wrapper, self._optimizer, self._wrapper_wrote, stack)
         except BaseException:
             self._roll_back()
             raise
         return self
+
+    def _wrapper_wrote(self) -> None:
+        """A wrapper's method that writes the weights returned: its writes are not outside
+        the step."""
+        writes = self._engine.checks.get(WritesCheck.name)
+        if isinstance(writes, WritesCheck):
+            writes.rebase()
 
     def _roll_back(self) -> None:
         """Undo an attach that is not going to be used (it raised, or Ctrl-C came during it)."""
@@ -760,6 +771,10 @@ def _is_integral(value: Any) -> bool:
 
 def _learning_rates(optimizer: torch.optim.Optimizer) -> list[Any]:
     return [group.get("lr") for group in optimizer.param_groups]
+
+
+def _param_state(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> Any:
+    return optimizer.state.get(param, {})
 
 
 def _scaler_kind(scaler: Any) -> ScalerKind:
