@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...report import Finding, Where
+from ...report import Finding, Unavailable, Where
 from ...report._checks import Action
 from ..session._evidence import Attempt
 from ..session._params import Roster
@@ -60,6 +60,9 @@ class RosterCheck(InvariantCheck):
         """Construction and steps that held nothing to train while nothing of the model got a
         gradient (a frozen phase): reported only if the optimizer never trains."""
         self._has_trained = False
+        self.not_running: list[Unavailable] = []
+        """The other invariants that cannot run on this set-up (set by the session): the
+        roster check runs everywhere, so it carries their ``unavailable`` entries."""
         self.on_construction()
 
     def on_construction(self) -> Finding | None:
@@ -103,6 +106,9 @@ class RosterCheck(InvariantCheck):
                 or violation
             )
         return violation
+
+    def unavailable(self) -> list[Unavailable]:
+        return list(self.not_running)
 
     def findings(self) -> list[Finding]:
         found = super().findings()

@@ -28,7 +28,7 @@ import torch
 from ..._interrupts import SigintHold, shielded
 from ..._validate import check_bool, check_int, is_number
 from ...errors import CheckViolationError, DiagnosticArgumentError, ModelTypeError
-from ...report import Finding
+from ...report import Finding, Unavailable
 from ...report._checks import Action, CheckReport, SessionOverhead
 from ..dashboard._feed import DashboardFeed, LiveView
 from ..dashboard._live import open_live_view
@@ -326,7 +326,9 @@ class ChecksSession:
         check_int("replica_every", replica_every, low=1, expect=">= 1 steps")
         engine, declared = self._engine, self._declared
         roster = engine.roster
-        checks: list[Check] = [RosterCheck(roster, action=action, declared=declared)]
+        roster_check = RosterCheck(roster, action=action, declared=declared)
+        roster_check.not_running = _invariants_not_running(roster.is_sharded, self._ranks)
+        checks: list[Check] = [roster_check]
         if not roster.is_sharded:
             fresh = FreshGradsCheck(roster, action=action, declared=declared)
             engine.observe_backward_open(fresh.on_open)
@@ -767,6 +769,41 @@ def _is_forward_fn(forward_fn: Any, micro_batches: int | None) -> bool:
 def _is_integral(value: Any) -> bool:
     """An integer (a numpy one included) that is not a ``bool``."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _invariants_not_running(is_sharded: bool, ranks: RankContext) -> list[Unavailable]:
+    """The invariants that cannot run on this set-up, each named (issue 42: an FSDP2 loop with
+    a forgotten zero_grad, and a hand-written all_reduce loop whose replicas drifted apart by
+    0.094, were reported clean)."""
+    missing = []
+    if is_sharded:
+        missing += [
+            Unavailable(
+                name,
+                f"the parameters are FSDP2 shards (DTensor): {what} is not judged on them; "
+                "run it on the unsharded model in one process to check the loop.",
+                code="sharded_params",
+            )
+            for name, what in (
+                (FreshGradsCheck.name, "whether gradients are reset between steps"),
+                (StepMovesCheck.name, "whether each step moves what it was given a gradient for"),
+                (WritesCheck.name, "whether anything writes the weights between steps"),
+            )
+        ]
+    dist = torch.distributed
+    is_multi_rank = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if is_multi_rank and ranks.wrapper is None:
+        missing.append(
+            Unavailable(
+                ReplicaCheck.name,
+                "the model is not a DistributedDataParallel or FSDP2 module in this "
+                f"{dist.get_world_size()}-rank group: whether the ranks' replicas stay equal is "
+                "not compared (a hand-written all_reduce loop); wrap the model in "
+                "DistributedDataParallel, or compare the weights across ranks yourself.",
+                code="replicas_not_compared",
+            )
+        )
+    return missing
 
 
 def _learning_rates(optimizer: torch.optim.Optimizer) -> list[Any]:
