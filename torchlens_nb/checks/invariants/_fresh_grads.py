@@ -6,31 +6,43 @@ gradient and the gradient's ``_version``. At the first gradient arrival of the n
 (S-A, the post-accumulate hook of the parameter that opens it) it compares: the same tensor
 whose version moved by exactly one is the old gradient with one ``grad += g`` on top. Reset
 gradients are a new tensor (``zero_grad(set_to_none=True)``) or moved by two (``zero_()``, then
-the accumulation). Such a backward is a candidate only: the step judges the gradient it will
-read. At the optimizer's next step-site (S-B, before it writes) the candidate is confirmed when
-the parameter still holds that tensor (``zero_grad()`` sets it to None), and each later backward
-of the attempt that opens on the same parameter moved its version by exactly its own
-accumulation (a ``zero_()`` in between is one bump more). In-place work on the gradient after the
-last backward (``clip_grad_norm_``, a scaler's ``unscale_``) is not a reset and does not clear it. A GAN's discriminator (or a DDPG critic) gets the other
-network's backward onto its gradients after its step and zeroes them before its own backward:
-nothing stale is used, nothing is reported (issue 42). The finding (``grads_not_reset``,
-warning) names the parameter and the attempt.
+the accumulation).
+
+Such a backward is a candidate only: the step judges the gradient it will read. At the
+optimizer's next step-site (S-B, before it writes) the candidate is confirmed when the parameter
+still holds that tensor (``zero_grad()`` sets it to None) and each later backward of the attempt
+that opened on the same parameter moved its version by exactly its own accumulation (a
+``zero_()`` in between is one bump more). In-place work on the gradient after the last backward
+(``clip_grad_norm_``, a scaler's ``unscale_``) is no reset. A GAN's discriminator (or a DDPG
+critic) gets the other network's backward onto its gradients after its step and zeroes them
+before its own backward: nothing stale is used, nothing is reported (issue 42). The finding
+(``grads_not_reset``, warning) names the parameter and the attempt.
+
+A reset through ``.data`` (``p.grad.data.zero_()``, the idiom of 2017 tutorials) does not bump
+the version: tensor and version look untouched. Where that is so at the moment the next gradient
+is about to be added (a tensor hook on each parameter that has opened a backward, at most
+``MAX_OPENERS``, installed while the session is attached), the held gradient is read: all zeros
+is a reset. That read is a host sync, made only on this path (a loop that forgets ``zero_grad``
+or resets through ``.data``), never in a loop that zeroes with ``zero_grad()``.
 
 Cost: one weak reference and one ``_version`` read at S-C per parameter that has opened a
 backward so far (every optimizer parameter until the first backward has opened, or once more
-than ``MAX_OPENERS`` distinct ones have), one comparison at S-A; no tensor read, no sync. Only
-the opener is ever compared, so recording the others was wasted: on 5,000 small parameters
-(``benchmarks/bench_checks.py many_params``) it was 3.8% of the training step (py-spy). Cannot
-see: a loop that resets some gradients and not others (only the parameter that opens the
-backward is compared); a backward opened by a parameter that opened none before (its first
-time is not compared); a gradient reset through ``.data`` (``p.grad.data.zero_()``: no version
-bump) reads as not reset; a ``zero_grad(set_to_none=False)`` between the other network's backward and
-a backward that opens on another parameter reads as not reset. ``session.paused()`` keeps the record: a pause declares writes to the
-weights, not to the gradients. Declared exception: ``expect_grads_carried_over()``.
+than ``MAX_OPENERS`` distinct ones have), one comparison at S-A, one tensor-hook call per opener
+per backward; no tensor read outside the path above. Only the opener is ever compared, so
+recording the others was wasted: on 5,000 small parameters (``benchmarks/bench_checks.py
+many_params``) it was 3.8% of the training step (py-spy). Cannot see: a loop that resets some
+gradients and not others (only the parameter that opens the backward is compared); a backward
+opened by a parameter that opened none before (its first time is not compared); a
+``zero_grad(set_to_none=False)`` between the other network's backward and a backward that opens
+on another parameter reads as not reset. ``session.paused()`` keeps the record: a pause declares
+writes to the weights, not to the gradients. Declared exception:
+``expect_grads_carried_over()``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -64,6 +76,11 @@ class FreshGradsCheck(InvariantCheck):
         """The parameters that opened a backward so far, in order (an ordered set)."""
         self._members: tuple[tuple[int, ...], frozenset[int]] = ((), frozenset())
         """The roster's optimized tuple last seen, and its members as a set."""
+        self._stack: contextlib.ExitStack | None = None
+        """The attached session's hooks (the tensor hooks below are removed with them)."""
+        self._hooked: set[int] = set()
+        self._zeroed: set[int] = set()
+        """Openers whose held gradient was all zeros just before this backward added to it."""
         self._stale_tally = self.tally(
             "grads_not_reset",
             "warning",
@@ -83,7 +100,8 @@ class FreshGradsCheck(InvariantCheck):
             self._follow(param)
         record, self._record = self._record, None
         held = None if record is None else record.get(index)
-        if held is None or self.declared.carries_grads:
+        zeroed, self._zeroed = index in self._zeroed, set()
+        if held is None or zeroed or self.declared.carries_grads:
             return
         grad = param.grad
         if grad is not None and grad is held[0]() and grad._version == held[1] + 1:
@@ -127,7 +145,44 @@ class FreshGradsCheck(InvariantCheck):
             if grad is not None:
                 record[index] = (weakref.ref(grad), grad._version)
         self._record = record
+        self._zeroed = set()
+        if self._stack is not None and len(self._hooked) < MAX_OPENERS:
+            self._hook_openers()
         return None
+
+    def install(self, stack: contextlib.ExitStack) -> None:
+        """The session attached: tensor hooks go to ``stack`` (removed at detach)."""
+        self._stack, self._hooked = stack, set()
+        stack.callback(self._uninstalled)
+
+    def _uninstalled(self) -> None:
+        self._stack, self._hooked = None, set()
+
+    def _hook_openers(self) -> None:
+        """A tensor hook (before accumulation) on each opener not hooked yet."""
+        assert self._stack is not None
+        tensors = self.roster.tensors
+        for index in list(self._openers)[:MAX_OPENERS]:
+            param = tensors[index]
+            if index in self._hooked or not param.requires_grad:
+                continue
+            handle = param.register_hook(functools.partial(self._before_accumulate, index))
+            self._stack.callback(handle.remove)
+            self._hooked.add(index)
+
+    def _before_accumulate(self, index: int, incoming: torch.Tensor) -> None:
+        """About to add ``incoming`` onto parameter ``index``'s gradient: if it is the recorded
+        tensor at the recorded version, only its values can tell whether it was reset through
+        ``.data``."""
+        record = self._record
+        held = None if record is None else record.get(index)
+        if held is None:
+            return
+        grad = self.roster.tensors[index].grad
+        if grad is not None and grad is held[0]() and grad._version == held[1]:
+            with torch.no_grad():
+                if not bool(grad.any()):
+                    self._zeroed.add(index)
 
     def _watched(self) -> Sequence[int]:
         """The optimizer parameters S-C records: those that opened a backward so far, or all of

@@ -434,6 +434,9 @@ class ChecksSession:
             ATTACHED.claim(self._optimizer, self._subject, stack)
             self._engine.install(stack)
             watch_wrapper_writes(self._wrapper, self._optimizer, self._wrapper_wrote, stack)
+            fresh = self._engine.checks.get(FreshGradsCheck.name)
+            if isinstance(fresh, FreshGradsCheck):
+                fresh.install(stack)
         except BaseException:
             self._roll_back()
             raise
