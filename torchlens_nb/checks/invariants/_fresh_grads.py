@@ -21,9 +21,12 @@ before its own backward: nothing stale is used, nothing is reported (issue 42). 
 A reset through ``.data`` (``p.grad.data.zero_()``, the idiom of 2017 tutorials) does not bump
 the version: tensor and version look untouched. Where that is so at the moment the next gradient
 is about to be added (a tensor hook on each parameter that has opened a backward, at most
-``MAX_OPENERS``, installed while the session is attached), the held gradient is read: all zeros
-is a reset. That read is a host sync, made only on this path (a loop that forgets ``zero_grad``
-or resets through ``.data``), never in a loop that zeroes with ``zero_grad()``.
+``MAX_OPENERS``, installed while the session is attached), the held gradient is read: all zeros,
+where it had a non-zero element at the step (a device flag taken at S-C once this case has been
+seen), is a reset. A gradient already exactly zero at the step cannot tell (WGAN-GP's critic
+output bias: its real and fake terms cancel): the candidate stands, and adding onto zeros changes
+nothing on that parameter. The reads are host syncs, made only on this path (a loop that forgets
+``zero_grad`` or resets through ``.data``), never in a loop that zeroes with ``zero_grad()``.
 
 Cost: one weak reference and one ``_version`` read at S-C per parameter that has opened a
 backward so far (every optimizer parameter until the first backward has opened, or once more
@@ -81,6 +84,10 @@ class FreshGradsCheck(InvariantCheck):
         self._hooked: set[int] = set()
         self._zeroed: set[int] = set()
         """Openers whose held gradient was all zeros just before this backward added to it."""
+        self._nonzero: dict[int, torch.Tensor] = {}
+        """Per hooked opener, whether its gradient had a non-zero element at the last S-C (a
+        device flag, taken only once the untouched-looking case has been seen)."""
+        self._is_value_watched = False
         self._stale_tally = self.tally(
             "grads_not_reset",
             "warning",
@@ -146,6 +153,13 @@ class FreshGradsCheck(InvariantCheck):
                 record[index] = (weakref.ref(grad), grad._version)
         self._record = record
         self._zeroed = set()
+        if self._is_value_watched:
+            with torch.no_grad():
+                self._nonzero = {
+                    i: tensors[i].grad.detach().any()  # type: ignore[union-attr]
+                    for i in self._hooked
+                    if i in record
+                }
         if self._stack is not None and len(self._hooked) < MAX_OPENERS:
             self._hook_openers()
         return None
@@ -179,10 +193,13 @@ class FreshGradsCheck(InvariantCheck):
         if held is None:
             return
         grad = self.roster.tensors[index].grad
-        if grad is not None and grad is held[0]() and grad._version == held[1]:
-            with torch.no_grad():
-                if not bool(grad.any()):
-                    self._zeroed.add(index)
+        if grad is None or grad is not held[0]() or grad._version != held[1]:
+            return
+        self._is_value_watched = True
+        was_nonzero = self._nonzero.get(index)
+        with torch.no_grad():
+            if (was_nonzero is None or bool(was_nonzero)) and not bool(grad.any()):
+                self._zeroed.add(index)  # non-zero at the step (or not known), zeros now
 
     def _watched(self) -> Sequence[int]:
         """The optimizer parameters S-C records: those that opened a backward so far, or all of
