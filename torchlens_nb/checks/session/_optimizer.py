@@ -101,8 +101,8 @@ def watch_wrapper_writes(
         method = getattr(optimizer, name, None)
         if not callable(method) or name in vars(optimizer):
             continue
+        stack.callback(vars(optimizer).pop, name, None)  # the removal first (_interrupts)
         setattr(optimizer, name, _then(method, on_return))
-        stack.callback(delattr, optimizer, name)
 
 
 def _base_of(optimizer: Any) -> torch.optim.Optimizer | None:

@@ -78,7 +78,9 @@ class ChecksSession:
         model: the trained module (a ``torch.compile``'d module is fine).
         optimizer: its optimizer (S-B / S-C are its step hooks), or a wrapper exposing it as
             ``.optimizer`` (accelerate's ``AcceleratedOptimizer``, a Hugging Face Trainer's
-            ``trainer.optimizer``): the real one is hooked and its param groups are read.
+            ``trainer.optimizer``) or ``.base_optimizer`` (SAM; ``_base_optimizer``: timm's
+            Lookahead): the real one is hooked and its param groups are read, and a SAM-style
+            wrapper's own writes (``first_step`` / ``second_step``) are followed.
         scaler: the GradScaler, or ``None`` to DECLARE that no scaler runs. A disabled one
             (``GradScaler(enabled=False)``, AMP off) is a session without a scaler, and the
             skip ledger says so. Left out, a wrapper's ``.scaler`` is the declaration; otherwise
