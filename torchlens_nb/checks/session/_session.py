@@ -323,7 +323,9 @@ class ChecksSession:
         steps. Call it to change their action (``"raise"`` stops the step before it writes
         where the site allows). Each module of ``torchlens_nb/checks`` (``_roster.py``,
         ``_fresh_grads.py``, ``_step_moves.py``, ``_writes.py``, ``_replicas.py``) says what
-        its check costs and cannot see. The watched FSDP2 shards get only the roster check."""
+        its check costs and cannot see. The watched FSDP2 shards get only the roster check;
+        what cannot run on the set-up (``fresh_grads``, ``step_moves`` and ``outside_writes`` on
+        shards, ``replicas`` in a multi-rank group without DDP) is an ``unavailable`` entry."""
         self._check_open()
         check_int("replica_every", replica_every, low=1, expect=">= 1 steps")
         engine, declared = self._engine, self._declared
