@@ -35,7 +35,12 @@ unfreezing, fused AdamW under a long warm-up, GradScaler skips, torch.compile, a
 reset, the HF Trainer, accelerate, Lightning) under ``ChecksSession(model, optimizer)`` with
 its defaults, each with its twin: measured 2026-12-07 (load average 11-14), 27 of 27 loops
 clean and learning, 27 of 27 twins caught, the zoo unchanged (13 of 14 within one step, 14 of
-14 twins clean); on 2 gloo ranks DDP clean and caught, FSDP2 and
+14 twins clean). The same corpus on the code before issue 42 (25 loops, WGAN-GP and the LBFGS
+loop left out for time): 6 loops with a false warning or critical (dcgan and ddpg
+``grads_not_reset``, a warm-up-frozen backbone optimizer ``optimizer_has_nothing_to_train``,
+fused AdamW under warm-up and the HF Trainer ``step_did_not_move``, a ``.data`` reset
+``grads_not_reset``), timm's Lookahead refused, 2 twins missed (SAM, a forgotten
+``add_param_group``); on 2 gloo ranks DDP clean and caught, FSDP2 and
 a hand-written ``all_reduce`` loop ``incomplete`` with the invariants they cannot run named
 (their twins not caught). About 3 more minutes on the loaded box.
 
