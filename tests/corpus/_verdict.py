@@ -21,14 +21,14 @@ class Verdict:
     """Codes of every finding of every session."""
     unavailable: list[str] = field(default_factory=list)
     """``check:code`` of every unavailable entry."""
+    kind_trains: bool = True
+    """Whether the loop's few steps must lower its loss (False: finite is what they show)."""
 
     @property
     def learns(self) -> bool:
         """The loop did its job: it trains (supervised), or its losses stay finite (GAN, RL, a
         trainer's few steps inside a 4,000-step warm-up)."""
         return self.run.trains if self.kind_trains else self.run.finite
-
-    kind_trains: bool = True
 
 
 def judge(entry: HealthyLoop, *, planted: bool, steps: int | None = None) -> Verdict:
