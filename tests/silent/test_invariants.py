@@ -317,3 +317,107 @@ def test_declarations_refuse_what_the_session_cannot_watch() -> None:
         tl.debug.ChecksSession(model, optimizer, scaler=None, expect_frozen=torch.zeros(2))
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     session.expect_frozen(next(model.children()))  # a part of the model is accepted
+
+
+# ----- issue 42 / issue 45: what the step uses, not what a hook saw ---------------------------
+def dead_relu() -> nn.Sequential:
+    model = mlp()
+    with torch.no_grad():
+        model[0].bias.fill_(-1e3)  # every pre-activation < 0: layer 0's gradients are exactly 0
+    return model
+
+
+@pytest.mark.parametrize("make", [torch.optim.SGD, torch.optim.Adam], ids=["sgd", "adam"])
+def test_an_exactly_zero_gradient_is_no_step_did_not_move(make: Any) -> None:
+    # issue 45: a dead ReLU under register_update_ratio_check(every=1) alone (no check that
+    # takes gradient norms, so the gradient fact is "unmeasured") got a false CRITICAL
+    model = dead_relu()
+    optimizer = make(model.parameters(), lr=0.01)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    session.register_update_ratio_check(every=1)
+    with warnings.catch_warnings(record=True) as caught, session:
+        warnings.simplefilter("always")
+        for step in range(4):
+            optimizer.zero_grad()
+            x, y = batch(step)
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+    assert float(model[0].weight.grad.abs().max()) == 0.0
+    assert "step_did_not_move" not in codes(session.report())
+    assert [str(w.message) for w in caught] == []
+
+
+def test_the_update_ratio_recipe_on_a_dead_relu_leaks_no_warning() -> None:
+    # issue 45: triage's update_ratio step ran a session whose invariants warned in the cell
+    model = dead_relu()
+    x, y = batch(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tl.recipes.update_ratio(model, (x, y), F.mse_loss, optimizer=torch.optim.SGD, lr=0.01)
+    assert [str(w.message) for w in caught if "step_did_not_move" in str(w.message)] == []
+
+
+def test_a_pause_keeps_the_zero_grad_record() -> None:
+    # weight clipping declared with session.paused() used to switch the zero_grad check off
+    def clipped(zero_grad: bool) -> list[str]:
+        model = mlp()
+        optimizer = torch.optim.RMSprop(model.parameters(), lr=5e-5)
+
+        def loop(session: Any) -> None:
+            for step in range(4):
+                with session.paused(), torch.no_grad():
+                    for p in model.parameters():
+                        p.clamp_(-0.01, 0.01)
+                if zero_grad:
+                    optimizer.zero_grad()
+                x, y = batch(step)
+                F.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+        report, caught = run(model, optimizer, loop)
+        return codes(report) + caught
+
+    assert clipped(zero_grad=True) == []
+    assert clipped(zero_grad=False).count("grads_not_reset") == 2  # the finding and its warning
+
+
+def test_a_sam_step_is_judged_at_its_base_optimizer() -> None:
+    # SAM's step() is never called: the session hooks base_optimizer, so a NaN gradient stops
+    # the base step before it writes, and SAM's own perturbation is not a write from outside
+    from tests.corpus.optimizers import SAM, classifier
+
+    model = classifier()
+    optimizer = SAM(model.parameters(), torch.optim.SGD, lr=0.1)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    session.register_nonfinite_grad_check(action="raise")
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    with pytest.raises(tl.debug.CheckViolationError, match="nonfinite"), session:
+        for step in range(3):
+            before = model[0].weight.detach().clone()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.first_step(zero_grad=True)
+            F.cross_entropy(model(x), y).backward()
+            if step == 2:
+                model[0].weight.grad[0, 0] = float("nan")
+            optimizer.second_step(zero_grad=True)
+    assert torch.equal(model[0].weight, before)  # restored by second_step, never stepped
+    assert "first_step" not in vars(optimizer)  # the wrapper's methods are its own again
+    report = session.report()
+    assert [f.code for f in report.findings if f.code == "param_written_outside_step"] == []
+
+
+def test_expect_frozen_takes_a_list_of_modules() -> None:
+    # the docs say it takes modules: [m.base for m in lora_layers] was refused
+    model = mlp()
+    model[0].requires_grad_(False)
+    optimizer = torch.optim.SGD(model[2].parameters(), lr=0.01)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None, expect_frozen=[model[0]])
+    with session:
+        for step in range(2):
+            optimizer.zero_grad()
+            x, y = batch(step)
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+    assert [f.code for f in session.report().findings if f.severity != "info"] == []
+    with pytest.raises(tl.errors.DiagnosticArgumentError, match="module, a tensor"):
+        tl.debug.ChecksSession(model, optimizer, scaler=None, expect_frozen=["model[0]"])

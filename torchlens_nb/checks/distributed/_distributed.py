@@ -232,6 +232,10 @@ class RankContext:
             if self.wrapper == "fsdp2"
             else "gradient evidence (S-A / S-D) is this rank's local gradient before DDP's "
             "all-reduce; update ratios (S-C) are of the averaged update every rank applied."
+            if self.wrapper == "ddp"
+            else "gradient evidence (S-A / S-D) is this rank's gradient as its backward left "
+            "it (before any all_reduce the loop runs itself); update ratios (S-C) are of the "
+            "update this rank applied."
         )
         notes = [
             f"Rank {self.rank} of {self.world_size}: {evidence}",

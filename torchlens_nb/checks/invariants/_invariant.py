@@ -46,19 +46,28 @@ class Declared:
 
 
 def declared_params(params: Any, what: str) -> list[torch.Tensor]:
-    """The tensors of ``params`` (a tensor, a module, or an iterable of tensors), checked."""
+    """The tensors of ``params`` (a tensor, a module, or an iterable of tensors and modules,
+    e.g. ``[m.base for m in lora_layers]``), checked."""
     if isinstance(params, torch.nn.Module):
         return list(params.parameters())
     if isinstance(params, torch.Tensor):
         return [params]
     items = list(params) if isinstance(params, Iterable) else [params]
-    bad = [type(p).__name__ for p in items if not isinstance(p, torch.Tensor)]
+    tensors: list[torch.Tensor] = []
+    bad = []
+    for item in items:
+        if isinstance(item, torch.nn.Module):
+            tensors.extend(item.parameters())
+        elif isinstance(item, torch.Tensor):
+            tensors.append(item)
+        else:
+            bad.append(type(item).__name__)
     if bad or not items:
         raise DiagnosticArgumentError(
-            f"{what} takes parameters: a module, a tensor or an iterable of tensors, got "
+            f"{what} takes parameters: a module, a tensor or an iterable of them, got "
             f"{bad[0] if bad else 'nothing'}; e.g. {what}(model.backbone)."
         )
-    return items
+    return tensors
 
 
 def versions(tensors: list[torch.Tensor], indices: Iterable[int]) -> list[int]:

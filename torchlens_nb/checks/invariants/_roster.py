@@ -2,11 +2,18 @@
 
 * ``optimizer_has_nothing_to_train`` (critical): no parameter of the optimizer requires grad
   (it holds only frozen parameters, e.g. built over ``model.backbone`` after the backbone was
-  frozen). Judged at construction (the roster is metadata) and at every step while it holds.
+  frozen) while the model trains. Acted on at construction when the model has parameters that
+  require grad outside the optimizer, else at the first step whose backward reached the model.
+  An optimizer built over a backbone frozen for a warm-up phase holds nothing to train until
+  the unfreezing, and nothing of the model gets a gradient meanwhile: that is no finding, and
+  once it holds a trainable parameter, it never was (issue 42). One that never held anything to
+  train through the session is reported at the end (no action: nothing was seen to go wrong).
 * ``params_trained_by_no_optimizer`` (warning): parameters that require grad and RECEIVED a
   gradient in an attempt, but are in none of this optimizer's param groups (an optimizer built
-  before a layer was replaced, or over one submodule). Parameters the user declared frozen are
-  exempt; a parameter that requires grad but never gets one is not named (unused branches).
+  before a layer was replaced, or over one submodule, or a frozen layer unfrozen without
+  ``add_param_group``: the roster watches the model's frozen parameters and takes them in when
+  they start to require grad). Parameters the user declared frozen are exempt; a parameter that
+  requires grad but never gets one is not named (unused branches).
 
 Cost: host metadata at S-B (the roster is synced there anyway); no tensor read. Cannot see: a
 second optimizer that trains the "outside" parameters (a GAN's discriminator when the session
@@ -18,10 +25,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...report import Finding, Where
+from ...report import Finding, Unavailable, Where
 from ...report._checks import Action
 from ..session._evidence import Attempt
 from ..session._params import Roster
+from ..session._tally import Tally
 from ._invariant import Declared, InvariantCheck, listing, names
 
 
@@ -48,22 +56,37 @@ class RosterCheck(InvariantCheck):
             "rebuild it after changing the model), or freeze them (requires_grad_(False)); "
             "declare parameters frozen on purpose with session.expect_frozen(...).",
         )
+        self._idle = Tally("optimizer_has_nothing_to_train", "critical", _empty_message)
+        """Construction and steps that held nothing to train while nothing of the model got a
+        gradient (a frozen phase): reported only if the optimizer never trains."""
+        self._has_trained = False
+        self.not_running: list[Unavailable] = []
+        """The other invariants that cannot run on this set-up (set by the session): the
+        roster check runs everywhere, so it carries their ``unavailable`` entries."""
         self.on_construction()
 
     def on_construction(self) -> Finding | None:
         """The roster at construction: metadata only."""
         self.evaluations += 1
         if self.roster.optimized:
+            self._has_trained = True
             return None
-        return self.occur(self._empty, None, None, {"frozen_in_optimizer": True})
+        if self.roster.outside:  # the model trains something this optimizer does not hold
+            return self.occur(self._empty, None, None, {"frozen_in_optimizer": True})
+        self._idle.add(None, None, {"frozen_in_optimizer": True})
+        return None
 
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         self.evaluations += 1
         violation = None
-        if not self.roster.optimized:
+        if self.roster.optimized:
+            self._has_trained = True
+        elif attempt.fired:
             violation = self.occur(
                 self._empty, attempt.index, attempt.global_step, {"frozen_in_optimizer": True}
             )
+        else:
+            self._idle.add(attempt.index, attempt.global_step, {"frozen_in_optimizer": True})
         tensors, infos = self.roster.tensors, self.roster.infos
         outside = sorted(
             i
@@ -83,6 +106,16 @@ class RosterCheck(InvariantCheck):
                 or violation
             )
         return violation
+
+    def unavailable(self) -> list[Unavailable]:
+        return list(self.not_running)
+
+    def findings(self) -> list[Finding]:
+        found = super().findings()
+        idle = self._idle.finding()
+        if idle is not None and not self._has_trained and self._empty.count == 0:
+            found.insert(0, idle)
+        return found
 
 
 def _empty_message(fields: Mapping[str, Any]) -> str:

@@ -17,10 +17,21 @@ check samples, every parameter is judged on its measured ``||w_after - w_before|
 is the finding at once, and a move with no version bump marks the parameter version-blind. Blind
 parameters with no sampled step to judge them are an ``unavailable`` entry.
 
+A parameter found bitwise unchanged (by either judgement) is confirmed only when the step could
+have shown: its gradient at S-C has a non-zero element (an exactly zero gradient, a dead ReLU's,
+gives an update of 0 under plain SGD: issue 45) and, for some element, the update the step
+could make is at least half the weight's float spacing there (``eps(dtype) * |w|``). The update
+a step could make is ``lr`` per element for an optimizer that normalises by a running second
+moment (its state holds ``exp_avg_sq``, ``square_avg``, ``sum`` or ``exp_inf``: Adam, AdamW,
+RMSprop, Adagrad, Adamax), else ``lr * |g|`` times 10 (momentum up to 0.9). Measured: the
+Hugging Face Trainer's default (fused AdamW, lr 5e-5, 4,000 warmup steps) gives lr 1.25e-8 at
+its first step, below the 6e-8 half-spacing of a LayerNorm weight at 1.0, and leaves it bitwise
+unchanged (issue 42).
+
 Cost: one ``_version`` read per parameter at S-B and S-C (host metadata, no sync). Only while
 suspects exist: one copy of them at S-C and one ``torch.equal`` per suspect at the next S-C (a
-host read). Cannot see: a write that leaves the value bitwise the same (an update below the
-weight's precision, e.g. bf16 weights with a tiny lr): the sampled update ratio shows 0 there.
+host read); per confirmed one, the reads of its gradient and weight above. Cannot see: a step
+that does nothing while its update is below the weight's precision (it could not show).
 """
 
 from __future__ import annotations
@@ -38,6 +49,12 @@ from ..session._evidence import Attempt
 from ..session._params import Roster
 from ._invariant import Declared, InvariantCheck, listing, names, versions
 
+_ADAPTIVE_STATE = ("exp_avg_sq", "square_avg", "sum", "exp_inf")
+"""Optimizer state keys of an update normalised by a running second moment (about ``lr`` per
+element): Adam / AdamW / NAdam / RAdam, RMSprop / Adadelta, Adagrad, Adamax."""
+MOMENTUM_BOUND = 10.0
+"""How far momentum can carry an un-normalised update past ``lr * |g|`` (1 / (1 - 0.9))."""
+
 
 class StepMovesCheck(InvariantCheck):
     """``step_did_not_move``: a parameter with a gradient bitwise unchanged by accepted steps."""
@@ -52,10 +69,13 @@ class StepMovesCheck(InvariantCheck):
         action: Action,
         declared: Declared,
         learning_rates: Callable[[], list[Any]],
+        state_of: Callable[[torch.Tensor], Mapping[str, Any]],
     ) -> None:
         super().__init__(roster, action, {}, declared)
         self._learning_rates = learning_rates
         """Each param group's ``lr`` now (read at S-B; a tensor lr is not read: no sync)."""
+        self._state_of = state_of
+        """The optimizer's state of a parameter (read only for a parameter found unchanged)."""
         self._given: list[int] = []
         self._before: list[int] = []
         self._suspects: dict[int, torch.Tensor] = {}
@@ -122,7 +142,8 @@ class StepMovesCheck(InvariantCheck):
         for index, version in zip(given, before):
             delta = sample.delta_norms[index]
             if delta == 0.0:
-                confirmed.append(index)
+                if self._could_show(index):
+                    confirmed.append(index)
             elif math.isfinite(delta) and tensors[index]._version == version:
                 self._blind.add(index)
         self._suspects = {}
@@ -142,11 +163,34 @@ class StepMovesCheck(InvariantCheck):
                 if copy is None:
                     self._suspects[index] = tensors[index].detach().clone()
                 elif torch.equal(copy, tensors[index]):
-                    confirmed.append(index)
+                    if self._could_show(index):
+                        confirmed.append(index)
                     self._suspects[index] = copy
                 else:
                     blind.add(index)
         return confirmed
+
+    def _could_show(self, index: int) -> bool:
+        """Whether this step's update of parameter ``index`` could change some element of it
+        at its precision (module docstring); reads its gradient and weight (a host read)."""
+        param = self.roster.tensors[index]
+        grad = param.grad
+        group = self.roster.infos[index].group
+        lrs = self._learning_rates()
+        if grad is None or group is None or group >= len(lrs):
+            return False
+        with torch.no_grad():
+            magnitude = grad.detach().abs().float()
+            if not bool(magnitude.any()):
+                return False  # an exactly zero gradient: nothing for the step to apply
+            lr = float(lrs[group])
+            state = self._state_of(param)
+            if any(key in state for key in _ADAPTIVE_STATE):
+                update = torch.full_like(magnitude, lr)
+            else:
+                update = magnitude * (lr * MOMENTUM_BOUND)
+            spacing = param.detach().abs().float() * torch.finfo(param.dtype).eps
+            return bool((update >= spacing / 2).any())
 
     def unavailable(self) -> list[Unavailable]:
         if not self._blind or self._is_blind_judged:

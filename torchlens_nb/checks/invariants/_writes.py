@@ -5,8 +5,11 @@ step writes) it reads them again. A version that moved was written in place by s
 than the optimizer's step: weights initialised again (``model.apply(init_weights)`` inside the
 loop, ``reset_parameters()`` in ``forward``), a checkpoint loaded mid-run, weights clamped after
 the step. The finding (``param_written_outside_step``, warning) names the parameters and the
-attempt, before the step writes. Code that writes the weights on purpose between steps (an EMA
-swap for evaluation, weight clipping) runs inside ``with session.paused():``.
+attempt, before the step writes; its message lists what such writes usually are, since the
+session cannot tell which one it was. Code that writes the weights on purpose between steps (an
+EMA swap for evaluation, weight clipping) runs inside ``with session.paused():``; a wrapper
+optimizer's own writes (SAM's perturbation, reached through ``base_optimizer``) are followed
+and are not outside the step.
 
 Cost: one ``_version`` read per optimizer parameter at S-C and at S-B (host metadata, no sync).
 Cannot see: writes through ``.data`` (no version bump), and writes to parameters outside the
@@ -64,9 +67,18 @@ class WritesCheck(InvariantCheck):
         )
 
     def on_written(self, attempt: Attempt, sample: UpdateSample | None) -> Finding | None:
+        self._record_versions()
+        return None
+
+    def rebase(self) -> None:
+        """Writes up to now are the optimizer's own (a wrapper's method, e.g. SAM's
+        ``first_step``, returned): compare from the versions now."""
+        if self._after is not None:
+            self._record_versions()
+
+    def _record_versions(self) -> None:
         indices = self.roster.optimized
         self._after = (indices, versions(self.roster.tensors, indices))
-        return None
 
     def on_pause(self) -> None:
         self._after = None
@@ -76,6 +88,8 @@ def _message(fields: Mapping[str, Any]) -> str:
     return (
         f"{fields['param_count']} parameter(s) were written in place between two optimizer "
         f"steps, by something other than the optimizer: {listing(fields['params'])} (first "
-        f"before attempt {fields['first_attempt']}, {fields['count']} time(s)). Weights "
-        "initialised again inside the loop never train."
+        f"before attempt {fields['first_attempt']}, {fields['count']} time(s)). What wrote "
+        "them is not known to the session: an init or reset_parameters() call (weights "
+        "initialised again never train), a load_state_dict, a clamp or max-norm constraint, "
+        "an averaged copy swapped in; the next step starts from what it wrote."
     )

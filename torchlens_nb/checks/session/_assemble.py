@@ -345,8 +345,9 @@ def _first_seen(engine: Engine) -> list[Finding]:
         Finding(
             "param_first_seen",
             "info",
-            f"{len(seen)} parameter(s) joined the optimizer's work after the session started "
-            f"and are judged from attempt {seen[0]['attempt']} on: "
+            f"{len(seen)} parameter(s) joined the optimizer's work (or, outside it, started "
+            f"to require grad) after the session started and are judged from attempt "
+            f"{seen[0]['attempt']} on: "
             + ", ".join(names[:5])
             + (f" and {len(names) - 5} more." if len(names) > 5 else "."),
             fields={"code": "param_first_seen", "params": [dict(row) for row in seen]},

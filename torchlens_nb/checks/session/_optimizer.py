@@ -7,6 +7,14 @@ closure steps evaluated where their gradients can still be judged.
   follows ``.optimizer`` down to the first object that is a fully built ``torch.optim.Optimizer``
   and hooks that one; the wrapper's ``step()`` calls it. A wrapper's ``.scaler`` (accelerate's
   GradScaler, or None) is the scaler declaration when the caller gave none.
+* Optimizers that wrap a writing optimizer (SAM, github:davda54/sam ``sam.py``: ``first_step``
+  perturbs the weights, ``second_step`` restores them and calls ``base_optimizer.step()``; the
+  wrapper's own ``step`` is never called in its README's loop). The session hooks the optimizer
+  that writes the update: ``.base_optimizer`` is followed before ``.optimizer`` (issue 42: on
+  ``SAM.step`` the session saw no step at all); timm's Lookahead keeps it as
+  ``_base_optimizer``. The wrapper's own writes (SAM's perturbation and its undoing, Lookahead's
+  pull to the slow weights) are its method's work, not writes from outside the step:
+  :func:`watch_wrapper_writes` tells the session when each of those methods returns.
 * One session per optimizer. Two sessions on one optimizer cannot see the same evidence: the
   first one's pre-step raise stops ``step()`` before the second one's hook runs. The second
   :meth:`AttachedSessions.claim` is refused with a typed error instead.
@@ -41,6 +49,10 @@ def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
     """
     current = optimizer
     for _ in range(MAX_WRAPPER_DEPTH):
+        base = _base_of(current)
+        if base is not None and base is not current:
+            current = base
+            continue
         if isinstance(current, torch.optim.Optimizer) and hasattr(
             current, "_optimizer_step_pre_hooks"
         ):
@@ -67,6 +79,50 @@ def wrapper_scaler(optimizer: Any, real: torch.optim.Optimizer) -> tuple[bool, A
     if optimizer is real or not hasattr(optimizer, "scaler"):
         return False, None
     return True, optimizer.scaler
+
+
+BASE_ATTRIBUTES = ("base_optimizer", "_base_optimizer")
+"""Where a wrapper keeps the optimizer that writes the update (SAM; timm's Lookahead)."""
+WRAPPER_WRITE_METHODS = ("first_step", "second_step", "step")
+"""Methods of a ``base_optimizer`` wrapper that may write the weights themselves (SAM's)."""
+
+
+def watch_wrapper_writes(
+    optimizer: Any, real: torch.optim.Optimizer, on_return: Callable[[], None], stack: Any
+) -> None:
+    """For a wrapper reached through ``.base_optimizer``: call ``on_return`` after each of its
+    :data:`WRAPPER_WRITE_METHODS` returns (an instance attribute wrapping the bound method,
+    removed by ``stack``: the user's object is as it was after detach). Nothing for an
+    optimizer that is its own writer or an ``.optimizer`` wrapper (accelerate's may skip its
+    inner step; its writes are the inner step's)."""
+    if optimizer is real or _base_of(optimizer) is None:
+        return
+    for name in WRAPPER_WRITE_METHODS:
+        method = getattr(optimizer, name, None)
+        if not callable(method) or name in vars(optimizer):
+            continue
+        stack.callback(vars(optimizer).pop, name, None)  # the removal first (_interrupts)
+        setattr(optimizer, name, _then(method, on_return))
+
+
+def _base_of(optimizer: Any) -> torch.optim.Optimizer | None:
+    """The writing optimizer a wrapper keeps as ``base_optimizer`` (SAM) or
+    ``_base_optimizer`` (timm's Lookahead), if any."""
+    for name in BASE_ATTRIBUTES:
+        base = getattr(optimizer, name, None)
+        if isinstance(base, torch.optim.Optimizer):
+            return base
+    return None
+
+
+def _then(method: Callable[..., Any], on_return: Callable[[], None]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        finally:
+            on_return()
+
+    return call
 
 
 class AttachedSessions:

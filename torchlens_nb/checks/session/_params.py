@@ -9,8 +9,12 @@ gradient into every gradient the optimizer uses, and only their own S-A evidence
 The roster grows while the session runs: at every S-B, :meth:`Roster.sync` compares the
 optimizer's param groups with the ones it knows (one ``id`` per parameter, C speed) and adds what
 appeared: a group added with ``add_param_group``, a frozen parameter that started to require grad
-(or holds a gradient the optimizer will use). Each addition is kept in :attr:`Roster.first_seen`
-with the attempt it was first seen at.
+(or holds a gradient the optimizer will use), and a frozen parameter of the model outside the
+optimizer that started to require grad (gradual unfreezing: it is watched from then on, so one
+unfrozen without ``add_param_group`` is named by the roster check). Each addition is kept in
+:attr:`Roster.first_seen` with the attempt it was first seen at. Cost of the last: one
+``requires_grad`` read per frozen outside parameter at each S-B (none for a model whose
+parameters all train or all sit in the optimizer).
 
 ``torch.compile`` wraps the model in an ``OptimizedModule`` whose names carry an ``_orig_mod.``
 segment; it is removed so a compiled and an eager model report the same names.
@@ -90,10 +94,16 @@ class Roster:
         self._optimized: tuple[int, ...] = ()
         self._members: tuple[tuple[int, ...], ...] = ()
         self._cached_revision = -1
+        self._frozen_outside: list[torch.Tensor] = []
+        """The model's parameters in no param group that do not require grad (yet)."""
         self.sync(optimizer, attempt=None)
         for param in model.parameters():
-            if param.requires_grad and id(param) not in self._index:
+            if id(param) in self._index or id(param) in self._frozen:
+                continue
+            if param.requires_grad:
                 self._add(param, None, None)
+            else:
+                self._frozen_outside.append(param)
         self.is_sharded = any(map(is_dtensor, self.tensors))
         """The parameters are DTensor shards (FSDP2): S-A then lives on the unsharded
         parameters (``_sharded.py``), and the step site reads this rank's shards."""
@@ -128,6 +138,8 @@ class Roster:
             for group_index, position, param in dormant:
                 added.extend(self._place(param, group_index, position, attempt))
             self.revision += bool(added)
+        if self._frozen_outside and any(p.requires_grad for p in self._frozen_outside):
+            added.extend(self._unfrozen_outside(attempt))
         return added
 
     def _place(
@@ -153,7 +165,22 @@ class Roster:
             self._note(name, group, attempt, reason)
         return [self._add(param, group, name)]
 
-    def _note(self, name: str, group: int, attempt: int, reason: SeenReason) -> None:
+    def _unfrozen_outside(self, attempt: int | None) -> list[int]:
+        """Watch the outside parameters that started to require grad; return their indices."""
+        still, added = [], []
+        for param in self._frozen_outside:
+            if id(param) in self._index:  # placed in a param group meanwhile
+                continue
+            if not param.requires_grad:
+                still.append(param)
+            else:
+                added.append(self._add(param, None, None))
+                if attempt is not None:
+                    self._note(self.infos[added[-1]].name, None, attempt, "requires_grad")
+        self._frozen_outside = still
+        return added
+
+    def _note(self, name: str, group: int | None, attempt: int, reason: SeenReason) -> None:
         self.first_seen.append(
             {"param": name, "group": group, "attempt": attempt, "reason": reason}
         )

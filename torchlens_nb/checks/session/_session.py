@@ -28,7 +28,7 @@ import torch
 from ..._interrupts import SigintHold, shielded
 from ..._validate import check_bool, check_int, is_number
 from ...errors import CheckViolationError, DiagnosticArgumentError, ModelTypeError
-from ...report import Finding
+from ...report import Finding, Unavailable
 from ...report._checks import Action, CheckReport, SessionOverhead
 from ..dashboard._feed import DashboardFeed, LiveView
 from ..dashboard._live import open_live_view
@@ -51,7 +51,7 @@ from ._assemble import build_report, counters, live_state
 from ._check import Check
 from ._engine import Engine
 from ._ledger import ScalerKind
-from ._optimizer import ATTACHED, unwrap_optimizer, wrapper_scaler
+from ._optimizer import ATTACHED, unwrap_optimizer, watch_wrapper_writes, wrapper_scaler
 from ._params import Roster
 from ._replay import Replay
 
@@ -78,7 +78,9 @@ class ChecksSession:
         model: the trained module (a ``torch.compile``'d module is fine).
         optimizer: its optimizer (S-B / S-C are its step hooks), or a wrapper exposing it as
             ``.optimizer`` (accelerate's ``AcceleratedOptimizer``, a Hugging Face Trainer's
-            ``trainer.optimizer``): the real one is hooked and its param groups are read.
+            ``trainer.optimizer``) or ``.base_optimizer`` (SAM; ``_base_optimizer``: timm's
+            Lookahead): the real one is hooked and its param groups are read, and a SAM-style
+            wrapper's own writes (``first_step`` / ``second_step``) are followed.
         scaler: the GradScaler, or ``None`` to DECLARE that no scaler runs. A disabled one
             (``GradScaler(enabled=False)``, AMP off) is a session without a scaler, and the
             skip ledger says so. Left out, a wrapper's ``.scaler`` is the declaration; otherwise
@@ -138,6 +140,8 @@ class ChecksSession:
                 "pass the module you train (a torch.compile'd module is fine)."
             )
         real = unwrap_optimizer(optimizer)
+        self._wrapper = optimizer
+        """What the caller passed (a wrapper's own writes are followed: ``_optimizer.py``)."""
         is_declared, wrapped_scaler = wrapper_scaler(optimizer, real)
         if scaler is UNDECLARED and is_declared:
             scaler = wrapped_scaler
@@ -319,12 +323,16 @@ class ChecksSession:
         steps. Call it to change their action (``"raise"`` stops the step before it writes
         where the site allows). Each module of ``torchlens_nb/checks`` (``_roster.py``,
         ``_fresh_grads.py``, ``_step_moves.py``, ``_writes.py``, ``_replicas.py``) says what
-        its check costs and cannot see. The watched FSDP2 shards get only the roster check."""
+        its check costs and cannot see. The watched FSDP2 shards get only the roster check;
+        what cannot run on the set-up (``fresh_grads``, ``step_moves`` and ``outside_writes`` on
+        shards, ``replicas`` in a multi-rank group without DDP) is an ``unavailable`` entry."""
         self._check_open()
         check_int("replica_every", replica_every, low=1, expect=">= 1 steps")
         engine, declared = self._engine, self._declared
         roster = engine.roster
-        checks: list[Check] = [RosterCheck(roster, action=action, declared=declared)]
+        roster_check = RosterCheck(roster, action=action, declared=declared)
+        roster_check.not_running = _invariants_not_running(roster.is_sharded, self._ranks)
+        checks: list[Check] = [roster_check]
         if not roster.is_sharded:
             fresh = FreshGradsCheck(roster, action=action, declared=declared)
             engine.observe_backward_open(fresh.on_open)
@@ -335,6 +343,7 @@ class ChecksSession:
                     action=action,
                     declared=declared,
                     learning_rates=functools.partial(_learning_rates, self._optimizer),
+                    state_of=functools.partial(_param_state, self._optimizer),
                 ),
                 WritesCheck(roster, action=action, declared=declared),
             ]
@@ -428,10 +437,21 @@ class ChecksSession:
         try:
             ATTACHED.claim(self._optimizer, self._subject, stack)
             self._engine.install(stack)
+            watch_wrapper_writes(self._wrapper, self._optimizer, self._wrapper_wrote, stack)
+            fresh = self._engine.checks.get(FreshGradsCheck.name)
+            if isinstance(fresh, FreshGradsCheck):
+                fresh.install(stack)
         except BaseException:
             self._roll_back()
             raise
         return self
+
+    def _wrapper_wrote(self) -> None:
+        """A wrapper's method that writes the weights returned: its writes are not outside
+        the step."""
+        writes = self._engine.checks.get(WritesCheck.name)
+        if isinstance(writes, WritesCheck):
+            writes.rebase()
 
     def _roll_back(self) -> None:
         """Undo an attach that is not going to be used (it raised, or Ctrl-C came during it)."""
@@ -758,8 +778,47 @@ def _is_integral(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _invariants_not_running(is_sharded: bool, ranks: RankContext) -> list[Unavailable]:
+    """The invariants that cannot run on this set-up, each named (issue 42: an FSDP2 loop with
+    a forgotten zero_grad, and a hand-written all_reduce loop whose replicas drifted apart by
+    0.094, were reported clean)."""
+    missing = []
+    if is_sharded:
+        missing += [
+            Unavailable(
+                name,
+                f"the parameters are FSDP2 shards (DTensor): {what} is not judged on them; "
+                "run it on the unsharded model in one process to check the loop.",
+                code="sharded_params",
+            )
+            for name, what in (
+                (FreshGradsCheck.name, "whether gradients are reset between steps"),
+                (StepMovesCheck.name, "whether each step moves what it was given a gradient for"),
+                (WritesCheck.name, "whether anything writes the weights between steps"),
+            )
+        ]
+    dist = torch.distributed
+    is_multi_rank = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if is_multi_rank and ranks.wrapper is None:
+        missing.append(
+            Unavailable(
+                ReplicaCheck.name,
+                "the model is not a DistributedDataParallel or FSDP2 module in this "
+                f"{dist.get_world_size()}-rank group: whether the ranks' replicas stay equal is "
+                "not compared (a hand-written all_reduce loop); wrap the model in "
+                "DistributedDataParallel, or compare the weights across ranks yourself.",
+                code="replicas_not_compared",
+            )
+        )
+    return missing
+
+
 def _learning_rates(optimizer: torch.optim.Optimizer) -> list[Any]:
     return [group.get("lr") for group in optimizer.param_groups]
+
+
+def _param_state(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> Any:
+    return optimizer.state.get(param, {})
 
 
 def _scaler_kind(scaler: Any) -> ScalerKind:

@@ -485,9 +485,13 @@ def _random_input_findings(
                 "loss_same_as_noise",
                 "warning",
                 f"the loss on noise ({noise:.4g}) is within {100 * SIMILAR_GAP:.0f}% of the loss on "
-                f"real data ({real:.4g}): the model isn't using the input.",
-                remedy="check preprocessing, data loading and feature selection.",
-                fields=facts,
+                f"real data ({real:.4g}) although the model's outputs differ between them "
+                f"(relative change {change:.3g}): the loss does not follow the output (it "
+                "ignores it, or reads a detached copy), or the model learned nothing of the input "
+                "it memorised.",
+                remedy="check that the loss is computed from the model's output; then "
+                "preprocessing, data loading and feature selection.",
+                fields={**facts, "output_change": change},
             )
         ]
     if gap < 0:
