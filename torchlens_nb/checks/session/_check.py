@@ -54,6 +54,10 @@ class Check:
         """S-D, counting tier: no tensor values available."""
         return None
 
+    def on_loss(self, attempt: Attempt) -> None:
+        """The attempt's loss was read (``attempt.loss``): at its own step site before
+        ``on_attempt``, or up to ``LOSS_READ_EVERY`` attempts later where the read waited."""
+
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         """S-B, before the optimizer writes: judge the attempt's S-A evidence."""
         return None

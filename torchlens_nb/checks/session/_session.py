@@ -574,6 +574,28 @@ class ChecksSession:
         finally:
             self._engine.end_step()
 
+    def record_loss(self, loss: torch.Tensor) -> None:
+        """Give the open attempt's loss explicitly (it replaces the backward roots the session
+        sees itself): for a loop whose backward does not go through ``torch.autograd.backward``
+        or whose root is not the loss. A one-element tensor, kept on its device and read with the
+        step's existing host read (no sync here).
+
+        Raises:
+            DiagnosticArgumentError: the session is not attached, or ``loss`` is not a
+                one-element tensor.
+        """
+        if self._hooks is None:
+            raise DiagnosticArgumentError(
+                "session.record_loss() needs an attached session: use it inside `with session:`."
+            )
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise DiagnosticArgumentError(
+                f"session.record_loss() needs the one-element loss tensor, got {shape}; pass "
+                "the reduced loss (e.g. loss.mean())."
+            )
+        self._engine.record_loss(loss)
+
     def disable(self) -> None:
         """Stop observing: hooks stay installed but return at once; the open attempt's
         evidence is dropped, never judged half-seen."""
