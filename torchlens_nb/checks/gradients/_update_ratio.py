@@ -234,7 +234,7 @@ class UpdateRatioCheck(Check):
             return self.act(self.findings()[0])
         return None
 
-    def _extend_episode(self, index: int, attempt: int, ratio: float, lr: float | None) -> None:
+    def _extend_episode(self, index: int, attempt: int, ratio: float, lr: float) -> None:
         """Open an episode for ``index`` or move its peak to ``ratio`` when further out."""
         assert self.band is not None
         row = self._open.get(index)
