@@ -8,6 +8,7 @@ session raises at the site it is in (S-B before the optimizer writes, S-C after 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
@@ -48,6 +49,10 @@ class Check:
         self.evaluations = 0
         self.has_raised = False
         self.is_warning_active = False
+
+    def install(self, stack: contextlib.ExitStack) -> None:
+        """``attach()``: install the check's own hooks (none by default); every removal goes to
+        ``stack``."""
 
     # ----- site callbacks (the session calls these) ----------------------------------------
     def on_backward(self, ledger: StepLedger) -> Finding | None:

@@ -201,6 +201,8 @@ class Engine:
         stack.callback(self._release_snapshot)
         LOSS_ROOTS.use(stack)
         self._sites.install(stack)
+        for check in self.checks.values():
+            check.install(stack)
         optimizer, pre, post = self._optimizer, self._on_step_pre, self._on_step_post
         # each removal before its hook: an interrupt in between leaves nothing (_hooks)
         stack.callback(remove_hook, optimizer._optimizer_step_pre_hooks, pre)

@@ -1,0 +1,80 @@
+"""The update Adam is about to take, computed at the step site from its state and the gradient.
+
+At S-B the optimizer has not written yet, so its next update is known exactly from what it will
+read: for Adam / AdamW (``exp_avg``, ``exp_avg_sq``, ``step`` in its state, torch's
+single-tensor formula) ``m' = b1 m + (1 - b1) g``, ``v' = b2 v + (1 - b2) g^2`` and
+``u = lr * (m' / (1 - b1^t)) / (sqrt(v' / (1 - b2^t)) + eps)`` (decoupled weight decay and
+amsgrad left out: they change the size by ``lr * wd`` of the weight, or bound ``v'`` from below).
+Before the first step (no state) ``m' / sqrt(v')`` is ``sign(g)`` for every element with a
+gradient: the first update moves each such element by ``lr``, whatever the gradient's size.
+SGD moves by ``lr * g`` (``lr * (mu * buf + g)`` with momentum; dampening and Nesterov left
+out).
+
+The result is one update/weight ratio per parameter tensor (``||u|| / ||w||``), left on the
+device. Cost on a sampled step: about five element-wise passes over parameters, gradients and
+both moments (measured in ``benchmarks/bench_stability.py``); the check samples it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+ADAM_KEYS = ("exp_avg", "exp_avg_sq")
+
+
+def upcoming_ratios(
+    optimizer: torch.optim.Optimizer, params: list[torch.Tensor]
+) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+    """Per parameter (in ``params``' order, those with a gradient and a nonzero weight): the
+    device 1-element ``||u||`` and ``||w||`` of the update the optimizer is about to apply.
+    None for an optimizer this does not model (not Adam-like and not plain SGD)."""
+    groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    moved: list[torch.Tensor] = []
+    weights: list[torch.Tensor] = []
+    with torch.no_grad():
+        for param in params:
+            group = groups.get(id(param))
+            grad = param.grad
+            if group is None or grad is None or grad.is_sparse:
+                continue
+            update = _update(optimizer, group, param, grad)
+            if update is None:
+                return None
+            moved.append(torch.linalg.vector_norm(update.float()).reshape(1))
+            weights.append(torch.linalg.vector_norm(param.detach().float()).reshape(1))
+    return moved, weights
+
+
+def _update(
+    optimizer: torch.optim.Optimizer, group: dict[str, Any], param: torch.Tensor, grad: torch.Tensor
+) -> torch.Tensor | None:
+    lr = float(group["lr"])
+    state = optimizer.state.get(param, {})
+    betas = group.get("betas")
+    if betas is not None and "eps" in group:
+        b1, b2 = float(betas[0]), float(betas[1])
+        g = grad.detach().float()
+        if not all(k in state for k in ADAM_KEYS):
+            return lr * torch.sign(g)
+        step = float(state.get("step", 0)) + 1
+        m = state["exp_avg"].float() * b1 + g * (1 - b1)
+        v = state["exp_avg_sq"].float() * b2 + g.square() * (1 - b2)
+        denom = (v / (1 - b2**step)).sqrt_().add_(float(group["eps"]))
+        return m.div_(denom).mul_(lr / (1 - b1**step))
+    if "momentum" in group:
+        g = grad.detach().float()
+        buffer = state.get("momentum_buffer")
+        if buffer is None or not float(group["momentum"]):
+            return g * lr
+        return (buffer.float() * float(group["momentum"]) + g) * lr
+    return None
+
+
+def ratio(moved: float, weight: float) -> float | None:
+    """``moved / weight``, None when the weight's norm is zero or either is not finite."""
+    if weight == 0 or not (math.isfinite(moved) and math.isfinite(weight)):
+        return None
+    return moved / weight
