@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -98,9 +98,9 @@ class Setup:
     seed: int = 0
     lr_at: Callable[[int], float] | None = None
     """A multiplier of ``lr`` per step (after warmup), e.g. a step up mid-run."""
-    batch_at: Callable[[int, torch.Generator], torch.Tensor] | None = None
-    """A batch for a given step instead of the Markov chain's (a foreign batch)."""
-    changes: dict[str, Any] = field(default_factory=dict)
+    loss_weight_at: Callable[[int], float] | None = None
+    """A factor on the loss per step (a quiet phase: the gradients shrink, Adam's second
+    moment with them)."""
 
     def twin(self, name: str, **changes: Any) -> Setup:
         return replace(self, name=name, **changes)
@@ -167,12 +167,11 @@ def train(
     scope = attach(model, optimizer) if attach is not None else contextlib.nullcontext()
     with scope as attached:
         for step in range(setup.steps):
-            tokens = setup.batch_at(step, gen) if setup.batch_at is not None else None
-            if tokens is None:
-                tokens = markov_batch(table, gen)
+            tokens = markov_batch(table, gen)
             optimizer.zero_grad()
             loss = loss_of(model, tokens, setup.z_loss)
-            loss.backward()
+            weight = setup.loss_weight_at(step) if setup.loss_weight_at is not None else 1.0
+            (loss * weight if weight != 1.0 else loss).backward()
             optimizer.step()
             scheduler.step()
             losses.append(loss.item())
