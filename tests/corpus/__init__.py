@@ -4,7 +4,7 @@ no-false-alarm test and triage's healthy population. API: ``docs`` in ``_loop.py
 
 from __future__ import annotations
 
-from . import generative, rl, text, vision
+from . import generative, optimizers, rl, text, vision
 from ._loop import Attach, HealthyLoop, LoopRun, TriageSetup
 
 LOOPS: tuple[HealthyLoop, ...] = (
@@ -12,6 +12,7 @@ LOOPS: tuple[HealthyLoop, ...] = (
     *generative.LOOPS,
     *text.LOOPS,
     *rl.LOOPS,
+    *optimizers.LOOPS,
 )
 
 
