@@ -4,7 +4,7 @@ no-false-alarm test and triage's healthy population. API: ``docs`` in ``_loop.py
 
 from __future__ import annotations
 
-from . import generative, optimizers, rl, text, vision
+from . import generative, optimizers, rl, text, trainers, vision
 from ._loop import Attach, HealthyLoop, LoopRun, TriageSetup
 
 LOOPS: tuple[HealthyLoop, ...] = (
@@ -13,6 +13,7 @@ LOOPS: tuple[HealthyLoop, ...] = (
     *text.LOOPS,
     *rl.LOOPS,
     *optimizers.LOOPS,
+    *trainers.LOOPS,
 )
 
 

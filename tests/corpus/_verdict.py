@@ -24,7 +24,8 @@ class Verdict:
 
     @property
     def learns(self) -> bool:
-        """The loop did its job: it trains (supervised), or its losses stay finite (GAN, RL)."""
+        """The loop did its job: it trains (supervised), or its losses stay finite (GAN, RL, a
+        trainer's few steps inside a 4,000-step warm-up)."""
         return self.run.trains if self.kind_trains else self.run.finite
 
     kind_trains: bool = True
@@ -40,7 +41,7 @@ def judge(entry: HealthyLoop, *, planted: bool, steps: int | None = None) -> Ver
             planted=planted,
         )
     reports = [session.report() for session in run.attached]
-    verdict = Verdict(run, kind_trains=entry.kind not in ("gan", "rl"))
+    verdict = Verdict(run, kind_trains=entry.kind not in ("gan", "rl", "trainer"))
     for report in reports:
         verdict.codes += [f.code for f in report.findings]
         verdict.serious += [f.code for f in report.findings if f.severity != "info"]

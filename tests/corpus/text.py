@@ -151,6 +151,6 @@ LOOPS = (
         "grads_not_reset",
         time_sequence_prediction,
         _sine_setup,
-        steps=3,
+        steps=2,
     ),
 )
