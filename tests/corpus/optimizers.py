@@ -325,6 +325,29 @@ def grad_scaler(steps: int, attach: Attach | None, planted: bool) -> LoopRun:
     return run
 
 
+# ----- a reset through .data ---------------------------------------------------------------------
+def grad_data_zero(steps: int, attach: Attach | None, planted: bool) -> LoopRun:
+    """github:jcjohnson/pytorch-examples autograd/two_layer_net_autograd.py (2017): a hand-written
+    SGD update under ``torch.no_grad()`` through an optimizer here, and the gradients reset with
+    ``p.grad.data.zero_()`` after the step (no version bump). The twin forgets the reset."""
+    model = classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = _data()
+    run = LoopRun()
+    with attached(attach, [(model, optimizer)], run):
+        for step in range(steps):
+            x, y = data[step % len(data)]
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            if not planted:
+                for p in model.parameters():
+                    assert p.grad is not None
+                    p.grad.data.zero_()
+            run.losses.append(loss.item())
+    return run
+
+
 LOOPS = (
     HealthyLoop(
         "sam",
@@ -389,5 +412,13 @@ LOOPS = (
         "optimizer.zero_grad() forgotten",
         "grads_not_reset",
         grad_scaler,
+    ),
+    HealthyLoop(
+        "grad_data_zero",
+        "github:jcjohnson/pytorch-examples autograd/two_layer_net_autograd.py",
+        "optimizer",
+        "the p.grad.data.zero_() reset forgotten",
+        "grads_not_reset",
+        grad_data_zero,
     ),
 )
