@@ -325,6 +325,31 @@ def grad_scaler(steps: int, attach: Attach | None, planted: bool) -> LoopRun:
     return run
 
 
+# ----- torch.compile ---------------------------------------------------------------------------
+def compiled(steps: int, attach: Attach | None, planted: bool) -> LoopRun:
+    """The torch.compile tutorial's training loop (pytorch/tutorials
+    intermediate_source/torch_compile_tutorial.py): ``torch.compile(model)``, AdamW, zero_grad /
+    backward / step. Compiled with ``backend="aot_eager"`` (Dynamo and AOTAutograd as the
+    default, without Inductor's C++ build: seconds on a shared CPU). The session is handed the
+    compiled module. The twin forgets ``zero_grad``."""
+    model = classifier()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    compiled_model = torch.compile(model, backend="aot_eager")
+    data = _data()
+    run = LoopRun()
+    with attached(attach, [(compiled_model, optimizer)], run):  # type: ignore[list-item]
+        for step in range(steps):
+            x, y = data[step % len(data)]
+            if not planted:
+                optimizer.zero_grad()
+            loss = F.cross_entropy(compiled_model(x), y)
+            loss.backward()
+            optimizer.step()
+            run.losses.append(loss.item())
+    torch._dynamo.reset()
+    return run
+
+
 # ----- a reset through .data ---------------------------------------------------------------------
 def grad_data_zero(steps: int, attach: Attach | None, planted: bool) -> LoopRun:
     """github:jcjohnson/pytorch-examples autograd/two_layer_net_autograd.py (2017): a hand-written
@@ -412,6 +437,14 @@ LOOPS = (
         "optimizer.zero_grad() forgotten",
         "grads_not_reset",
         grad_scaler,
+    ),
+    HealthyLoop(
+        "torch_compile",
+        "pytorch/tutorials intermediate_source/torch_compile_tutorial.py",
+        "optimizer",
+        "optimizer.zero_grad() forgotten",
+        "grads_not_reset",
+        compiled,
     ),
     HealthyLoop(
         "grad_data_zero",

@@ -129,6 +129,59 @@ def accelerate_loop(steps: int, attach: Attach | None, planted: bool) -> LoopRun
     return run
 
 
+def lightning_loop(steps: int, attach: Attach | None, planted: bool) -> LoopRun:
+    """github:Lightning-AI/pytorch-lightning docs (the LightningModule quick start): a module
+    whose ``configure_optimizers`` returns Adam lr 1e-3, ``Trainer(max_steps=...)`` with
+    automatic optimization (Lightning zeroes, and steps through ``optimizer.step(closure)``).
+    The optimizer is made first and returned by ``configure_optimizers``, so the session can be
+    handed it. The twin switches to manual optimization and forgets ``opt.zero_grad()``."""
+    import lightning as pl
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    run = LoopRun()
+
+    class Classifier(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+            self.automatic_optimization = not planted
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            loss = nn.functional.cross_entropy(self.net(x), y)
+            run.losses.append(loss.item())
+            if planted:
+                opt = self.optimizers()
+                assert not isinstance(opt, list)
+                self.manual_backward(loss)
+                opt.step()  # the planted bug: no opt.zero_grad()
+                return None
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return optimizer
+
+    gen = generator(9)
+    projection = torch.randn(16, 4, generator=gen)
+    xs = torch.randn(16 * steps, 16, generator=gen)
+    dataset = torch.utils.data.TensorDataset(xs, (xs @ projection).argmax(1))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=16)
+    module = Classifier()
+    trainer = pl.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with attached(attach, [(module, optimizer)], run):
+        trainer.fit(module, loader)
+    return run
+
+
 LOOPS = (
     HealthyLoop(
         "hf_trainer",
@@ -146,5 +199,13 @@ LOOPS = (
         "optimizer.zero_grad() forgotten",
         "grads_not_reset",
         accelerate_loop,
+    ),
+    HealthyLoop(
+        "lightning",
+        "github:Lightning-AI/pytorch-lightning docs (LightningModule)",
+        "trainer",
+        "manual optimization without opt.zero_grad()",
+        "grads_not_reset",
+        lightning_loop,
     ),
 )
