@@ -133,6 +133,56 @@ def wgan(steps: int, attach: Attach | None, planted: bool) -> LoopRun:
     return run
 
 
+def wgan_gp(steps: int, attach: Attach | None, planted: bool) -> LoopRun:
+    """github:caogang/wgan-gp gan_mnist.py: Adam lr 1e-4 betas (0.5, 0.9) for both, 5 critic
+    iterations per generator step, a gradient penalty (lambda 10) through ``autograd.grad(...,
+    create_graph=True)`` and its own backward, a critic without BatchNorm, its
+    ``requires_grad`` switched off for the generator's step. The twin forgets
+    ``netD.zero_grad()``."""
+    torch.manual_seed(0)
+    net_g = generator_net()
+    net_d = nn.Sequential(
+        nn.Conv2d(1, NDF, 4, 2, 1),
+        nn.LeakyReLU(0.2),
+        nn.Conv2d(NDF, NDF * 2, 4, 2, 1),
+        nn.LeakyReLU(0.2),
+        nn.Flatten(),
+        nn.Linear(NDF * 2 * 16, 1),
+        nn.Flatten(0),
+    )
+    opt_d = torch.optim.Adam(net_d.parameters(), lr=1e-4, betas=(0.5, 0.9))
+    opt_g = torch.optim.Adam(net_g.parameters(), lr=1e-4, betas=(0.5, 0.9))
+    data = _images(2)
+    run = LoopRun()
+    with attached(attach, [(net_d, opt_d), (net_g, opt_g)], run):
+        for i in range(steps):
+            for p in net_d.parameters():
+                p.requires_grad = True
+            for j in range(5):
+                real = data[(i + j) % len(data)]
+                if not planted:
+                    net_d.zero_grad()
+                d_real = net_d(real).mean()
+                d_real.backward(torch.tensor(-1.0))
+                fake = net_g(torch.randn(len(real), NZ, 1, 1)).detach()
+                d_fake = net_d(fake).mean()
+                d_fake.backward(torch.tensor(1.0))
+                alpha = torch.rand(len(real), 1, 1, 1)
+                mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+                (grads,) = torch.autograd.grad(net_d(mixed).sum(), mixed, create_graph=True)
+                penalty = ((grads.flatten(1).norm(2, dim=1) - 1) ** 2).mean() * 10
+                penalty.backward()
+                opt_d.step()
+            for p in net_d.parameters():
+                p.requires_grad = False
+            net_g.zero_grad()
+            g_cost = net_d(net_g(torch.randn(8, NZ, 1, 1))).mean()
+            g_cost.backward(torch.tensor(-1.0))
+            opt_g.step()
+            run.losses.append((d_fake - d_real + penalty).item())
+    return run
+
+
 class VAE(nn.Module):
     """github:pytorch/examples vae/main.py ``VAE`` at 64 pixels, 8 hidden, 2 latents."""
 
@@ -212,6 +262,15 @@ LOOPS = (
         "grads_not_reset",
         wgan,
         steps=3,
+    ),
+    HealthyLoop(
+        "wgan_gp",
+        "github:caogang/wgan-gp gan_mnist.py",
+        "gan",
+        "netD.zero_grad() forgotten",
+        "grads_not_reset",
+        wgan_gp,
+        steps=2,
     ),
     HealthyLoop(
         "vae",
