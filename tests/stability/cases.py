@@ -25,8 +25,12 @@ class Case:
     unstable: Setup
     twin: Setup
     mechanism: str
+    """The warning code expected at least 5 attempts before the event."""
     source: str
     """Where the mechanism is described."""
+    named_by_event: str | None = None
+    """A second code the check gives within 10 attempts of the event (the mechanism seen as
+    the run breaks)."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,16 @@ class Outcome:
 
 
 ATTENTION = Setup("attention logit growth", steps=140, lr=3e-1, warmup_steps=150)
+ATTENTION_MODERATE = Setup("at lr 0.15", steps=200, lr=1.5e-1, warmup_steps=100)
+ATTENTION_SHORT = Setup("at lr 0.2, 160 steps", steps=160, lr=2e-1, warmup_steps=100)
 OUTPUT_LOGITS = Setup(
     "output logit divergence", steps=140, lr=1e-1, warmup_steps=100, final_norm=False
+)
+LR_GROWTH = Setup(
+    "an lr that grows 3% a step from step 60",
+    steps=200,
+    lr=3e-3,
+    lr_at=lambda step: 1.03 ** max(0, step - 60),
 )
 
 CASES = (
@@ -56,16 +68,53 @@ CASES = (
         ATTENTION.twin("with qk-layernorm", qk_norm=True),
         "attention_logit_growth",
         "Wortsman et al. 2023, Small-scale proxies for large-scale Transformer training "
-        "instabilities, section 3.1.1",
+        "instabilities, section 3.1.1 (Dehghani et al. 2023 for qk-layernorm)",
+    ),
+    Case(
+        "attention_logit_growth_moderate_lr",
+        ATTENTION_MODERATE,
+        ATTENTION_MODERATE.twin("with qk-layernorm", qk_norm=True),
+        "attention_logit_growth",
+        "Wortsman et al. 2023, section 3.1.1: the same mechanism at half the lr, slower",
+    ),
+    Case(
+        "attention_logit_growth_short_warmup",
+        ATTENTION_SHORT,
+        ATTENTION_SHORT.twin("with qk-layernorm", qk_norm=True),
+        "attention_logit_growth",
+        "Wortsman et al. 2023, section 3.1.1",
     ),
     Case(
         "output_logit_divergence",
         OUTPUT_LOGITS,
         OUTPUT_LOGITS.twin("at a lower lr", lr=3e-2),
-        "output_logit_divergence",
-        "Wortsman et al. 2023, section 3.1.2",
+        "grad_norm_surge",
+        "Wortsman et al. 2023, section 3.1.2 (no final norm; a z-loss of 1e-4 or 1e-3 did not "
+        "stop it here: the event came at step 111 / 120). What leads is the last block's "
+        "gradient norm, 4x its median 14 steps ahead; log Z drifts 7.1 -> 7.9 before the event "
+        "and jumps (15, 64) with it, when the check names the output logits",
+        named_by_event="output_logit_divergence",
+    ),
+    Case(
+        "loss_spike_lr_growth",
+        LR_GROWTH,
+        LR_GROWTH.twin("at a constant lr", lr_at=None),
+        "grad_norm_surge",
+        "a schedule whose lr keeps growing (ExponentialLR with gamma > 1): the loss spikes once "
+        "the lr passes what the model tolerates",
     ),
 )
+
+NO_WARMUP = Case(
+    "no_warmup",
+    Setup("no warmup", steps=120, lr=5e-2),
+    Setup("with a 100-step warmup", steps=120, lr=5e-2, warmup_steps=100),
+    "first_step_update_large",
+    "Adam's first steps move every element by the lr (Kingma & Ba 2015; the case for warmup: "
+    "Liu et al. 2020, On the variance of the adaptive learning rate and beyond)",
+)
+"""Its loss event comes at step 2 (``event_step(losses, after=1)``): the warning, at attempt 0
+before the first write, can lead it by 2 steps at most."""
 
 
 def run_case(setup: Setup) -> Outcome:

@@ -27,13 +27,15 @@ ADAM_KEYS = ("exp_avg", "exp_avg_sq")
 
 def upcoming_ratios(
     optimizer: torch.optim.Optimizer, params: list[torch.Tensor]
-) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
-    """Per parameter (in ``params``' order, those with a gradient and a nonzero weight): the
-    device 1-element ``||u||`` and ``||w||`` of the update the optimizer is about to apply.
-    None for an optimizer this does not model (not Adam-like and not plain SGD)."""
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[bool]] | None:
+    """Per parameter (in ``params``' order, those with a gradient): the device 1-element
+    ``||u||`` and ``||w||`` of the update the optimizer is about to apply, and whether it is a
+    matrix (2-D or more: a weight, not a bias or a norm's gain). None for an optimizer this does
+    not model (not Adam-like and not SGD)."""
     groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
     moved: list[torch.Tensor] = []
     weights: list[torch.Tensor] = []
+    matrices: list[bool] = []
     with torch.no_grad():
         for param in params:
             group = groups.get(id(param))
@@ -45,7 +47,8 @@ def upcoming_ratios(
                 return None
             moved.append(torch.linalg.vector_norm(update.float()).reshape(1))
             weights.append(torch.linalg.vector_norm(param.detach().float()).reshape(1))
-    return moved, weights
+            matrices.append(param.dim() >= 2)
+    return moved, weights, matrices
 
 
 def _update(
