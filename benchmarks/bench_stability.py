@@ -32,7 +32,8 @@ from tests.stability.cases import CASES, NO_WARMUP, run_case
 def outcomes() -> list[dict[str, object]]:
     rows = []
     for case in (*CASES, NO_WARMUP):
-        bad, twin = run_case(case.unstable), run_case(case.twin)
+        bad = run_case(case.unstable, case.event_after)
+        twin = run_case(case.twin, case.event_after)
         named = dict(bad.warnings).get(case.mechanism)
         rows.append(
             {

@@ -33,6 +33,7 @@ the event, the first warning and the lead of each, and the cost per step).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import math
 import re
@@ -125,16 +126,30 @@ SEVERITY: dict[Mechanism, Literal["warning", "info"]] = {
 class _Median:
     """The last :data:`HISTORY` values and their median (None before ``least`` values)."""
 
+    __slots__ = ("_least", "_sorted", "values")
+
     def __init__(self, least: int = WARM_ATTEMPTS) -> None:
         self.values: deque[float] = deque(maxlen=HISTORY)
+        self._sorted: list[float] = []
+        """The same values kept sorted (insort / remove: no sort per attempt)."""
         self._least = least
 
     def median(self) -> float | None:
-        return statistics.median(self.values) if len(self.values) >= self._least else None
+        count = len(self._sorted)
+        if count < self._least:
+            return None
+        middle = count // 2
+        if count % 2:
+            return self._sorted[middle]
+        return (self._sorted[middle - 1] + self._sorted[middle]) / 2
 
     def push(self, value: float) -> None:
-        if math.isfinite(value):
-            self.values.append(value)
+        if not math.isfinite(value):
+            return
+        if len(self.values) == HISTORY:
+            del self._sorted[bisect.bisect_left(self._sorted, self.values[0])]
+        self.values.append(value)
+        bisect.insort(self._sorted, value)
 
 
 class StabilityCheck(Check):
@@ -309,10 +324,13 @@ class StabilityCheck(Check):
             return set()
         now = set()
         for block, norm in norms.items():
-            median = self._blocks.setdefault(block, _Median()).median()
+            history = self._blocks.get(block)
+            if history is None:
+                history = self._blocks[block] = _Median()
+            median = history.median()
             if median is not None and median > 0 and norm > SURGE * median:
                 now.add(block)
-            self._blocks[block].push(norm)
+            history.push(norm)
         self._surges.append(now)
         counts: dict[str, int] = {}
         for seen in self._surges:
