@@ -14,8 +14,9 @@ dimension: its mean and max. Everything stays on the device; the check reads it 
 read at the attempt's step site.
 
 Not seen: a fused attention kernel other than SDPA (flash-attn's own), cross-attention whose
-query and key lengths differ, forwards without grad (evaluation), and models whose output is
-not the logits.
+query and key lengths differ, forwards without grad (evaluation), models whose output is not
+the logits, and a ``torch.compile``'d module (a function mode switched on for one forward in
+ten would change what Dynamo guards on; the probe stays off there, :attr:`ForwardProbe.is_off`).
 """
 
 from __future__ import annotations
@@ -80,9 +81,15 @@ class ForwardProbe:
         self._on_pre = self._pre  # one bound method each: removal finds hooks by identity
         self._on_post = self._post
 
+    @property
+    def is_off(self) -> bool:
+        """The model is a ``torch.compile``'d module: no probe (see the module docstring)."""
+        model = self._model()
+        return model is None or hasattr(model, "_orig_mod")
+
     def install(self, stack: contextlib.ExitStack) -> None:
         model = self._model()
-        if model is None:
+        if model is None or self.is_off:
             return
         stack.callback(self._close)
         stack.callback(remove_hook, model._forward_pre_hooks, self._on_pre)
