@@ -11,8 +11,11 @@ SGD moves by ``lr * g`` (``lr * (mu * buf + g)`` with momentum; dampening and Ne
 out).
 
 The result is one update/weight ratio per parameter tensor (``||u|| / ||w||``), left on the
-device. Cost on a sampled step: about five element-wise passes over parameters, gradients and
-both moments (measured in ``benchmarks/bench_stability.py``); the check samples it.
+device, estimated on at most :data:`SAMPLE_ELEMENTS` evenly strided elements of each tensor (the
+same elements of the weight, the gradient and both moments): the full formula over every
+element costs 2.5x an AdamW step (278 ms against 111 ms on 12M parameters, one CPU thread),
+which sampled 1 step in 50 would be about 5% of a GPT-2 small step; strided, the cost is that of
+indexing a few thousand elements per tensor.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ from typing import Any
 import torch
 
 ADAM_KEYS = ("exp_avg", "exp_avg_sq")
+
+SAMPLE_ELEMENTS = 4096
+"""Elements per tensor the update is estimated on (every element of a smaller tensor)."""
+
+
+def _strided(tensor: torch.Tensor, stride: int) -> torch.Tensor:
+    flat = tensor.detach().reshape(-1)
+    return (flat[::stride] if stride > 1 else flat).float()
 
 
 def upcoming_ratios(
@@ -42,37 +53,42 @@ def upcoming_ratios(
             grad = param.grad
             if group is None or grad is None or grad.is_sparse:
                 continue
-            update = _update(optimizer, group, param, grad)
+            stride = max(1, param.numel() // SAMPLE_ELEMENTS)
+            update = _update(optimizer, group, param, grad, stride)
             if update is None:
                 return None
-            moved.append(torch.linalg.vector_norm(update.float()).reshape(1))
-            weights.append(torch.linalg.vector_norm(param.detach().float()).reshape(1))
+            moved.append(torch.linalg.vector_norm(update).reshape(1))
+            weights.append(torch.linalg.vector_norm(_strided(param, stride)).reshape(1))
             matrices.append(param.dim() >= 2)
     return moved, weights, matrices
 
 
 def _update(
-    optimizer: torch.optim.Optimizer, group: dict[str, Any], param: torch.Tensor, grad: torch.Tensor
+    optimizer: torch.optim.Optimizer,
+    group: dict[str, Any],
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    stride: int,
 ) -> torch.Tensor | None:
     lr = float(group["lr"])
     state = optimizer.state.get(param, {})
     betas = group.get("betas")
     if betas is not None and "eps" in group:
         b1, b2 = float(betas[0]), float(betas[1])
-        g = grad.detach().float()
+        g = _strided(grad, stride)
         if not all(k in state for k in ADAM_KEYS):
             return lr * torch.sign(g)
         step = float(state.get("step", 0)) + 1
-        m = state["exp_avg"].float() * b1 + g * (1 - b1)
-        v = state["exp_avg_sq"].float() * b2 + g.square() * (1 - b2)
+        m = _strided(state["exp_avg"], stride) * b1 + g * (1 - b1)
+        v = _strided(state["exp_avg_sq"], stride) * b2 + g.square() * (1 - b2)
         denom = (v / (1 - b2**step)).sqrt_().add_(float(group["eps"]))
         return m.div_(denom).mul_(lr / (1 - b1**step))
     if "momentum" in group:
-        g = grad.detach().float()
+        g = _strided(grad, stride)
         buffer = state.get("momentum_buffer")
         if buffer is None or not float(group["momentum"]):
             return g * lr
-        return (buffer.float() * float(group["momentum"]) + g) * lr
+        return (_strided(buffer, stride) * float(group["momentum"]) + g) * lr
     return None
 
 
