@@ -124,11 +124,12 @@ def test_invalid_window_is_refused_before_registration(mlp_adamw) -> None:
     session = tl.debug.ChecksSession(model, optimizer, scaler=None)
     with pytest.raises(tl.errors.DiagnosticArgumentError, match="min_hits <= window"):
         session.register_change_check(window=4, min_hits=5)
-    # nothing was registered: only the default invariants and the watchdog run
+    # nothing was registered: only the default invariants, stability check and watchdog run
     assert [run.name for run in session.report().checks_run] == [
         "optimizer_roster",
         "fresh_grads",
         "step_moves",
         "outside_writes",
+        "stability",
         "no_accepted_steps",
     ]

@@ -47,7 +47,8 @@ def test_to_dict_is_strict_json_with_the_public_export_keys() -> None:
         "fresh_grads",
         "step_moves",
         "outside_writes",
-        "no_accepted_steps",  # the invariants and the watchdog run by default
+        "stability",
+        "no_accepted_steps",  # the invariants, the stability check and the watchdog by default
     ]
     assert payload["report_type"] == "checks" and json.loads(report.to_json()) == payload
 

@@ -50,6 +50,7 @@ def test_quick_start_hook_only_mode(quick_start_model, capsys) -> None:
         "fresh_grads",
         "step_moves",
         "outside_writes",
+        "stability",
         "no_accepted_steps",
     ]
     assert {r.state for r in report.checks_run} == {"clean"}

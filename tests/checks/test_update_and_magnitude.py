@@ -172,3 +172,68 @@ def test_gradscaler_norms_are_unscaled_by_the_recorded_scale() -> None:
     assert (row["grad_stage"], row["grad_scale_provenance"]) == ("pre_clip_scaled", "gradscaler")
     assert row["grad_norm"] == pytest.approx(row["grad_norm_raw"] / 256.0)
     assert math.isfinite(row["grad_norm"])
+
+
+def test_each_out_of_band_episode_is_a_row_with_its_own_peak_ratio() -> None:
+    torch.manual_seed(0)
+    model = models.mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    # lr 0 leaves the weights in place (ratio 0, in band); any lr > 0 moves them out of it
+    session.register_update_ratio_check(every=1, band=(0.0, 1e-9), window=2, min_hits=2)
+    x = torch.randn(4, 8)
+    lrs = (0.0, 1e-3, 4e-3, 1e-3, 0.0, 0.0, 0.0, 1e-2, 1e-2, 0.0)
+    with session:
+        for lr in lrs:
+            optimizer.param_groups[0]["lr"] = lr
+            _step(model, optimizer, x)
+    rows = [r for r in session.report().findings[0].fields["params"] if r["param"] == "0.weight"]
+    # two episodes, sustained (2 of 2 out of band) at attempts 2-3 and at 8, each row with its
+    # own most out-of-band ratio: lr 4e-3 at attempt 2, lr 1e-2 at attempt 8
+    assert [(r["first_attempt"], r["last_attempt"]) for r in rows] == [(2, 3), (8, 8)]
+    assert rows[0]["peak_attempt"] == 2
+    assert rows[1]["update_ratio"] > 2 * rows[0]["update_ratio"] > 0
+
+
+class _Attention(torch.nn.Module):
+    """One softmax attention head with a key bias (zero gradient by construction)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query = torch.nn.Linear(8, 8)
+        self.key = torch.nn.Linear(8, 8)
+        self.value = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = self.query(x) @ self.key(x).transpose(-1, -2) / 8**0.5
+        return scores.softmax(-1) @ self.value(x)
+
+
+def test_a_key_bias_whose_gradient_is_zero_by_construction_is_not_vanishing() -> None:
+    torch.manual_seed(0)
+    model = _Attention()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    session.register_magnitude_check(low=1e-4, window=3, min_hits=3)
+    with session:
+        for _ in range(4):
+            optimizer.zero_grad()
+            model(torch.randn(2, 5, 8)).square().mean().backward()
+            optimizer.step()
+    report = session.report()
+    assert [f.code for f in report.findings] == ["grad_zero_by_construction"]
+    assert report.findings[0].severity == "info"
+    assert [r["param"] for r in report.findings[0].fields["params"]] == ["key.bias"]
+    assert report.status != "found"
+
+
+def test_a_layer_whose_weight_and_bias_gradients_both_vanish_is_still_warned() -> None:
+    torch.manual_seed(0)
+    model = models.mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    session.register_magnitude_check(low=1e-3, window=2, min_hits=2, action="collect")
+    with session:
+        for _ in range(2):
+            _step(model, optimizer, torch.randn(4, 8), scale=1e-9)
+    assert [f.code for f in session.report().findings] == ["grad_norm_vanishing"]

@@ -226,6 +226,7 @@ def test_checks_and_their_actions_are_constructor_arguments(tmp_path) -> None:
         "fresh_grads",
         "step_moves",
         "outside_writes",
+        "stability",
         "no_accepted_steps",
     ]
     assert trainer.state.global_step == STEPS

@@ -13,6 +13,7 @@ import torchlens_nb as tl
 from tests.recipes.state import assert_untouched, snapshot
 from tests.recipes.zoo import MLP, batch
 from torchlens_nb.errors import DiagnosticArgumentError, InputFormError, ModelTypeError
+from torchlens_nb.recipes.triage._optimizer_spec import read_optimizer
 from torchlens_nb.recipes.triage._progress import TriageProgress
 from torchlens_nb.report import TriageReport
 
@@ -404,3 +405,18 @@ def test_a_root_cause_row_shown_above_its_own_status_says_why() -> None:
     )
     # a row at its check's own status carries no such word
     assert next(r for r in report.rows if r.check == "overfit_one_batch").reason is None
+
+
+def test_the_step_size_check_judges_a_warmups_peak_lr_not_its_first_step() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 100))
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)  # the warmup's first step
+    spec = read_optimizer(optimizer, None, model)
+    # the schedule's base lr (0.1), the one the warmup reaches, is what is judged
+    assert spec.lr == pytest.approx(0.1)
+    assert "the first step runs at 0.001" in spec.label
+    assert spec is not None and spec.make is not None
+    rebuilt = spec.make([{"params": list(model.parameters())}])
+    assert rebuilt.param_groups[0]["lr"] == pytest.approx(0.1)

@@ -12,6 +12,15 @@ and host read per attempt) and compares it with the S-A total: when clipping low
 attempt's magnitude evidence is censored and counted in a typed unavailable entry
 (``censored_by_clipping``); unclipped attempts are judged on their S-A norms, which equal the
 step-site ones.
+
+A gradient that is zero by construction is never "vanishing": softmax is invariant to a
+constant added to every key of a query, so an attention key projection's bias gets exactly zero
+gradient, and so does a bias that a per-feature normalisation (BatchNorm) subtracts away. In
+float32 such a gradient is round-off, not zero (measured on a 2-block GPT with key biases:
+1e-9-1e-8 of its sibling weight's gradient norm). A parameter whose norm is below
+:data:`ROUNDOFF_RATIO` of the largest gradient norm of another parameter of its own module is
+counted as zero by construction (``zero_by_construction`` in the report), not judged: a
+vanishing gradient shrinks a module's weight and bias together.
 """
 
 from __future__ import annotations
@@ -28,6 +37,11 @@ from ..session._check import Check
 from ..session._evidence import Attempt
 from ..session._params import Roster
 from ..session._window import Emission, SustainedWindow, validate_window
+
+ROUNDOFF_RATIO = 1e-5
+"""A gradient norm below this fraction of a sibling parameter's (same module) is round-off of a
+gradient that is zero by construction (float32's epsilon is 1.2e-7; sums of a few thousand
+terms stay within 1e-5)."""
 
 CLIP_TOLERANCE = 1e-3
 """Relative drop of the total norm between S-A and S-B that counts as clipping (float32
@@ -73,6 +87,10 @@ class MagnitudeCheck(Check):
         self._flagged: dict[int, dict[str, Any]] = {}
         self.unknown_attempts = 0
         self.censored_attempts = 0
+        self.zero_by_construction: dict[int, int] = {}
+        """Roster index -> attempts whose norm was round-off next to a sibling's."""
+        self._siblings: dict[int, tuple[int, ...]] = {}
+        self._siblings_of = 0
 
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         divisor = self._divisor(attempt)
@@ -91,6 +109,9 @@ class MagnitudeCheck(Check):
             if not math.isfinite(norm):
                 continue
             verdict = "exploding" if norm > high else "vanishing" if 0 < norm < low else None
+            if verdict == "vanishing" and self._is_roundoff(index, norm, norms):
+                self.zero_by_construction[index] = self.zero_by_construction.get(index, 0) + 1
+                verdict = None
             any_hit |= verdict is not None
             window = self._windows.get(index)
             if window is None:
@@ -112,6 +133,21 @@ class MagnitudeCheck(Check):
         if self.is_due(self._emission, any_sustained, not any_hit):
             return self.act(self.findings()[0])
         return None
+
+    def _is_roundoff(self, index: int, norm: float, norms: dict[int, float]) -> bool:
+        """Whether ``norm`` is round-off next to another gradient of the same module."""
+        if self._siblings_of != len(self.roster):
+            modules: dict[str, list[int]] = {}
+            for info in self.roster.infos:
+                modules.setdefault(info.module, []).append(info.index)
+            self._siblings = {
+                i: tuple(j for j in members if j != i)
+                for members in modules.values()
+                for i in members
+            }
+            self._siblings_of = len(self.roster)
+        largest = max((norms.get(j, 0.0) for j in self._siblings.get(index, ())), default=0.0)
+        return math.isfinite(largest) and norm < ROUNDOFF_RATIO * largest
 
     @property
     def _window_options(self) -> tuple[int, int]:
@@ -155,6 +191,31 @@ class MagnitudeCheck(Check):
                     remedy="Inspect the per-layer profile with tl.debug.grad_health on a trace of a "
                     "recent batch; clip_grad_norm_ hides this at the step site.",
                     fields={"code": f"grad_norm_{verdict}", "params": rows, "bound": bound},
+                )
+            )
+        if self.zero_by_construction:
+            names = [self.roster.infos[i].name for i in self.zero_by_construction]
+            found.append(
+                Finding(
+                    "grad_zero_by_construction",
+                    "info",
+                    f"{len(names)} parameter(s) had a gradient at round-off next to a sibling "
+                    f"in their module (below {ROUNDOFF_RATIO:g} of it), not judged as vanishing: "
+                    + ", ".join(names[:5])
+                    + (" ..." if len(names) > 5 else "")
+                    + ". An attention key bias (softmax ignores a per-query constant) or a bias "
+                    "before a BatchNorm has zero gradient by construction.",
+                    where=Where(module=names[0].rpartition(".")[0]),
+                    remedy="Nothing to fix if the parameter is such a bias; it can be dropped "
+                    "(bias=False) without changing what the model computes.",
+                    fields={
+                        "code": "grad_zero_by_construction",
+                        "params": [
+                            {"param": self.roster.infos[i].name, "attempts": n}
+                            for i, n in self.zero_by_construction.items()
+                        ],
+                        "ratio": ROUNDOFF_RATIO,
+                    },
                 )
             )
         return found

@@ -8,6 +8,7 @@ session raises at the site it is in (S-B before the optimizer writes, S-C after 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
@@ -49,10 +50,18 @@ class Check:
         self.has_raised = False
         self.is_warning_active = False
 
+    def install(self, stack: contextlib.ExitStack) -> None:
+        """``attach()``: install the check's own hooks (none by default); every removal goes to
+        ``stack``."""
+
     # ----- site callbacks (the session calls these) ----------------------------------------
     def on_backward(self, ledger: StepLedger) -> Finding | None:
         """S-D, counting tier: no tensor values available."""
         return None
+
+    def on_loss(self, attempt: Attempt) -> None:
+        """The attempt's loss was read (``attempt.loss``): at its own step site before
+        ``on_attempt``, or up to ``LOSS_READ_EVERY`` attempts later where the read waited."""
 
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         """S-B, before the optimizer writes: judge the attempt's S-A evidence."""

@@ -64,12 +64,18 @@ from ._arrival import ArrivalReads, Break
 from ._check import Check
 from ._evidence import Attempt, BackwardRecord, Evidence, Group
 from ._ledger import ScaleLedger, ScalerKind, StepLedger
+from ._loss import LOSS_ROOTS, as_loss
 from ._optimizer import EvaluatedClosure, closure_of, with_closure
 from ._params import Roster
 from ._replay import KeptBatch, Replay
 from ._series import Series
 from ._sites import GradSites, PendingBackward
 from ._tally import Tally
+
+LOSS_READ_EVERY = 8
+"""Where the step site reads nothing else (no check needs gradient norms) and the losses live on
+an accelerator, they wait on the device and are read together once per this many attempts: a
+read of its own per step would be a host sync per step. On the CPU a read is a copy: read at once."""
 
 Agree = Callable[[Finding | None], Finding | None]
 """S-B: every rank's verdict before any rank writes (``_distributed.RankContext.agree``)."""
@@ -156,6 +162,8 @@ class Engine:
             histogram="observed",
         )
         self._attempts_without_backward = 0
+        self._queued_losses: list[tuple[Attempt | None, list[torch.Tensor]]] = []
+        """Attempts whose losses wait on the device for the next read (``LOSS_READ_EVERY``)."""
         self._site_ns = 0
         self._has_blocks = False
         """Boundary mode: a ``session.step()`` block ran; attempts are what blocks delimit."""
@@ -191,7 +199,10 @@ class Engine:
         """Install S-A on every roster parameter and S-B / S-C on the optimizer; every handle
         goes to ``stack``, and so does freeing the update sampler's kept snapshot."""
         stack.callback(self._release_snapshot)
+        LOSS_ROOTS.use(stack)
         self._sites.install(stack)
+        for check in self.checks.values():
+            check.install(stack)
         optimizer, pre, post = self._optimizer, self._on_step_pre, self._on_step_post
         # each removal before its hook: an interrupt in between leaves nothing (_hooks)
         stack.callback(remove_hook, optimizer._optimizer_step_pre_hooks, pre)
@@ -261,6 +272,7 @@ class Engine:
         self._sites.is_enabled = False
         self._sites.forget()
         self._evidence.discard()
+        self._queued_losses = []
         self._open = Group()
         self._in_flight = None
         if self._sampler is not None:
@@ -302,6 +314,11 @@ class Engine:
     def _release_snapshot(self) -> None:
         if self._sampler is not None:
             self._sampler.release()
+
+    def record_loss(self, loss: torch.Tensor) -> None:
+        """The open attempt's loss as the loop gives it (``session.record_loss``); kept on its
+        device until the step site reads it."""
+        self._open.recorded_losses.append(as_loss(loss))
 
     def start_feeding(self) -> None:
         """Keep the chart rows added between dashboard increments."""
@@ -581,6 +598,19 @@ class Engine:
             return "changes_in_place"
         return None
 
+    def _give_losses(self, values: list[float], attempt: Attempt, group: Group) -> None:
+        """Set the read losses on the queued attempts and ``attempt``, oldest first, and hand
+        each to the checks (``Check.on_loss``)."""
+        cursor = 0
+        owners = [(a, len(ts)) for a, ts in self._queued_losses if a is not None]
+        owners.append((attempt, len(group.loss_tensors())))
+        self._queued_losses = []
+        for owner, count in owners:
+            owner.loss = math.fsum(values[cursor : cursor + count])
+            cursor += count
+            for check in self.checks.values():
+                check.on_loss(owner)
+
     def _observe_live_scale(self) -> float | None:
         """Read the scaler's current scale (one host read) into the skip ledger."""
         tensor = self._scale_tensor()
@@ -597,8 +627,9 @@ class Engine:
         """Close ``group`` as the attempt the optimizer is about to apply: sync the roster, norm
         every gradient the optimizer is about to use as it is now, and read those norms, the
         queued backwards' and ``found_inf`` (the GradScaler's verdict on a fused step) when
-        given, in one host read per device. Returns the attempt and whether the scaler found a
-        non-finite gradient (the optimizer will not write).
+        given, and the group's losses (``_loss.py``), in one host read per device. Returns the
+        attempt and whether the scaler found a non-finite gradient (the optimizer will not
+        write).
 
         Every gradient is read again, the ones unchanged since their backward included: a write
         through ``.data`` (``p.grad.data.div_(total_norm)``) changes the values without bumping
@@ -621,6 +652,18 @@ class Engine:
             self._read_deferred(dict(present), is_accumulated=group.backward_count > 1)
         step_read = self._step_plan([g for _, g in present], [i for i, _ in present])
         extra = [norms for _, norms in step_read]
+        losses = group.loss_tensors()
+        queued = self._queued_losses
+        is_reading = bool(extra) or any(p.norms or p.scale is not None for p in pendings)
+        if losses and (
+            is_reading
+            or len(queued) + 1 >= LOSS_READ_EVERY
+            or all(t.device.type == "cpu" for t in losses)
+        ):
+            losses = [t for _, ts in queued for t in ts] + losses
+        else:  # a loss-only read would be a sync of its own: wait for the next read
+            losses, self._queued_losses = [], queued + ([(None, losses)] if losses else [])
+        extra.extend(losses)
         if found_inf is not None:
             extra.append(found_inf.detach().reshape(-1)[:1].to(torch.float32))
         records, values = self._evidence.resolve(extra)
@@ -630,6 +673,10 @@ class Engine:
         self._fold(records, group, step_norms)
         attempt = self._attempt(group, index)
         attempt.step_norms = step_norms
+        if self._queued_losses and self._queued_losses[-1][0] is None:
+            self._queued_losses[-1] = (attempt, self._queued_losses[-1][1])
+        elif losses:
+            self._give_losses(values[len(values) - len(losses) :], attempt, group)
         if verifying:
             arrival = group.norms  # the last backward's norms: the attempt's one backward
             if broken is None and not all(
@@ -657,6 +704,9 @@ class Engine:
                 self._close_open_as_skipped(later_scale, is_next_started=True)
         self._open.note(pending)
         self._open.is_in_block |= self._block is not None
+        root = LOSS_ROOTS.current
+        if root is not None:
+            self._open.losses.append(root if pending.scale is None else root / pending.scale)
         self._ledger.open_backwards = self._open.backward_count
         if self._block is not None and self._block.kept is not None:
             self._block.kept.backward_done()

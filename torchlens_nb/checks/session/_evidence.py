@@ -163,6 +163,14 @@ class Group:
         self.scale: float | None = None
         self.is_in_block = False
         """A backward of the group ran inside a ``session.step()`` block."""
+        self.losses: list[torch.Tensor] = []
+        """Each backward's root (``_loss.py``), unscaled, still on its device."""
+        self.recorded_losses: list[torch.Tensor] = []
+        """Losses the loop gave with ``session.record_loss`` (they replace :attr:`losses`)."""
+
+    def loss_tensors(self) -> list[torch.Tensor]:
+        """The device losses the step site reads (the recorded ones when the loop gave any)."""
+        return self.recorded_losses or self.losses
 
     def note(self, pending: PendingBackward) -> None:
         """S-D: count the backward and its arrivals (host facts, no tensor read)."""
@@ -222,6 +230,9 @@ class Attempt:
     """Judged when ``step(closure)`` re-evaluated its closure, after the step began writing."""
     has_replay: bool = False
     """The batch of the non-finite micro-batch is kept (``CheckViolationError.investigate``)."""
+    loss: float | None = None
+    """The attempt's loss read at the step site: the sum of its backwards' roots (a loop that
+    divides each micro-batch's loss by K sums to the batch loss), None when none was seen."""
 
     @classmethod
     def from_group(

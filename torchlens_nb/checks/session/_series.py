@@ -3,7 +3,9 @@
 Rows hold host numbers the checks already read (the S-A norms of the attempt, the sampled update
 ratios): building them costs no device work. ``grad_norm`` is the group's total pre-clip norm
 divided by the scale it carries when that scale is known (``grad_norm_raw`` keeps the value as
-read); with an unknown scale it stays raw and says so in ``grad_scale_provenance``.
+read); with an unknown scale it stays raw and says so in ``grad_scale_provenance``. ``loss`` is
+the attempt's loss read at the step site (``_loss.py``; None when no backward root was seen), the
+same on every group's row.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SERIES_COLUMNS = (
     "update_ratio",
     "update_ratio_lr_normalized",
     "lr",
+    "loss",
 )
 
 
@@ -66,6 +69,7 @@ class Series:
                 "update_ratio": None,
                 "update_ratio_lr_normalized": None,
                 "lr": None,
+                "loss": attempt.loss,
             }
             rows.append(row)
         self._remember(attempt.index, rows)

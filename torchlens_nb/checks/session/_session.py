@@ -47,8 +47,9 @@ from ..invariants._step_moves import StepMovesCheck
 from ..invariants._writes import WritesCheck
 from ..scans._param_scan import ParamScanCheck
 from ..scans._scan import scan_tensors
+from ..stability._stability import StabilityCheck
 from ._assemble import build_report, counters, live_state
-from ._check import Check
+from ._check import Check, validate_action
 from ._engine import Engine
 from ._ledger import ScalerKind
 from ._optimizer import ATTACHED, unwrap_optimizer, watch_wrapper_writes, wrapper_scaler
@@ -105,6 +106,12 @@ class ChecksSession:
             weights between steps, and under DDP the replicas agree. They read host metadata
             (version counters) and warn once each; :meth:`register_invariant_checks` changes
             their action.
+        stability: run the stability check (default True; ``docs/training_checks.md``,
+            "Stability"): loss spikes and divergence warned before they happen, with the
+            mechanism (attention logit growth, output logit divergence, a gradient surge, an
+            oversized Adam update, a first step without warmup). Its forward probe and update
+            sample run on one attempt in 10 and in 50; :meth:`register_stability_check`
+            changes them.
 
     Example:
         >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -131,9 +138,11 @@ class ChecksSession:
         detach_on_raise: bool = False,
         expect_frozen: Any = None,
         invariants: bool = True,
+        stability: bool = True,
     ) -> None:
         check_bool("detach_on_raise", detach_on_raise)
         check_bool("invariants", invariants)
+        check_bool("stability", stability)
         if not isinstance(model, torch.nn.Module):
             raise ModelTypeError(
                 f"ChecksSession needs an nn.Module as model, got {type(model).__name__}; "
@@ -185,6 +194,8 @@ class ChecksSession:
         self._declared = Declared()
         if invariants:
             self.register_invariant_checks()
+        if stability:
+            self.register_stability_check()
         if expect_frozen is not None:
             self.expect_frozen(expect_frozen)
 
@@ -354,6 +365,29 @@ class ChecksSession:
             checks.append(replicas)
         for check in checks:
             engine.add_default(check)
+
+    def register_stability_check(
+        self, *, probe_every: int = 10, adam_every: int = 50, action: Action = "warn"
+    ) -> None:
+        """The stability check (on by default; ``torchlens_nb/checks/stability``): call it to
+        change how often it probes the forward (attention logits, log Z: ``probe_every``
+        attempts) and samples the upcoming update (``adam_every``), or its action. Call it
+        before ``attach()``: its forward probe is installed there. Not run on FSDP2 shards."""
+        self._check_open()
+        check_int("probe_every", probe_every, low=1, expect=">= 1 attempts")
+        check_int("adam_every", adam_every, low=1, expect=">= 1 attempts")
+        validate_action(action)
+        if self._engine.roster.is_sharded:
+            return
+        self._engine.add_default(
+            StabilityCheck(
+                self._engine.roster,
+                self._optimizer,
+                probe_every=probe_every,
+                adam_every=adam_every,
+                action=action,
+            )
+        )
 
     def expect_frozen(self, params: Any) -> None:
         """Declare parameters that must not change (a module, a tensor or an iterable of
@@ -593,6 +627,28 @@ class ChecksSession:
             yield
         finally:
             self._engine.end_step()
+
+    def record_loss(self, loss: torch.Tensor) -> None:
+        """Give the open attempt's loss explicitly (it replaces the backward roots the session
+        sees itself): for a loop whose backward does not go through ``torch.autograd.backward``
+        or whose root is not the loss. A one-element tensor, kept on its device and read with the
+        step's existing host read (no sync here).
+
+        Raises:
+            DiagnosticArgumentError: the session is not attached, or ``loss`` is not a
+                one-element tensor.
+        """
+        if self._hooks is None:
+            raise DiagnosticArgumentError(
+                "session.record_loss() needs an attached session: use it inside `with session:`."
+            )
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise DiagnosticArgumentError(
+                f"session.record_loss() needs the one-element loss tensor, got {shape}; pass "
+                "the reduced loss (e.g. loss.mean())."
+            )
+        self._engine.record_loss(loss)
 
     def disable(self) -> None:
         """Stop observing: hooks stay installed but return at once; the open attempt's

@@ -92,11 +92,23 @@ def _hyper(group: Mapping[str, Any], accepted: set[str]) -> dict[str, Any]:
     return {k: v for k, v in group.items() if k != "params" and k in accepted}
 
 
+def scheduled_lr(group: dict[str, Any]) -> float:
+    """The lr a group trains at once its schedule's warmup is over: its scheduler's base lr
+    (``initial_lr``, which every ``torch.optim.lr_scheduler`` writes) when above the current
+    one. A warmup's first step runs at a fraction of it (LambdaLR at step 0 of a 100-step
+    warmup: 1/100), and judging that fraction passes an lr that diverges at its peak."""
+    current = float(group["lr"])
+    base = group.get("initial_lr")
+    return float(base) if isinstance(base, (int, float)) and float(base) > current else current
+
+
 def _from_instance(optimizer: torch.optim.Optimizer, model: nn.Module, lr: float | None) -> Factory:
     cls: Any = type(optimizer)  # a subclass: its constructor's signature is read, not assumed
     accepted, _ = _accepted(cls)
     by_param = {
-        id(p): _hyper(group, accepted) for group in optimizer.param_groups for p in group["params"]
+        id(p): {**_hyper(group, accepted), "lr": scheduled_lr(group)}
+        for group in optimizer.param_groups
+        for p in group["params"]
     }
     fallback = _hyper(optimizer.defaults, accepted)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -157,9 +169,12 @@ def read_optimizer(optimizer: Any, lr: Any, model: nn.Module) -> OptimizerSpec |
     if isinstance(optimizer, torch.optim.Optimizer):
         _check_holds(optimizer, model)
         cls: Any = type(optimizer)
-        rate = lr if lr is not None else float(optimizer.param_groups[0]["lr"])
+        first = optimizer.param_groups[0]
+        rate = lr if lr is not None else scheduled_lr(first)
         make = _from_instance(optimizer, model, lr)
         label = f"{cls.__name__} lr={rate:g}"
+        if lr is None and rate != float(first["lr"]):
+            label += f" (its schedule's base lr; the first step runs at {float(first['lr']):g})"
         if len({float(g["lr"]) for g in optimizer.param_groups}) > 1 and lr is None:
             label += " (first group; each group keeps its own)"
         reason = _try_build(

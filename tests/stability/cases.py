@@ -1,0 +1,136 @@
+"""The reproduced instabilities and their stable twins, each changing one thing.
+
+Every case trains the 2-block GPT of :mod:`tests.stability.gpt` on the CPU in a few seconds.
+``run_case`` attaches a ``ChecksSession`` with its defaults (the stability check on) plus the
+quick-start non-finite check, and returns the loss event (defined on the run itself:
+:func:`tests.stability.gpt.event_step`) and the session's first warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import torchlens_nb as tl
+
+from .gpt import Setup, event_step, train
+
+
+@dataclass(frozen=True)
+class Case:
+    """One instability: the run that shows it, the twin that does not, the mechanism to name."""
+
+    name: str
+    unstable: Setup
+    twin: Setup
+    mechanism: str
+    """The warning code expected at least 5 attempts before the event."""
+    source: str
+    """Where the mechanism is described."""
+    event_after: int = 10
+    """The event counts from this step on (``event_step``'s ``after``)."""
+    named_by_event: str | None = None
+    """A second code the check gives within 10 attempts of the event (the mechanism seen as
+    the run breaks)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    event: int | None
+    first_warning: int | None
+    warnings: tuple[tuple[str, int], ...]
+    """(code, first attempt) of every warning-severity finding."""
+    losses: tuple[float, ...]
+
+    @property
+    def lead(self) -> int | None:
+        if self.event is None or self.first_warning is None:
+            return None
+        return self.event - self.first_warning
+
+
+ATTENTION = Setup("attention logit growth", steps=140, lr=3e-1, warmup_steps=150)
+ATTENTION_MODERATE = Setup("at lr 0.15", steps=200, lr=1.5e-1, warmup_steps=100)
+ATTENTION_SHORT = Setup("at lr 0.2, 160 steps", steps=160, lr=2e-1, warmup_steps=100)
+OUTPUT_LOGITS = Setup(
+    "output logit divergence", steps=140, lr=1e-1, warmup_steps=100, final_norm=False
+)
+LR_GROWTH = Setup(
+    "an lr that grows 3% a step from step 60",
+    steps=200,
+    lr=3e-3,
+    lr_at=lambda step: 1.03 ** max(0, step - 60),
+)
+
+CASES = (
+    Case(
+        "attention_logit_growth",
+        ATTENTION,
+        ATTENTION.twin("with qk-layernorm", qk_norm=True),
+        "attention_logit_growth",
+        "Wortsman et al. 2023, Small-scale proxies for large-scale Transformer training "
+        "instabilities, section 3.1.1 (Dehghani et al. 2023 for qk-layernorm)",
+    ),
+    Case(
+        "attention_logit_growth_moderate_lr",
+        ATTENTION_MODERATE,
+        ATTENTION_MODERATE.twin("with qk-layernorm", qk_norm=True),
+        "attention_logit_growth",
+        "Wortsman et al. 2023, section 3.1.1: the same mechanism at half the lr, slower",
+    ),
+    Case(
+        "attention_logit_growth_short_warmup",
+        ATTENTION_SHORT,
+        ATTENTION_SHORT.twin("with qk-layernorm", qk_norm=True),
+        "attention_logit_growth",
+        "Wortsman et al. 2023, section 3.1.1",
+    ),
+    Case(
+        "output_logit_divergence",
+        OUTPUT_LOGITS,
+        OUTPUT_LOGITS.twin("at a lower lr", lr=3e-2),
+        "grad_norm_surge",
+        "Wortsman et al. 2023, section 3.1.2 (no final norm; a z-loss of 1e-4 or 1e-3 did not "
+        "stop it here: the event came at step 111 / 120). What leads is the last block's "
+        "gradient norm, 4x its median 14 steps ahead; log Z drifts 7.1 -> 7.9 before the event "
+        "and jumps (15, 64) with it, when the check names the output logits",
+        named_by_event="output_logit_divergence",
+    ),
+    Case(
+        "loss_spike_lr_growth",
+        LR_GROWTH,
+        LR_GROWTH.twin("at a constant lr", lr_at=None),
+        "grad_norm_surge",
+        "a schedule whose lr keeps growing (ExponentialLR with gamma > 1): the loss spikes once "
+        "the lr passes what the model tolerates",
+    ),
+)
+
+NO_WARMUP = Case(
+    "no_warmup",
+    Setup("no warmup", steps=120, lr=5e-2),
+    Setup("with a 100-step warmup", steps=120, lr=5e-2, warmup_steps=100),
+    "first_step_update_large",
+    "Adam's first steps move every element by the lr (Kingma & Ba 2015; the case for warmup: "
+    "Liu et al. 2020, On the variance of the adaptive learning rate and beyond)",
+    event_after=1,
+)
+"""Its loss event comes at step 2 (``event_step(losses, after=1)``): the warning, at attempt 0
+before the first write, can lead it by 2 steps at most."""
+
+
+def run_case(setup: Setup, event_after: int = 10) -> Outcome:
+    def attach(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tl.debug.ChecksSession:
+        session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+        session.register_nonfinite_grad_check(action="collect")
+        session.register_stability_check(action="collect")
+        return session
+
+    run = train(setup, attach)
+    report = run.attached.report()
+    warnings = tuple(
+        (f.code, f.fields.get("first_attempt", -1)) for f in report.findings if f.severity != "info"
+    )
+    first = min((a for _, a in warnings), default=None)
+    return Outcome(event_step(run.losses, after=event_after), first, warnings, tuple(run.losses))

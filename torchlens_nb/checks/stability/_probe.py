@@ -1,0 +1,177 @@
+"""The forward probe: the max pre-softmax attention logit per layer and the final logits' log Z.
+
+Capture-free: the probe is the check's own mechanism, installed only around one forward in
+``every`` training attempts. A forward pre-hook and an ``always_call`` post-hook on the root
+module (one Python call each per forward, about 1 us) open and close it. While open, a private
+``TorchFunctionMode`` sees every ``softmax`` (``torch.softmax``, ``Tensor.softmax``,
+``F.softmax``) and ``F.scaled_dot_product_attention``; per-submodule pre/post hooks, added for
+that forward and removed after it, keep the stack of running modules so each attention is named
+by the module that computed it. A softmax over a square last pair of dimensions (self-attention:
+``(B, H, T, T)``) records its input's finite max (the mask's ``-inf`` entries ignored); an SDPA
+call records ``max(q @ k^T) * scale`` (one extra matmul on probed forwards). The root's output
+(a tensor, or an object with a tensor ``.logits``) gives log Z = logsumexp over its last
+dimension: its mean and max. Everything stays on the device; the check reads it with one host
+read at the attempt's step site.
+
+Not seen: a fused attention kernel other than SDPA (flash-attn's own), cross-attention whose
+query and key lengths differ, forwards without grad (evaluation), models whose output is not
+the logits, and a ``torch.compile``'d module (a function mode switched on for one forward in
+ten would change what Dynamo guards on; the probe stays off there, :attr:`ForwardProbe.is_off`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from ..._hooks import remove_hook
+from ..._interrupts import shielded
+
+_SOFTMAX = {torch.softmax, torch.Tensor.softmax, F.softmax, torch.nn.functional.softmax}
+
+
+@dataclass
+class ProbeReading:
+    """One probed forward's device values, named."""
+
+    attention: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+    """(module name, 1-element max pre-softmax logit) per attention call, in call order."""
+    log_z: torch.Tensor | None = None
+    """``[mean, max]`` of logsumexp over the output's last dimension."""
+
+    def tensors(self) -> list[torch.Tensor]:
+        values = [t for _, t in self.attention]
+        return values + ([self.log_z] if self.log_z is not None else [])
+
+
+class _AttentionMode(TorchFunctionMode):
+    """Records attention logits' max while a probed forward runs."""
+
+    def __init__(self, probe: ForwardProbe) -> None:
+        super().__init__()
+        self._probe = probe
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _SOFTMAX and args and isinstance(args[0], torch.Tensor):
+            self._probe.record_softmax(args[0])
+        elif func is F.scaled_dot_product_attention and len(args) >= 2:
+            self._probe.record_sdpa(args[0], args[1], kwargs.get("scale"))
+        return func(*args, **kwargs)
+
+
+class ForwardProbe:
+    """Opens on the root module's forward when :attr:`is_due`, closes at its end."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._model = weakref.ref(model)
+        self.is_due = True
+        self.reading: ProbeReading | None = None
+        """The last probed forward's values (taken by the check)."""
+        self._open: ProbeReading | None = None
+        self._mode: _AttentionMode | None = None
+        self._stack: list[str] = []
+        self._inner: contextlib.ExitStack | None = None
+        self._on_pre = self._pre  # one bound method each: removal finds hooks by identity
+        self._on_post = self._post
+
+    @property
+    def is_off(self) -> bool:
+        """The model is a ``torch.compile``'d module: no probe (see the module docstring)."""
+        model = self._model()
+        return model is None or hasattr(model, "_orig_mod")
+
+    def install(self, stack: contextlib.ExitStack) -> None:
+        model = self._model()
+        if model is None or self.is_off:
+            return
+        stack.callback(self._close)
+        stack.callback(remove_hook, model._forward_pre_hooks, self._on_pre)
+        model.register_forward_pre_hook(self._on_pre)
+        stack.callback(
+            remove_hook, model._forward_hooks, self._on_post, model._forward_hooks_always_called
+        )
+        model.register_forward_hook(self._on_post, always_call=True)
+
+    # ----- root hooks ---------------------------------------------------------------------------
+    @shielded()
+    def _pre(self, module: torch.nn.Module, _args: Any) -> None:
+        if not self.is_due or self._open is not None or not torch.is_grad_enabled():
+            return
+        self.is_due = False
+        self._open = ProbeReading()
+        inner = contextlib.ExitStack()
+        self._inner = inner
+        for name, sub in module.named_modules():
+            if sub is module:
+                continue
+            push, pop = _tracker(self._stack, name)
+            inner.callback(remove_hook, sub._forward_pre_hooks, push)
+            sub.register_forward_pre_hook(push)
+            inner.callback(remove_hook, sub._forward_hooks, pop, sub._forward_hooks_always_called)
+            sub.register_forward_hook(pop, always_call=True)
+        self._mode = _AttentionMode(self)
+        self._mode.__enter__()
+
+    @shielded()
+    def _post(self, _module: torch.nn.Module, _args: Any, output: Any) -> None:
+        reading = self._open
+        if reading is None:
+            return
+        self._close()
+        logits = output if isinstance(output, torch.Tensor) else getattr(output, "logits", None)
+        if isinstance(logits, torch.Tensor) and logits.dim() >= 2 and logits.is_floating_point():
+            with torch.no_grad():
+                log_z = logits.detach().float().logsumexp(-1)
+                reading.log_z = torch.stack([log_z.mean(), log_z.amax()])
+        self.reading = reading
+
+    def _close(self) -> None:
+        """Leave the mode and drop the per-module hooks (also on detach mid-forward). Not
+        shielded itself: it runs inside ``_post``'s shield or the session's ``detach``."""
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        if self._inner is not None:
+            self._inner.close()
+            self._inner = None
+        self._stack.clear()
+        self._open = None
+
+    # ----- the mode's records ----------------------------------------------------------------------
+    def _where(self) -> str:
+        return self._stack[-1] if self._stack else "(root)"
+
+    def record_softmax(self, scores: torch.Tensor) -> None:
+        if self._open is None or scores.dim() < 3 or scores.shape[-1] != scores.shape[-2]:
+            return
+        with torch.no_grad():
+            finite = scores.detach().float().nan_to_num(nan=0.0, neginf=0.0, posinf=0.0)
+            self._open.attention.append((self._where(), finite.amax().reshape(1)))
+
+    def record_sdpa(self, query: Any, key: Any, scale: float | None) -> None:
+        if self._open is None or not isinstance(query, torch.Tensor):
+            return
+        if not isinstance(key, torch.Tensor) or query.shape[-1] != key.shape[-1]:
+            return
+        factor = scale if scale is not None else query.shape[-1] ** -0.5
+        with torch.no_grad():
+            scores = query.detach().float() @ key.detach().float().transpose(-1, -2)
+            self._open.attention.append((self._where(), (scores.amax() * factor).reshape(1)))
+
+
+def _tracker(stack: list[str], name: str) -> tuple[Any, Any]:
+    def push(_module: Any, _args: Any) -> None:
+        stack.append(name)
+
+    def pop(_module: Any, _args: Any, _output: Any) -> None:
+        if stack and stack[-1] == name:
+            stack.pop()
+
+    return push, pop
