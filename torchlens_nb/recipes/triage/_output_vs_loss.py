@@ -35,6 +35,7 @@ from .._batches import (
 )
 from .._model_state import preserved
 from ..loss._loss import loss_kind_of
+from ._targets_vs_loss import clamp_finding, target_findings
 
 ROW_SUM_TOLERANCE = 1e-3
 """Rows summing to 1 within 1e-3 are probabilities (float32 softmax rows are within 1e-6; a row
@@ -160,8 +161,10 @@ def output_vs_loss(
     device = model_device(model)
     inputs, targets = to_device(inputs, device), to_device(targets, device)
     with preserved(model, mode="eval"), torch.no_grad():
-        output = primary_output(call_model(model, inputs)).detach()
-    ids = _token_ids(inputs, targets)
+        raw = call_model(model, inputs)
+        output = primary_output(raw).detach()
+    # a tuple output goes to the loss whole: the one-hot probes below cannot stand in for it
+    ids = None if isinstance(raw, (tuple, list)) else _token_ids(inputs, targets)
     with torch.no_grad():
         shift = label_shift(loss_fn, output, ids, targets) if ids is not None else None
     form: OutputForm = "unknown"
@@ -177,6 +180,8 @@ def output_vs_loss(
         findings = [_batch_finding(over_batch, kind)]
     if shift is not None and shift[0] != 1:
         findings.insert(0, _shift_finding(*shift))
+    findings += target_findings(loss_fn, kind, targets)
+    findings += clamp_finding(loss_fn, raw, output, targets)
     judged = kind in ("cross_entropy", "nll", "bce_logits") or shift is not None
     status = recipe_status(findings)
     unavailable: tuple[Unavailable, ...] = ()

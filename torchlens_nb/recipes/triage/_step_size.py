@@ -32,9 +32,9 @@ from ...report._recipes_training import UpdateRatioReport
 from .._batches import (
     call_model,
     first_batch,
+    loss_input,
     loss_value,
     model_device,
-    primary_output,
     split_batch,
     to_device,
     trainable_copy,
@@ -105,7 +105,7 @@ def _probe(
         clone.train()
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(primary_output(call_model(clone, inputs)), targets)
+            loss = loss_fn(loss_input(call_model(clone, inputs)), targets)
             losses.append(loss_value(loss))
             if not math.isfinite(losses[-1]) or loss.grad_fn is None:
                 break
