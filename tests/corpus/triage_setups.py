@@ -308,6 +308,206 @@ def lstm_packed_classifier() -> TriageSetup:
     return TriageSetup(model, batch, nn.CrossEntropyLoss(), torch.optim.Adam(model.parameters()))
 
 
+class BasicBlock(nn.Module):
+    """torchvision's ResNet BasicBlock: conv-BN-ReLU-conv-BN plus the identity."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        return F.relu(out + x)
+
+
+def resnet_nesterov() -> TriageSetup:
+    """A CIFAR-style ResNet recipe (kuangliu/pytorch-cifar): SGD(lr 0.1, momentum 0.9,
+    nesterov, weight_decay 5e-4) on every parameter, CrossEntropyLoss."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1, bias=False),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        BasicBlock(16),
+        BasicBlock(16),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 10),
+    )
+    x, y = labelled(1, (32, 3, 8, 8), 10, seed=13)[0]
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4
+    )
+    return TriageSetup(model, (x, y), nn.CrossEntropyLoss(), optimizer)
+
+
+class GRURegressor(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(1, 32, batch_first=True)
+        self.head = nn.Linear(32, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        states, _ = self.rnn(x)
+        return self.head(states[:, -1])
+
+
+def gru_time_series() -> TriageSetup:
+    """A sequence-to-one forecaster (the usual "predict the next value of a sine" tutorial):
+    GRU over 20 steps, the last state to a linear head, MSELoss, Adam 1e-3."""
+    torch.manual_seed(0)
+    gen = generator(14)
+    phase = torch.rand(32, 1, generator=gen) * 6.28
+    t = torch.arange(21).float() * 0.3
+    wave = torch.sin(phase + t)
+    x, y = wave[:, :20].unsqueeze(-1), wave[:, 20:]
+    model = GRURegressor()
+    return TriageSetup(model, (x, y), nn.MSELoss(), torch.optim.Adam(model.parameters(), 1e-3))
+
+
+class BagClassifier(nn.Module):
+    """The PyTorch text-classification tutorial's EmbeddingBag model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.EmbeddingBag(50, 16)
+        self.fc = nn.Linear(16, 4)
+        self.embedding.weight.data.uniform_(-0.5, 0.5)
+        self.fc.weight.data.uniform_(-0.5, 0.5)
+        self.fc.bias.data.zero_()
+
+    def forward(self, text: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.embedding(text, offsets))
+
+
+def embedding_bag_sgd5() -> TriageSetup:
+    """pytorch/tutorials beginner_source/text_sentiment_ngrams_tutorial.py: EmbeddingBag with
+    offsets, CrossEntropyLoss, SGD at lr 5 (its recipe, with a StepLR per epoch)."""
+    torch.manual_seed(0)
+    gen = generator(15)
+    lengths = torch.randint(3, 9, (32,), generator=gen)
+    text = torch.randint(0, 50, (int(lengths.sum()),), generator=gen)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]])
+    labels = torch.stack([t[:1] for t in torch.split(text, lengths.tolist())]).squeeze(1) % 4
+    model = BagClassifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=5.0)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1.0, gamma=0.1)
+    batch = {"text": text, "offsets": offsets, "label": labels}
+    return TriageSetup(model, batch, nn.CrossEntropyLoss(), optimizer, scheduler)
+
+
+def conv_autoencoder() -> TriageSetup:
+    """A convolutional autoencoder on [0, 1] images: MSE between the reconstruction and the
+    input, Adam 1e-3."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.ConvTranspose2d(16, 8, 2, stride=2),
+        nn.ReLU(),
+        nn.ConvTranspose2d(8, 1, 2, stride=2),
+        nn.Sigmoid(),
+    )
+    coarse = torch.rand(16, 1, 4, 4, generator=generator(16))
+    x = F.interpolate(coarse, size=(16, 16), mode="bilinear", align_corners=False)  # smooth
+    return TriageSetup(model, (x, x.clone()), nn.MSELoss(), torch.optim.Adam(model.parameters()))
+
+
+def binary_bce_logits() -> TriageSetup:
+    """A binary classifier with one logit, (N, 1) float targets, BCEWithLogitsLoss, Adam."""
+    torch.manual_seed(0)
+    gen = generator(17)
+    x = torch.randn(64, 10, generator=gen)
+    y = (x[:, :3].sum(1, keepdim=True) > 0).float()
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1))
+    return TriageSetup(model, (x, y), nn.BCEWithLogitsLoss(), torch.optim.Adam(model.parameters()))
+
+
+def tabular_bn_dropout_adamw() -> TriageSetup:
+    """A tabular MLP with BatchNorm1d and dropout, AdamW(lr 1e-3, weight_decay 1e-2 on every
+    parameter): the fastai-style tabular recipe."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(20, 64),
+        nn.BatchNorm1d(64),
+        nn.ReLU(),
+        nn.Dropout(0.2),
+        nn.Linear(64, 32),
+        nn.BatchNorm1d(32),
+        nn.ReLU(),
+        nn.Linear(32, 5),
+    )
+    x, y = labelled(1, (64, 20), 5, seed=18)[0]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-2)
+    return TriageSetup(model, (x, y), nn.CrossEntropyLoss(), optimizer)
+
+
+class CharGRU(nn.Module):
+    """A char-rnn: embedding -> 2-layer GRU -> per-step logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(30, 32)
+        self.rnn = nn.GRU(32, 64, num_layers=2, batch_first=True)
+        self.head = nn.Linear(64, 30)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        states, _ = self.rnn(self.embed(ids))
+        return self.head(states)
+
+
+def char_gru_lm() -> TriageSetup:
+    """karpathy/char-rnn's recipe in PyTorch: next-character cross-entropy over (B*T), inputs
+    and targets shifted by one in the batch itself, Adam 2e-3."""
+    torch.manual_seed(0)
+    text = torch.randint(0, 30, (8, 33), generator=generator(19))
+
+    def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.reshape(-1, 30), targets.reshape(-1))
+
+    model = CharGRU()
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
+    return TriageSetup(model, (text[:, :-1], text[:, 1:]), loss_fn, optimizer)
+
+
+def rmsprop_mlp() -> TriageSetup:
+    """An MLP with RMSprop(lr 1e-3), the Keras-era default, CrossEntropyLoss."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 10))
+    x, y = labelled(1, (64, 20), 10, seed=20)[0]
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-3)
+    return TriageSetup(model, (x, y), nn.CrossEntropyLoss(), optimizer)
+
+
+def adagrad_logistic() -> TriageSetup:
+    """Multinomial logistic regression with Adagrad(lr 0.1), F.cross_entropy as the loss."""
+    torch.manual_seed(0)
+    model = nn.Linear(20, 3)
+    x, y = labelled(1, (64, 20), 3, seed=21)[0]
+    return TriageSetup(model, (x, y), F.cross_entropy, torch.optim.Adagrad(model.parameters(), 0.1))
+
+
+def inverse_weighted_ce() -> TriageSetup:
+    """An imbalanced 3-class task with CrossEntropyLoss(weight = max_count / count): the rare
+    classes get the large weights, as the PyTorch forum recommends."""
+    torch.manual_seed(0)
+    gen = generator(22)
+    x = torch.randn(64, 20, generator=gen)
+    score = x[:, 0] + 0.5 * x[:, 1]
+    y = torch.zeros(64, dtype=torch.long)
+    y[score > 1.2] = 1
+    y[score < -1.5] = 2
+    counts = torch.bincount(y, minlength=3).float().clamp_min(1)
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 3))
+    loss = nn.CrossEntropyLoss(weight=counts.max() / counts)
+    return TriageSetup(model, (x, y), loss, torch.optim.Adam(model.parameters()))
+
+
 SETUPS: dict[str, Callable[[], TriageSetup]] = {
     "transformer_adamw_warmup": transformer_adamw_warmup,
     "segmentation_ignore_index": segmentation_ignore_index,
@@ -321,5 +521,15 @@ SETUPS: dict[str, Callable[[], TriageSetup]] = {
     "regression_mse": regression_mse,
     "multilabel_bce": multilabel_bce,
     "lstm_packed_classifier": lstm_packed_classifier,
+    "resnet_nesterov": resnet_nesterov,
+    "gru_time_series": gru_time_series,
+    "embedding_bag_sgd5": embedding_bag_sgd5,
+    "conv_autoencoder": conv_autoencoder,
+    "binary_bce_logits": binary_bce_logits,
+    "tabular_bn_dropout_adamw": tabular_bn_dropout_adamw,
+    "char_gru_lm": char_gru_lm,
+    "rmsprop_mlp": rmsprop_mlp,
+    "adagrad_logistic": adagrad_logistic,
+    "inverse_weighted_ce": inverse_weighted_ce,
 }
-"""12 healthy triage-only set-ups; with the corpus loops' ``triage_setup()`` the population."""
+"""22 healthy triage-only set-ups; with the corpus loops' ``triage_setup()`` the population."""

@@ -87,6 +87,34 @@ def loss_kind_of(loss_fn: Any) -> LossKind:
     return known if known != "unknown" else probe_kind(loss_fn)
 
 
+BROKEN_FORMS: tuple[tuple[str, Any], ...] = (
+    ("nll_on_probabilities", lambda z, y: F.nll_loss(z.softmax(dim=1), y)),
+    ("double_softmax", lambda z, y: F.cross_entropy(z.softmax(dim=1), y)),
+)
+"""Plain loss functions that transform the scores wrongly before a torch loss: NLL of
+softmax probabilities (the log is missing), cross-entropy of softmax probabilities."""
+
+
+def probe_broken_form(loss_fn: Any) -> str | None:
+    """The code of a :data:`BROKEN_FORMS` entry a plain loss function reproduces on the probe
+    scores (None: none, or the function refuses class-index targets)."""
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(6, 5, generator=generator)
+    labels = torch.randint(0, 5, (6,), generator=generator)
+    with torch.no_grad():
+        try:
+            value = loss_fn(scores.clone(), labels.clone())
+        except Exception:  # not a scores-and-labels loss
+            return None
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            return None
+        for code, form in BROKEN_FORMS:
+            expected = float(form(scores, labels))
+            if abs(float(value) - expected) <= PROBE_TOLERANCE * max(1.0, abs(expected)):
+                return code
+    return None
+
+
 PROBE_TOLERANCE = 1e-5
 """A plain function is of a family when it reproduces that family's value within 1e-5
 (relative) on each probe."""

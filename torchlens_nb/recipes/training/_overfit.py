@@ -314,7 +314,8 @@ def _report(
     lead = (
         f"step {len(losses)}/{steps}: loss {final:.4g} (from {initial:.4g})"
         if running
-        else f"{verdict}: loss {initial:.4g} -> {final:.4g} in {len(losses)} steps."
+        else f"{_lead_word(verdict, findings)}: loss {initial:.4g} -> {final:.4g} in "
+        f"{len(losses)} steps."
     )
     return OverfitReport(
         subject=f"{type(model).__name__} on one batch",
@@ -333,6 +334,15 @@ def _report(
             "untouched",
         ),
     )
+
+
+def _lead_word(verdict: OverfitVerdict, findings: list[Finding]) -> str:
+    """The verdict, or what a hint says instead of it (a loss still falling is no warning)."""
+    if any(f.code == "loss_still_falling" for f in findings):
+        return "still falling"
+    if any(f.code == "loss_floor_unknown" for f in findings):
+        return "falling toward an unknown floor"
+    return verdict
 
 
 def _falling(losses: list[float], floor: float | None) -> bool:

@@ -51,6 +51,7 @@ from ..training._weights import weight_distribution
 from ._loop_state import HeldState, loop_findings
 from ._optimizer_spec import OptimizerSpec
 from ._output_vs_loss import output_vs_loss
+from ._padding import padding_dependency
 from ._registration import unregistered_findings
 from ._step_size import PROBE_STEPS, probe_and_judge
 
@@ -62,6 +63,7 @@ CHECKS: tuple[str, ...] = (
     "gradient_flow",
     "batch_independence",
     "causal_dependency",
+    "padding_dependency",
     "overfit_one_batch",
     "random_input_test",
     "update_ratio",
@@ -154,6 +156,8 @@ class TriageRun:
     random_input_test has read it)."""
     random_input_on_trained: bool = False
     """random_input_test ran on ``trained`` (else on the untrained working copy)."""
+    fits_at_your_lr: bool = False
+    """overfit_one_batch's run with your optimizer at your lr memorised or was still falling."""
     overfit_memorised: bool = False
     """overfit_one_batch's best run memorised the batch."""
     overfit_notes: list[str] = dataclasses.field(default_factory=list)
@@ -312,6 +316,11 @@ def _overfit(run: TriageRun) -> Report:
                 raise
             run.overfit_notes.append(f"{label} could not train the copy ({exc})")
             continue
+        if label.endswith("(yours x1)") and (
+            report.verdict == "memorised"
+            or any(f.code == "loss_still_falling" for f in report.findings)
+        ):
+            run.fits_at_your_lr = True
         if best is None or _overfit_rank(report) < _overfit_rank(best[0]):
             best = (report, trained)
         if report.verdict == "memorised":
@@ -379,7 +388,30 @@ def _update_ratio(run: TriageRun) -> Report:
         optimizer=spec.build,
     )
     probe = (run.budget or Budget(run.steps)).probe_steps
-    return probe_and_judge(run.model, run.batch, run.loss_fn, spec, report, probe)
+    return probe_and_judge(
+        run.model, run.batch, run.loss_fn, spec, report, probe, run.fits_at_your_lr
+    )
+
+
+def _data_sanity(run: TriageRun) -> Report:
+    """data_sanity; inputs whose first dims differ are a note when the model gives one output
+    per target (EmbeddingBag's flat token tensor beside its offsets is such a batch)."""
+    report = data_sanity(run.batch, num_classes=run.num_classes)
+    mismatch = next((f for f in report.findings if f.code == "batch_size_mismatch"), None)
+    if mismatch is None:
+        return report
+    inputs, targets = split_batch(run.batch)
+    with preserved(run.model, mode="eval"), torch.no_grad():
+        output = primary_output(call_model(run.model, inputs))
+    if not isinstance(targets, torch.Tensor) or output.dim() == 0 or targets.dim() == 0:
+        return report
+    if output.shape[0] != targets.shape[0]:
+        return report
+    note = (
+        f"the model gives one output per target ({output.shape[0]}), so it reads them as one batch"
+    )
+    rest = [f for f in report.findings if f is not mismatch]
+    return _downgraded(report, mismatch, note, recipe_status(rest))
 
 
 def _gradient_flow(run: TriageRun) -> Report:
@@ -441,7 +473,7 @@ def _setup(run: TriageRun) -> Report:
 
 ADAPTERS: dict[str, Callable[[TriageRun], Report]] = {
     "training_setup": _setup,
-    "data_sanity": lambda run: data_sanity(run.batch, num_classes=run.num_classes),
+    "data_sanity": _data_sanity,
     "init_loss": _init_loss,
     "output_vs_loss": lambda run: output_vs_loss(
         run.model, run.batch, run.loss_fn, loss_kind=run.loss_kind
@@ -449,6 +481,7 @@ ADAPTERS: dict[str, Callable[[TriageRun], Report]] = {
     "gradient_flow": _gradient_flow,
     "batch_independence": lambda run: _dependency(run, "batch_independence"),
     "causal_dependency": lambda run: _dependency(run, "causal_dependency"),
+    "padding_dependency": lambda run: padding_dependency(run.model, run.batch),
     "overfit_one_batch": _overfit,
     "random_input_test": lambda run: _random_input(run),
     "update_ratio": _update_ratio,

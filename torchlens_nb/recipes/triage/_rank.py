@@ -133,6 +133,16 @@ CAUSES: tuple[Cause, ...] = (
         "no gradient reaches the model, so nothing can train or be judged by training",
     ),
     Cause(
+        "reads_padding",
+        (("padding_dependency", _codes("reads_padding")),),
+        {
+            "overfit_one_batch": EVERY,
+            "random_input_test": EVERY,
+            "update_ratio": _codes("update_ratio_too_low", "lr_too_low"),
+        },
+        "the output is read after the padding, so every sequence's prediction carries its pads",
+    ),
+    Cause(
         "no_signal",
         (
             ("data_sanity", _codes("constant_field")),

@@ -43,6 +43,7 @@ from ._checks import (
 )
 from ._loop_state import read_held
 from ._optimizer_spec import read_optimizer
+from ._padding import padded_ids
 from ._progress import TriageProgress
 from ._rank import rank
 from ._setup import training_setup
@@ -50,9 +51,18 @@ from ._setup import training_setup
 TABLE_COLUMNS = ("check", "status", "lead", "key", "value", "elapsed_s", "root_cause", "reason")
 
 
-def _selected(checks: Sequence[str] | None, seq_dim: int | None) -> tuple[str, ...]:
+def _selected(
+    checks: Sequence[str] | None, seq_dim: int | None, padded: bool = False
+) -> tuple[str, ...]:
+    """The checks to run: ``checks`` in run order, or every check, with causal_dependency
+    only given ``seq_dim`` and padding_dependency only on right-padded token ids."""
     if checks is None:
-        return tuple(c for c in CHECKS if c != "causal_dependency" or seq_dim is not None)
+        return tuple(
+            c
+            for c in CHECKS
+            if (c != "causal_dependency" or seq_dim is not None)
+            and (c != "padding_dependency" or padded)
+        )
     if not isinstance(checks, (list, tuple)) or not all(isinstance(c, str) for c in checks):
         raise DiagnosticArgumentError(
             f"checks must be a list of check names, got {checks!r}; e.g. "
@@ -138,12 +148,12 @@ def triage(
     check_loss_fn(loss_fn)
     check_int("steps", steps, low=1, high=MAX_REPEATS, hint="the default is 200")
     check_options(seq_dim, num_classes, loss_kind)
-    names = _selected(checks, seq_dim)
+    first = first_batch(batch)
+    inputs, _ = split_batch(first)  # the batch form is checked before anything runs
+    names = _selected(checks, seq_dim, padded_ids(inputs) is not None)
     choice = read_optimizer(optimizer, lr, model)
     held = read_held(model, choice)
     progress = TriageProgress(live)
-    first = first_batch(batch)
-    split_batch(first)  # the batch form is checked before anything runs
     started = time.monotonic()
     with preserved_rng_state():
         working = trainable_copy(model, "triage")
@@ -469,4 +479,6 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
         notes.append(f"update_ratio judged {run.optimizer.label} over {budget.ratio_steps} steps")
     if "causal_dependency" not in names:
         notes.append("causal_dependency runs when seq_dim= names the sequence axis")
+    if "padding_dependency" not in names:
+        notes.append("padding_dependency runs when the batch holds right-padded token ids")
     return tuple(notes)
