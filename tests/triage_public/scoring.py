@@ -8,12 +8,14 @@ exception out of ``tl.recipes.triage`` (a check that cannot run must be a skippe
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 
 import torch
 
 import torchlens_nb as tl
+from tests.recipes.state import assert_untouched, snapshot
 from torchlens_nb.report import TriageReport
 
 from ._kit import PublicCase
@@ -42,8 +44,28 @@ def accusing_codes(report: TriageReport) -> set[str]:
 
 
 def run_triage(case: PublicCase, broken: bool) -> TriageReport:
+    """triage on what the user holds, asserting that their model (weights, buffers, .grad,
+    modes), optimizer state, batch and RNG are bitwise what they were."""
     torch.manual_seed(0)
-    return tl.recipes.triage(**case.hand_over(broken), live=False)
+    args = case.hand_over(broken)
+    before = snapshot(args["model"])
+    state = copy.deepcopy(args["optimizer"].state_dict())
+    kept = copy.deepcopy(args["batch"])
+    report = tl.recipes.triage(**args, live=False)
+    assert_untouched(before, args["model"])
+    assert _equal(args["optimizer"].state_dict(), state)
+    assert _equal(args["batch"], kept)
+    return report
+
+
+def _equal(a: object, b: object) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def score(case: PublicCase) -> CaseScore:
@@ -51,6 +73,8 @@ def score(case: PublicCase) -> CaseScore:
     try:
         bug = run_triage(case, broken=True)
         fix = run_triage(case, broken=False)
+    except AssertionError:
+        raise  # the caller's objects changed: never a score
     except Exception as error:  # a crash is a result here: the bench counts it
         return CaseScore(
             case.name,
@@ -80,3 +104,39 @@ def score(case: PublicCase) -> CaseScore:
         None,
         time.monotonic() - began,
     )
+
+
+@dataclass(frozen=True)
+class HalfScore:
+    """One half of the zoo, scored."""
+
+    cases: tuple[CaseScore, ...]
+
+    @property
+    def named_first(self) -> int:
+        return sum(c.named_first for c in self.cases)
+
+    @property
+    def bugs(self) -> int:
+        return sum(c.bugs for c in self.cases)
+
+    @property
+    def named(self) -> int:
+        return sum(c.named for c in self.cases)
+
+    @property
+    def multi_all_named(self) -> tuple[int, int]:
+        multi = [c for c in self.cases if c.bugs > 1]
+        return sum(c.named == c.bugs for c in multi), len(multi)
+
+    @property
+    def fixes_accused(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.cases if c.fix_accused)
+
+    @property
+    def crashes(self) -> tuple[str, ...]:
+        return tuple(f"{c.name}: {c.crash}" for c in self.cases if c.crash)
+
+
+def score_half(cases: tuple[PublicCase, ...]) -> HalfScore:
+    return HalfScore(tuple(score(case) for case in cases))

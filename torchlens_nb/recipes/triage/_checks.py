@@ -284,6 +284,9 @@ def _overfit_attempts(run: TriageRun) -> list[tuple[str, Any, float]]:
 
             attempts.append((label, make, spec.lr * scale))
     attempts.append((f"Adam lr={OVERFIT_LR:g}", None, OVERFIT_LR))
+    budget = run.budget or Budget(run.steps)
+    if budget.shortened_for is not None:
+        return attempts[:1]  # a large model: one shortened run, with your optimizer if given
     return attempts
 
 
