@@ -124,7 +124,7 @@ def _unused_outputs(model: nn.Module, inputs: Any, targets: Any, loss_fn: Any) -
         for handle in handles:
             handle.remove()
     reached: set[Any] = set()
-    stack = [loss.grad_fn] if isinstance(loss, torch.Tensor) and loss.grad_fn else []
+    stack: list[Any] = [loss.grad_fn] if isinstance(loss, torch.Tensor) and loss.grad_fn else []
     while stack:
         node = stack.pop()
         if node is None or node in reached:

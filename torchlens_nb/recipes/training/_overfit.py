@@ -153,7 +153,7 @@ def memorise_batch(
     started = time.monotonic()
     with preserved_rng_state(), _final_on_raise(throttle, model, losses, norms, steps, lr, started):
         clone.train()
-        params = [p for p in clone.parameters() if p.requires_grad]
+        params: list[torch.Tensor] = [p for p in clone.parameters() if p.requires_grad]
         optimizer = make_optimizer(params) if make_optimizer else torch.optim.Adam(params, lr=lr)
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)

@@ -22,7 +22,7 @@ from .._model_state import preserved
 
 def _graph_leaves(loss: torch.Tensor) -> list[torch.Tensor]:
     leaves, seen = [], set()
-    stack = [loss.grad_fn]
+    stack: list[Any] = [loss.grad_fn]
     while stack:
         node = stack.pop()
         if node is None or node in seen:

@@ -333,8 +333,9 @@ def _frozen_judged(
     """Frozen parameters the optimizer holds are a note (a frozen backbone is intended) unless
     the run shows they matter: overfit_one_batch could not fit the batch."""
     overfit = reports.get("overfit_one_batch")
-    failed = isinstance(overfit, OverfitReport) and overfit.verdict in ("stuck", "decreasing")
-    if not failed or any(f.code == "loss_still_falling" for f in overfit.findings):
+    if not isinstance(overfit, OverfitReport) or overfit.verdict not in ("stuck", "decreasing"):
+        return pairs
+    if any(f.code == "loss_still_falling" for f in overfit.findings):
         return pairs
     return [
         (
