@@ -508,6 +508,21 @@ def inverse_weighted_ce() -> TriageSetup:
     return TriageSetup(model, (x, y), loss, torch.optim.Adam(model.parameters()))
 
 
+def dropout_mlp_sgd() -> TriageSetup:
+    """The dropout paper's MLP recipe (Srivastava et al. 2014): 4 hidden ReLU layers of 128,
+    dropout 0.5, SGD momentum 0.9 at lr 0.1."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    width = 20
+    for _ in range(4):
+        layers += [nn.Linear(width, 128), nn.ReLU(), nn.Dropout(0.5)]
+        width = 128
+    model = nn.Sequential(*layers, nn.Linear(128, 10))
+    x, y = labelled(1, (64, 20), 10, seed=23)[0]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return TriageSetup(model, (x, y), nn.CrossEntropyLoss(), optimizer)
+
+
 SETUPS: dict[str, Callable[[], TriageSetup]] = {
     "transformer_adamw_warmup": transformer_adamw_warmup,
     "segmentation_ignore_index": segmentation_ignore_index,
@@ -531,5 +546,6 @@ SETUPS: dict[str, Callable[[], TriageSetup]] = {
     "rmsprop_mlp": rmsprop_mlp,
     "adagrad_logistic": adagrad_logistic,
     "inverse_weighted_ce": inverse_weighted_ce,
+    "dropout_mlp_sgd": dropout_mlp_sgd,
 }
-"""22 healthy triage-only set-ups; with the corpus loops' ``triage_setup()`` the population."""
+"""23 healthy triage-only set-ups; with the corpus loops' ``triage_setup()`` the population."""

@@ -134,6 +134,8 @@ def _verdict(runs: tuple[ProbeRun, ...], lr: float | None, family: str) -> Findi
     yours, others = runs[0], runs[1:]
     if yours.outcome == "diverges":
         better = next((r for r in others if r.outcome == "trains"), None)
+        if better is None:  # none trains in the probe: the first that at least holds steady
+            better = next((r for r in others if r.outcome == "stalls"), None)
         if better is None:
             return None
         factor = round(1 / better.scale)
@@ -142,7 +144,8 @@ def _verdict(runs: tuple[ProbeRun, ...], lr: float | None, family: str) -> Findi
             "critical",
             f"the step size diverges: {yours.text(lr)} with {family}, while {better.text(lr)}.",
             remedy=f"lower the learning rate by {factor}x (measured: the run at lr / {factor} "
-            "trains), or clip gradients.",
+            f"{'trains' if better.outcome == 'trains' else 'no longer diverges'}), or clip "
+            "gradients.",
             fields={"factor": factor, "family": family, "losses": list(yours.losses)},
         )
     if yours.outcome == "stalls" and others and others[0].outcome == "trains":
