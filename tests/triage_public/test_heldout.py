@@ -32,7 +32,7 @@ def test_the_cause_is_named_first_on_85_percent(heldout: HalfScore) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="measured 2 of 4 (docs/benchmarks.md): karpathy_four_at_once's deep sigmoid stack "
-    "and python_list_and_lr_too_high's lr (lr 2 memorises one batch) are not named",
+    "and python_list_and_lr_too_high's lr are not named",
 )
 def test_every_bug_of_a_multi_bug_case_is_named(heldout: HalfScore) -> None:
     done, multi = heldout.multi_all_named
