@@ -24,6 +24,13 @@ twin is clean (no warn or fail row) and the wall time, then the totals. Last, GP
 its wall time on 2 threads, peak RSS and verdict (``--no-gpt2-small`` skips it; it needs about
 1.5 GB and a minute).
 
+First of all, the public zoo (``tests/triage_public``, issue 41): bugs other people reported,
+each with its accepted fix; the held-out half (frozen before triage was changed for it) and the
+development half, one row per case (root cause, cause first, bugs named, fix accused, crash) and
+their totals; then the healthy population (the corpus loops' ``triage_setup()`` and
+``tests/corpus/triage_setups.py``): status and any warn/fail row per set-up
+(``--public-only`` stops there).
+
 Run: ``.venv/bin/python benchmarks/bench_triage.py`` (a few minutes).
 """
 
@@ -150,6 +157,74 @@ def zoo_table() -> tuple[list[dict[str, object]], dict[str, object]]:
     return rows, totals
 
 
+def public_half(name: str) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """One row per case of a half of the public zoo (tests/triage_public): the root cause,
+    whether it names one of the case's bugs, bugs named / bugs, the fix accused, a crash."""
+    from tests.triage_public.development import DEVELOPMENT
+    from tests.triage_public.heldout import HELDOUT
+    from tests.triage_public.scoring import score_half
+
+    half = score_half(HELDOUT if name == "held-out" else DEVELOPMENT)
+    rows: list[dict[str, object]] = [
+        {
+            "case": c.name,
+            "root": c.root or "-",
+            "cause_first": c.named_first,
+            "named": f"{c.named}/{c.bugs}",
+            "fix_accused": ",".join(c.fix_accused) or "no",
+            "crash": c.crash or "no",
+            "wall_s": c.seconds,
+        }
+        for c in half.cases
+    ]
+    done, multi = half.multi_all_named
+    totals: dict[str, object] = {
+        "half": name,
+        "cases": len(half.cases),
+        "cause_first": f"{half.named_first} ({100 * half.named_first / len(half.cases):.0f}%)",
+        "bugs_named": f"{half.named}/{half.bugs}",
+        "multi_bug_all_named": f"{done}/{multi}",
+        "fixes_accused": len(half.fixes_accused),
+        "crashes": len(half.crashes),
+    }
+    return rows, totals
+
+
+def healthy_population() -> tuple[list[dict[str, object]], dict[str, object]]:
+    """Triage on every healthy set-up (tests/corpus loops' triage_setup() and
+    tests/corpus/triage_setups.py): status, warn/fail rows, non-info findings, wall."""
+    from tests.triage_public.healthy import population, triage_arguments
+
+    rows: list[dict[str, object]] = []
+    for name, build in population().items():
+        began = time.perf_counter()
+        try:
+            setup = build()
+            assert setup is not None
+            report = tl.recipes.triage(**triage_arguments(setup), live=False)
+            bad = _bad_rows(report)
+            accusing = [f.code for f in report.findings if f.severity != "info"]
+            status, crash = report.status, "no"
+        except Exception as error:  # the bench reports a crash as a result
+            bad, accusing, status, crash = [], [], "crash", f"{type(error).__name__}: {error}"
+        rows.append(
+            {
+                "setup": name,
+                "status": status,
+                "warn_or_fail_rows": ",".join(bad) or "none",
+                "accusing_findings": ",".join(accusing) or "none",
+                "crash": crash,
+                "wall_s": time.perf_counter() - began,
+            }
+        )
+    totals: dict[str, object] = {
+        "setups": len(rows),
+        "accused": sum(r["warn_or_fail_rows"] != "none" for r in rows),
+        "crashes": sum(r["crash"] != "no" for r in rows),
+    }
+    return rows, totals
+
+
 def gpt2_small() -> dict[str, object]:
     """Triage of GPT-2 small (124M, random init) on a 2 x 64 batch, 2 threads: wall, peak RSS."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -183,6 +258,21 @@ def gpt2_small() -> dict[str, object]:
 
 def main() -> int:
     torch.set_num_threads(1)
+    for half in ("held-out", "development"):
+        cases_rows, totals = public_half(half)
+        print(f"\npublic zoo, {half} half (tests/triage_public)\n")
+        _timing.print_table(cases_rows)
+        print()
+        _timing.print_table([totals])
+    print("\ntargets (held-out): the cause first on >= 85%, every bug of a multi-bug case named,")
+    print("no fix accused, no crash\n")
+    healthy_rows, healthy_totals = healthy_population()
+    _timing.print_table(healthy_rows)
+    print()
+    _timing.print_table([healthy_totals])
+    print("\ntarget: no warn or fail row and no crash on any healthy set-up\n")
+    if "--public-only" in sys.argv:
+        return 0
     rows = []
     for case, contenders in cases():
         timings = _timing.interleaved(contenders, rounds=ROUNDS, warmup=WARMUP)  # type: ignore[arg-type]

@@ -27,10 +27,10 @@ def test_data_sanity_reports_exact_field_statistics_of_a_tuple_batch() -> None:
         1,
     )
     assert rows[1]["distinct"] == 1
-    assert [f.code for f in report.findings] == [
-        "nonfinite_values",
-        "input_not_standardized",
-        "single_target_value",
+    assert [(f.code, f.severity) for f in report.findings] == [
+        ("nonfinite_values", "critical"),
+        ("single_target_value", "warning"),
+        ("input_not_standardized", "info"),  # mean 2, std 2: within 10x of unit scale, a hint
     ]
     assert report.status == "fail"
 

@@ -50,8 +50,9 @@ def test_init_loss_flags_an_n1_output_against_n_targets() -> None:
         report = tl.recipes.init_loss(
             nn.Linear(4, 1), (torch.randn(16, 4), torch.randn(16)), nn.MSELoss()
         )
-    assert report.findings[0].code == "labels_logits_mismatch"
+    assert report.findings[0].code == "target_broadcast"  # (16, 1) against (16,) -> (16, 16)
     assert report.findings[0].fields == {"output_shape": (16, 1), "target_shape": (16,)}
+    assert "(16, 16)" in report.findings[0].message
 
 
 def test_init_loss_says_the_model_is_cheating_when_labels_are_in_the_inputs() -> None:
@@ -84,11 +85,21 @@ def test_init_loss_expected_value_per_loss_family(
 def test_init_loss_of_an_unknown_loss_is_inconclusive_unless_told_the_kind() -> None:
     batch = (torch.randn(8, 3), torch.randint(0, 4, (8,)))
     model = nn.Linear(3, 4)
-    custom = lambda out, y: F.cross_entropy(out, y)  # noqa: E731
+    custom = lambda out, y: F.cross_entropy(out, y) + out.abs().mean()  # noqa: E731
     report = tl.recipes.init_loss(model, batch, custom)
     assert report.status == "inconclusive" and report.unavailable[0].code == "unknown_loss"
     told = tl.recipes.init_loss(model, batch, custom, loss_kind="cross_entropy")
     assert told.expected == math.log(4)
+
+
+def test_a_plain_loss_function_gets_the_kind_it_reproduces_on_probe_inputs() -> None:
+    """``def loss(out, y): return F.nll_loss(out, y)`` is probed as NLL, so init_loss has an
+    expected value and output_vs_loss can see raw scores fed to it (issue 41)."""
+    batch = (torch.randn(8, 3), torch.randint(0, 4, (8,)))
+    model = nn.Linear(3, 4)
+    assert tl.recipes.init_loss(model, batch, lambda out, y: F.nll_loss(out, y)).loss_kind == "nll"
+    plain = tl.recipes.init_loss(model, batch, lambda out, y: F.cross_entropy(out, y))
+    assert (plain.loss_kind, plain.expected) == ("cross_entropy", math.log(4))
 
 
 def test_init_loss_validates_its_arguments_before_running(mlp10: nn.Module) -> None:

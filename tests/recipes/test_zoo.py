@@ -13,7 +13,7 @@ import torch
 
 import torchlens_nb as tl
 from tests.recipes.state import assert_untouched, snapshot
-from tests.recipes.zoo import TWINS, ZOO, Bug
+from tests.recipes.zoo import INTENDED, TWINS, ZOO, Bug
 from torchlens_nb.recipes._batches import call_model, primary_output, split_batch
 from torchlens_nb.report import TriageReport
 
@@ -51,7 +51,7 @@ def triage_untouched(args: dict[str, Any]) -> TriageReport:
 def reports() -> dict[str, TriageReport]:
     """One triage per bug and per twin (twins are shared between bugs)."""
     torch.set_num_threads(1)
-    ran = {bug.name: triage_untouched(bug.call(broken=True)) for bug in ZOO}
+    ran = {bug.name: triage_untouched(bug.call(broken=True)) for bug in (*ZOO, *INTENDED)}
     ran.update({name: triage_untouched(twin.arguments()) for name, twin in TWINS.items()})
     return ran
 
@@ -134,7 +134,6 @@ def test_the_setup_is_read_from_what_the_caller_handed_over(
         name: reports[name].root_cause.code  # type: ignore[union-attr]
         for name in (
             "left_in_eval",
-            "frozen_layer_held",
             "layers_not_in_optimizer",
             "decay_on_layernorm",
             "gpt2_frozen_embedding_held",
@@ -142,13 +141,26 @@ def test_the_setup_is_read_from_what_the_caller_handed_over(
     }
     assert codes == {
         "left_in_eval": "model_in_eval",
-        "frozen_layer_held": "frozen_params_in_optimizer",
         "layers_not_in_optimizer": "trainable_params_not_in_optimizer",
         "decay_on_layernorm": "weight_decay_on_norm",
         "gpt2_frozen_embedding_held": "frozen_params_in_optimizer",
     }
     setup = reports["frozen_layer_held"].check_report("training_setup")
     assert setup.frozen_held == ("fc1.weight", "fc1.bias")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bug", INTENDED, ids=lambda b: b.name)
+def test_a_frozen_layer_that_does_not_stop_fitting_is_a_note_naming_it(
+    reports: dict[str, TriageReport], bug: Bug
+) -> None:
+    report = reports[bug.name]
+    setup = next(r for r in report.rows if r.check == "training_setup")
+    assert setup.status == "pass" and "requires_grad=False" in setup.lead
+    setup_report = report.check_report("training_setup")
+    note = next(f for f in setup_report.findings if f.code == "frozen_params_in_optimizer")
+    assert note.severity == "info"
+    assert note.fields["params"]
+    assert report.status not in ("fail", "warn"), report.card()
 
 
 def test_every_report_says_what_one_call_cannot_see(reports: dict[str, TriageReport]) -> None:
@@ -169,6 +181,7 @@ def test_one_row_per_check_in_run_order_with_the_key_number(
 ) -> None:
     report = reports["head_init_x100"]
     frame = report.to_pandas()
-    assert list(frame["check"]) == [c for c in tl.recipes.TRIAGE_CHECKS if c != "causal_dependency"]
+    optional = ("causal_dependency", "padding_dependency")  # seq_dim= / right-padded ids only
+    assert list(frame["check"]) == [c for c in tl.recipes.TRIAGE_CHECKS if c not in optional]
     init = report.rows[2]
     assert init.key == f"{init.value:.4g} vs 2.303 expected" and init.value > 30  # ln(10) = 2.303

@@ -407,7 +407,6 @@ ZOO: tuple[Bug, ...] = (
         "training_setup",
         prepare=_eval,
     ),
-    _bug("frozen_layer_held", "mlp adam 1e-3", "training_setup", prepare=_freeze_first),
     _bug("layers_not_in_optimizer", "mlp adam 1e-3", "training_setup", optimizer=_head_only),
     _bug(
         "log_softmax_over_batch",
@@ -471,6 +470,11 @@ ZOO: tuple[Bug, ...] = (
         model=lambda: Encoder(softmax=True),
     ),
     _bug("encoder_adam_lr_1000x", "encoder adam 3e-4", "update_ratio", optimizer=adam(0.3)),
+)
+"""26 bugs over 4 models; every bug names its twin (11 twins, shared)."""
+
+INTENDED: tuple[Bug, ...] = (
+    _bug("frozen_layer_held", "mlp adam 1e-3", "training_setup", prepare=_freeze_first),
     _bug(
         "encoder_frozen_embedding_held",
         "encoder adamw 5e-4",
@@ -478,4 +482,6 @@ ZOO: tuple[Bug, ...] = (
         prepare=_freeze_first,
     ),
 )
-"""28 bugs over 4 models; every bug names its twin (11 twins, shared)."""
+"""Frozen layers the optimizer holds where the run shows they do not matter (the model still
+memorises its batch: held-out accuracy 0.77 and 0.69 as measured): a frozen backbone is
+intended in many programs, so triage names them in a note and accuses nothing (issue 41)."""

@@ -265,6 +265,16 @@ def primary_output(output: Any) -> torch.Tensor:
     )
 
 
+def loss_input(output: Any) -> Any:
+    """What the caller's ``loss_fn`` receives from a model's return value, as their own loop
+    passes it: a tuple or list whole (a VAE's ``(recon, mu, logvar)`` is unpacked by its loss),
+    anything else as :func:`primary_output` reads it (a tensor, or a Hugging Face output's
+    ``logits``)."""
+    if isinstance(output, (tuple, list)):
+        return output
+    return primary_output(output)
+
+
 def check_loss_fn(loss_fn: Any) -> Any:
     """``loss_fn`` itself when it is callable with two positional arguments (an ``nn.Module``
     loss or a function); one whose signature refuses ``(outputs, targets)`` is refused before

@@ -37,6 +37,10 @@ MEAN_ABS_MAX = 1.0
 """An input whose |mean| exceeds this is an order of magnitude off zero-centred (unit-std) data."""
 STD_RANGE = (0.1, 10.0)
 """An input whose std falls outside this range is an order of magnitude off unit scale."""
+RAW_FACTOR = 10.0
+"""Off unit scale by more than this factor again (|mean| > 10, std > 10 or < 0.01: raw pixel
+values, unscaled features) is a warning; within it, a hint (info): L2-normalised TF-IDF rows
+have std ~0.06 and ImageNet-normalised images mean ~-0.4, both as their recipes intend."""
 IGNORE_INDEX = -100
 MAX_CLASS_INDEX = 2**24
 """Class indices (and ``num_classes``) stay below this: a count per class is 8 bytes, so the
@@ -268,10 +272,13 @@ def _scale_findings(f: FieldSummary, stats: Any) -> list[Finding]:
         ]
     low, high = STD_RANGE
     if abs(stats.mean) > MEAN_ABS_MAX or not (low <= stats.std <= high):
+        raw = abs(stats.mean) > RAW_FACTOR * MEAN_ABS_MAX or not (
+            low / RAW_FACTOR <= stats.std <= high
+        )
         return [
             Finding(
                 "input_not_standardized",
-                "warning",
+                "warning" if raw else "info",
                 f"input {f.name!r} has mean {stats.mean:.4g} and std {stats.std:.4g}; expected about "
                 f"mean 0, std 1 (|mean| <= {MEAN_ABS_MAX}, std in [{low}, {high}]).",
                 remedy="standardise it: (x - mean) / std with statistics of the TRAINING split "

@@ -13,13 +13,14 @@ train/eval flags; the run is in train mode (the gradients training sees) inside
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
 import torch
 from torch import nn
 
-from ...capture import trace
+from ...capture import iter_tensors, trace
 from ...debug import grad_health, preserved_rng_state
 from ...options import CaptureOptions
 from ...report import Exit, Finding, Table, Where
@@ -32,6 +33,7 @@ from .._batches import (
     check_loss_follows_outputs,
     check_model,
     first_batch,
+    loss_input,
     loss_value,
     model_device,
     primary_output,
@@ -41,9 +43,11 @@ from .._batches import (
 from .._model_state import preserved
 
 SPREAD_DECADES_MAX = 4.0
-"""Parameters whose gradient RMS differ by more than 10^4 train at incompatible speeds under one
-learning rate (measured: default-initialised MLPs and small CNNs span under 2 decades,
-tests/recipes/test_gradients.py)."""
+"""Parameters whose gradient RMS differ by more than 10^4 may train at incompatible speeds
+under one learning rate (measured: default-initialised MLPs and small CNNs span under 2
+decades, tests/recipes/test_gradients.py). A hint (info): a healthy BERT built from config
+spans 4.9 decades at init (its query/key weights get ~2e-6, attention being near uniform);
+the shape that is a fault, shrinking with depth, is ``grad_vanishing``."""
 
 
 BATCH_STAT_NORMS = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
@@ -79,6 +83,97 @@ def _biases_into_norms(model: nn.Module, inputs: Any) -> frozenset[str]:
         for handle in handles:
             handle.remove()
     return names
+
+
+BY_CONSTRUCTION_RATIO = 1e-5
+"""A bias whose gradient norm is below 1e-5 of its own module's weight gradient is ~0 by
+construction, not by fault: an attention key bias adds the same score to every key of a query,
+which the softmax cancels (BERT's key biases: ~1e-9 of the key weights' gradient)."""
+VANISHING_DEPTH_DECADES = 3.0
+"""Weight-gradient RMS falling 3+ decades from the last weight matrix to the first, and
+shrinking layer by layer, is a vanishing gradient (a 5-hidden-layer sigmoid MLP: ~3.5
+decades; the same MLP with ReLU: under 1)."""
+
+
+def _unused_outputs(model: nn.Module, inputs: Any, targets: Any, loss_fn: Any) -> frozenset[str]:
+    """Names of parameters whose module's output never reaches the loss: not in the loss's
+    graph, and not read by a module whose output is (a Hugging Face pooler whose pooled
+    output the head ignores is unused by design; ``fc2(fc1(x).detach())`` is a cut). One
+    forward and loss with hooks, no backward."""
+    outputs: dict[str, list[torch.Tensor]] = {}
+    reads: dict[str, set[int]] = {}
+
+    def pre(name: str, args: tuple[Any, ...]) -> None:
+        reads.setdefault(name, set()).update(
+            a.data_ptr() for a in args if isinstance(a, torch.Tensor)
+        )
+
+    def post(name: str, output: Any) -> None:
+        outputs.setdefault(name, []).extend(
+            t for t in iter_tensors(output) if t.is_floating_point()
+        )
+
+    handles = []
+    for name, module in model.named_modules():
+        handles.append(module.register_forward_hook(lambda m, a, o, name=name: post(name, o)))
+        handles.append(module.register_forward_pre_hook(lambda m, a, name=name: pre(name, a)))
+    try:
+        raw = call_model(model, inputs)
+        loss = loss_fn(loss_input(raw), targets)
+    finally:
+        for handle in handles:
+            handle.remove()
+    reached: set[Any] = set()
+    stack: list[Any] = [loss.grad_fn] if isinstance(loss, torch.Tensor) and loss.grad_fn else []
+    while stack:
+        node = stack.pop()
+        if node is None or node in reached:
+            continue
+        reached.add(node)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    live = {n for n, ts in outputs.items() if any(t.grad_fn in reached for t in ts)}
+    read_by_live = set().union(*(reads.get(n, set()) for n in live)) if live else set()
+    named = dict(model.named_modules())
+    unused = {
+        name
+        for name, tensors in outputs.items()
+        if name not in live
+        and any(True for _ in named[name].parameters(recurse=False))
+        and all(t.data_ptr() not in read_by_live for t in tensors)
+    }
+    return frozenset(
+        f"{module}.{param}" if module else param
+        for module in unused
+        for param, _ in named[module].named_parameters(recurse=False)
+    )
+
+
+def _zero_by_construction(params: list[ParamGrad]) -> frozenset[str]:
+    """Biases whose gradient is ``BY_CONSTRUCTION_RATIO`` below their module's weight's."""
+    by_name = {p.name: p for p in params}
+    found = set()
+    for p in params:
+        if not p.name.endswith("bias") or p.norm is None:
+            continue
+        weight = by_name.get(p.name[: -len("bias")] + "weight")
+        if weight is not None and weight.norm and p.norm < BY_CONSTRUCTION_RATIO * weight.norm:
+            found.add(p.name)
+    return frozenset(found)
+
+
+def _vanishing_with_depth(params: list[ParamGrad]) -> tuple[str, ...]:
+    """Weight matrices (in forward order) whose gradient RMS shrinks layer by layer toward
+    the input by ``VANISHING_DEPTH_DECADES`` or more; empty when it does not."""
+    weights = [p for p in params if len(p.shape) >= 2 and p.rms and math.isfinite(p.rms)]
+    if len(weights) < 3:
+        return ()
+    logs = [math.log10(p.rms) for p in weights if p.rms]
+    if logs[-1] - logs[0] < VANISHING_DEPTH_DECADES:
+        return ()
+    rising = sum(b > a for a, b in itertools.pairwise(logs))
+    if rising < 0.75 * (len(logs) - 1):
+        return ()
+    return tuple(p.name for p, v in zip(weights, logs, strict=True) if logs[-1] - v >= 1.0)
 
 
 def _param_grad(name: str, param: nn.Parameter, vanishing: float, exploding: float) -> ParamGrad:
@@ -165,9 +260,11 @@ def gradient_flow(
     with preserved(model), preserved_rng_state():
         absorbed = _biases_into_norms(model, inputs)
     with preserved(model, mode="train"), preserved_rng_state():
+        unused = _unused_outputs(model, inputs, targets, loss_fn)
+    with preserved(model, mode="train"), preserved_rng_state():
         recorded = trace(model, inputs, capture=CaptureOptions(save_grads=True))
         output = primary_output(recorded.output)
-        loss = loss_fn(output, targets)
+        loss = loss_fn(loss_input(recorded.output), targets)
         value = loss_value(loss)
         check_loss_follows_outputs(loss, output)
         recorded.backward(loss)
@@ -198,9 +295,12 @@ def gradient_flow(
         for f in frontier
     }
     del recorded  # releases the autograd graph the trace kept for backward
+    absorbed = absorbed | _zero_by_construction(params)
+    unused = frozenset(p.name for p in params if p.verdict == "disconnected" and p.name in unused)
+    vanishing = _vanishing_with_depth(params)
     rms = [p.rms for p in params if p.rms and math.isfinite(p.rms) and p.name not in absorbed]
     spread = math.log10(max(rms) / min(rms)) if len(rms) > 1 else None
-    findings = _findings(params, frontier, wheres, spread, absorbed)
+    findings = _findings(params, frontier, wheres, spread, absorbed, unused, vanishing)
     table = Table.from_dicts(
         "parameters",
         [
@@ -238,7 +338,9 @@ def gradient_flow(
         ],
         ("op", "module", "verdict", "grad_norm", "params"),
     )
-    flagged = sum(p.verdict not in ("ok", "frozen") and p.name not in absorbed for p in params)
+    flagged = sum(
+        p.verdict not in ("ok", "frozen") and p.name not in absorbed | unused for p in params
+    )
     status = recipe_status(findings)
     if status == "pass":
         lead = f"no parameter flagged: all {len(params)} receive a gradient within the thresholds."
@@ -274,16 +376,47 @@ def _findings(
     wheres: dict[str, Where],
     spread: float | None,
     absorbed: frozenset[str] = frozenset(),
+    unused: frozenset[str] = frozenset(),
+    vanishing: tuple[str, ...] = (),
 ) -> list[Finding]:
     findings = []
+    if unused:
+        findings.append(
+            Finding(
+                "grad_unused",
+                "info",
+                f"{len(unused)} parameter(s) belong to modules whose output the loss never "
+                f"reads (e.g. a pooler the head ignores), so they get no gradient by design "
+                f"({', '.join(sorted(unused)[:6])}{' ...' if len(unused) > 6 else ''}).",
+                remedy="nothing to fix if unused on purpose; leave them out of the optimizer "
+                "to save memory.",
+                fields={"params": sorted(unused)},
+            )
+        )
+    if vanishing:
+        findings.append(
+            Finding(
+                "grad_vanishing",
+                "warning",
+                f"the gradient shrinks layer by layer toward the input: "
+                f"{', '.join(vanishing[:6])} get 10x or less of the last layer's gradient RMS, "
+                f"{VANISHING_DEPTH_DECADES:g}+ decades at the first: the early layers barely "
+                "train.",
+                remedy="use ReLU/GELU instead of sigmoid/tanh between layers, add "
+                "normalisation or residual connections, or a better-scaled init.",
+                fields={"params": list(vanishing)},
+            )
+        )
+    params = [p for p in params if p.name not in unused]
     expected = [p.name for p in params if p.name in absorbed and p.verdict in ("vanishing", "zero")]
     if expected:
         findings.append(
             Finding(
                 "grad_expected_small",
                 "info",
-                f"{len(expected)} bias(es) feed a BatchNorm / InstanceNorm directly, which "
-                f"subtracts their per-channel value again: a ~0 gradient is expected, not a "
+                f"{len(expected)} bias(es) get a ~0 gradient by construction: they feed a "
+                "BatchNorm / InstanceNorm that subtracts them again, or shift every attention "
+                "score of a query alike (a key bias), which the softmax cancels; expected, not a "
                 f"fault ({', '.join(expected[:6])}{' ...' if len(expected) > 6 else ''}).",
                 remedy="nothing to fix; bias=False on these layers saves the parameters.",
                 fields={"params": expected},
@@ -347,7 +480,7 @@ def _findings(
         findings.append(
             Finding(
                 "grad_spread",
-                "warning",
+                "info",
                 f"gradient RMS spans {spread:.1f} decades across parameters (more than "
                 f"{SPREAD_DECADES_MAX:g}): one learning rate cannot suit them all.",
                 remedy="check initialisation and normalisation; per-layer learning rates or Adam "

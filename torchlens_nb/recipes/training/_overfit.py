@@ -29,6 +29,7 @@ from .._batches import (
     check_loss_follows_outputs,
     check_model,
     first_batch,
+    loss_input,
     loss_value,
     model_device,
     primary_output,
@@ -80,8 +81,9 @@ def overfit_one_batch(
     """Train a deep copy of ``model`` on one batch and say whether the loss approaches zero.
 
     A model that cannot memorise one batch has an architecture or gradient problem; no amount
-    of data will fix it. Each step: ``zero_grad``, forward in train mode, loss, backward, total
-    gradient norm, Adam step. Verdicts: ``memorised`` (final loss <= ``ZERO_FRACTION`` x initial),
+    of data will fix it. Each step: ``zero_grad``, forward in train mode with dropout off (the
+    question is capacity, not noise: a healthy 5-layer MLP with dropout 0.3 plateaus above ~0
+    with it on), loss, backward, total gradient norm, Adam step. Verdicts: ``memorised`` (final loss <= ``ZERO_FRACTION`` x initial),
     ``decreasing`` (<= ``FALLING_FRACTION`` x initial: run more steps or raise ``lr``; warning),
     ``stuck`` (critical), ``diverged`` (non-finite, or final loss above initial; critical).
     A zero gradient norm at the first step is reported as critical on its own.
@@ -122,10 +124,19 @@ def memorise_batch(
     steps: int,
     lr: float,
     sinks: list[Callable[[OverfitReport], None]],
+    make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
+    floor: float | None = 0.0,
+    label: str | None = None,
 ) -> tuple[OverfitReport, nn.Module]:
     """:func:`overfit_one_batch` (validation included) returning the trained copy too, for
     checks that need a model that has learnt the batch (``tl.recipes.triage`` runs
-    random_input_test on it: an untrained model scores chance on real data and noise alike)."""
+    random_input_test on it: an untrained model scores chance on real data and noise alike).
+
+    ``make_optimizer(params)`` replaces Adam at ``lr`` (triage trains with the caller's own
+    optimizer first; ``label`` names it in the report). ``floor`` is the lowest value the loss
+    can take (label smoothing's entropy; 0 for a plain loss): the fractions of
+    :func:`_verdict` are measured above it. None: the floor is unknown (a custom loss), so a
+    loss that keeps falling without reaching 5% of its start is not judged (info)."""
     check_model(model)
     check_loss_fn(loss_fn)
     check_int("steps", steps, low=1, high=MAX_REPEATS, hint="the default is 200")
@@ -144,12 +155,16 @@ def memorise_batch(
     started = time.monotonic()
     with preserved_rng_state(), _final_on_raise(throttle, model, losses, norms, steps, lr, started):
         clone.train()
-        params = [p for p in clone.parameters() if p.requires_grad]
-        optimizer = torch.optim.Adam(params, lr=lr)
+        for module in clone.modules():  # memorising asks about capacity, not dropout noise
+            if isinstance(module, nn.modules.dropout._DropoutNd):
+                module.eval()
+        params: list[torch.Tensor] = [p for p in clone.parameters() if p.requires_grad]
+        optimizer = make_optimizer(params) if make_optimizer else torch.optim.Adam(params, lr=lr)
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
-            output = primary_output(call_model(clone, inputs))
-            loss = loss_fn(output, targets)
+            raw = call_model(clone, inputs)
+            output = primary_output(raw)
+            loss = loss_fn(loss_input(raw), targets)
             value = loss_value(loss)
             check_loss_follows_outputs(loss, output)
             losses.append(value)
@@ -167,7 +182,9 @@ def memorise_batch(
                 throttle.offer(
                     lambda: _report(model, losses, norms, steps, lr, started, running=True)
                 )
-    report = _report(model, losses, norms, steps, lr, started, running=False)
+    report = _report(
+        model, losses, norms, steps, lr, started, running=False, floor=floor, label=label
+    )
     if throttle is not None:
         throttle.flush(report)
     return report, clone
@@ -235,13 +252,27 @@ def _stopped_report(
     )
 
 
-def _verdict(losses: list[float]) -> OverfitVerdict:
+UNKNOWN_FLOOR_FALL = 0.98
+"""With an unknown floor, a loss at or below 98% of its start has moved: "decreasing" (a
+pytorch/examples VAE's summed BCE + KLD can fall only to its targets' entropy, ~72% of its
+start, and fell 6% in 200 steps)."""
+STILL_FALLING = 0.05
+"""A decreasing loss whose last fifth of the run still took 5% of the way to its floor is
+still falling (more steps would go on): a hint, not a warning."""
+
+
+def _verdict(losses: list[float], floor: float | None = 0.0) -> OverfitVerdict:
+    """Memorised at ``ZERO_FRACTION`` of the start above ``floor``, decreasing at
+    ``FALLING_FRACTION`` (``UNKNOWN_FLOOR_FALL`` of the start when the floor is unknown)."""
     initial, final = losses[0], losses[-1]
     if not all(math.isfinite(v) for v in losses) or final > initial:
         return "diverged"
-    if final <= ZERO_FRACTION * initial:
+    base = floor or 0.0
+    if final - base <= ZERO_FRACTION * (initial - base):
         return "memorised"
-    return "decreasing" if final <= FALLING_FRACTION * initial else "stuck"
+    if floor is None:
+        return "decreasing" if final <= UNKNOWN_FLOOR_FALL * initial else "stuck"
+    return "decreasing" if final - base <= FALLING_FRACTION * (initial - base) else "stuck"
 
 
 def _report(
@@ -253,16 +284,25 @@ def _report(
     started: float,
     *,
     running: bool,
+    floor: float | None = 0.0,
+    label: str | None = None,
 ) -> OverfitReport:
     initial, final = losses[0], losses[-1]
-    verdict: OverfitVerdict = "running" if running else _verdict(losses)
+    verdict: OverfitVerdict = "running" if running else _verdict(losses, floor)
     facts = {
         "initial_loss": initial,
         "final_loss": final,
         "steps_run": len(losses),
         "zero_fraction": ZERO_FRACTION,
+        "floor": floor,
+        "optimizer": label or f"Adam lr={lr:g}",
     }
-    findings = [] if running else _findings(verdict, initial, final, len(losses), lr, facts)
+    falling = _falling(losses, floor)
+    findings = (
+        []
+        if running
+        else _findings(verdict, initial, final, len(losses), lr, facts, floor, falling)
+    )
     if norms and norms[0] == 0.0:
         findings.append(
             Finding(
@@ -279,7 +319,8 @@ def _report(
     lead = (
         f"step {len(losses)}/{steps}: loss {final:.4g} (from {initial:.4g})"
         if running
-        else f"{verdict}: loss {initial:.4g} -> {final:.4g} in {len(losses)} steps."
+        else f"{_lead_word(verdict, findings)}: loss {initial:.4g} -> {final:.4g} in "
+        f"{len(losses)} steps."
     )
     return OverfitReport(
         subject=f"{type(model).__name__} on one batch",
@@ -294,9 +335,29 @@ def _report(
         target_loss=ZERO_FRACTION * initial,
         elapsed_s=time.monotonic() - started,
         disclosures=(
-            "trained a deep copy with Adam in train mode; the caller's model is untouched",
+            f"trained a deep copy with {label or 'Adam'} in train mode; the caller's model is "
+            "untouched",
         ),
     )
+
+
+def _lead_word(verdict: OverfitVerdict, findings: list[Finding]) -> str:
+    """The verdict, or what a hint says instead of it (a loss still falling is no warning)."""
+    if any(f.code == "loss_still_falling" for f in findings):
+        return "still falling"
+    if any(f.code == "loss_floor_unknown" for f in findings):
+        return "falling toward an unknown floor"
+    return verdict
+
+
+def _falling(losses: list[float], floor: float | None) -> bool:
+    """Whether the last fifth of the run still moved the loss ``STILL_FALLING`` of the way
+    from its start to its floor."""
+    if len(losses) < 5:
+        return False
+    base = floor or 0.0
+    earlier = losses[-max(2, len(losses) // 5)]
+    return earlier - losses[-1] >= STILL_FALLING * (losses[0] - base)
 
 
 def _findings(
@@ -306,14 +367,39 @@ def _findings(
     steps_run: int,
     lr: float,
     facts: dict[str, Any],
+    floor: float | None = 0.0,
+    falling: bool = False,
 ) -> list[Finding]:
+    if verdict == "decreasing" and floor is None:
+        return [
+            Finding(
+                "loss_floor_unknown",
+                "info",
+                f"the loss fell from {initial:.4g} to {final:.4g} in {steps_run} steps; the "
+                "lowest value this loss can reach is unknown (a custom loss), so whether that "
+                "is memorising the batch cannot be told.",
+                fields=facts,
+            )
+        ]
     if verdict == "memorised":
         return [
             Finding(
                 "memorised",
                 "info",
-                f"the loss fell to {100 * final / initial:.2g}% of its initial value: the "
-                "model can memorise one batch.",
+                f"the loss fell to {100 * final / initial:.2g}% of its initial value"
+                + (f" (its floor is {floor:.4g})" if floor else "")
+                + ": the model can memorise one batch.",
+                fields=facts,
+            )
+        ]
+    if verdict == "decreasing" and falling:
+        return [
+            Finding(
+                "loss_still_falling",
+                "info",
+                f"the loss fell from {initial:.4g} to {final:.4g} in {steps_run} steps and was "
+                "still falling at the end: more steps (or a larger lr) would take it further; "
+                "not a sign of a bug by itself.",
                 fields=facts,
             )
         ]
@@ -322,8 +408,9 @@ def _findings(
             Finding(
                 "loss_not_near_zero",
                 "warning",
-                f"the loss fell from {initial:.4g} to {final:.4g} but not to about zero "
-                f"(<= {ZERO_FRACTION * initial:.3g}) in {steps_run} steps.",
+                f"the loss fell from {initial:.4g} to {final:.4g} but not to about its floor "
+                f"{floor or 0.0:.4g} (<= {(floor or 0.0) + ZERO_FRACTION * (initial - (floor or 0.0)):.3g}) "
+                f"in {steps_run} steps.",
                 remedy=f"run more steps or raise lr (now {lr:g}); if it plateaus, the model lacks "
                 "capacity or a layer blocks the gradient.",
                 fields=facts,

@@ -20,7 +20,14 @@ from ..._validate import check_int
 from ...capture import iter_tensors
 from ...errors import DiagnosticArgumentError
 from ...report._recipes_data import LossKind
-from .._batches import call_model, model_device, primary_output, split_batch, to_device
+from .._batches import (
+    call_model,
+    loss_input,
+    model_device,
+    primary_output,
+    split_batch,
+    to_device,
+)
 from .._model_state import preserved
 
 LOSS_KINDS: tuple[str, ...] = get_args(LossKind)
@@ -43,13 +50,16 @@ def _first_input(inputs: Any) -> torch.Tensor | None:
     return next(iter_tensors(inputs), None)
 
 
-def check_batch_and_loss(model: nn.Module, batch: Any, loss_fn: Any, seq_dim: int | None) -> None:
+def check_batch_and_loss(model: nn.Module, batch: Any, loss_fn: Any, seq_dim: int | None) -> bool:
     """Refuse a ``seq_dim`` beyond the input's dimensions and a loss that does not return one
     floating-point value, by running ``loss_fn`` once on ``model``'s outputs (``split_batch``
     has refused an empty batch already).
 
     ``model`` must be the working copy (it runs in its own mode under no_grad; its buffers,
     modes and RNG are restored).
+
+    Returns:
+        Whether the model returns a tuple or list (handed to ``loss_fn`` whole).
 
     Raises:
         DiagnosticArgumentError: the batch holds no example, ``seq_dim`` names no dimension of the input, or ``loss_fn``
@@ -64,8 +74,9 @@ def check_batch_and_loss(model: nn.Module, batch: Any, loss_fn: Any, seq_dim: in
         )
     device = model_device(model)
     with preserved(model), torch.no_grad():  # BatchNorm statistics of the copy stay as they were
-        output = primary_output(call_model(model, to_device(inputs, device)))
-        loss = loss_fn(output, to_device(targets, device))
+        raw = call_model(model, to_device(inputs, device))
+        primary_output(raw)  # refuses a return value that holds no tensor
+        loss = loss_fn(loss_input(raw), to_device(targets, device))
     if not isinstance(loss, torch.Tensor):
         raise DiagnosticArgumentError(
             f"loss_fn returned {type(loss).__name__} {loss!r}; it must return a scalar float "
@@ -76,3 +87,4 @@ def check_batch_and_loss(model: nn.Module, batch: Any, loss_fn: Any, seq_dim: in
             f"loss_fn returned a {loss.dtype} tensor of shape {tuple(loss.shape)}; it must "
             "return one floating-point value (reduction='mean'; no argmax or integer cast)."
         )
+    return isinstance(raw, (tuple, list))

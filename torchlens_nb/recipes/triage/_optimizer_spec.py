@@ -126,11 +126,16 @@ def _from_instance(optimizer: torch.optim.Optimizer, model: nn.Module, lr: float
 
 
 def _try_build(make: Factory, reference: dict[str, Any]) -> str | None:
-    scratch = torch.zeros(2, requires_grad=True)
+    """Why ``make`` cannot serve triage's copies (None: it can): the checks build one group
+    per parameter and call ``step()`` without a closure, which LBFGS refuses both."""
+    scratch = [torch.zeros(2, requires_grad=True) for _ in range(2)]
     try:
-        make([{"params": [scratch], **reference}])
+        built = make([{"params": [p], **reference} for p in scratch])
     except Exception as exc:  # any constructor failure is a reason to skip, not to crash
         return f"{type(exc).__name__}: {exc}"
+    closure = inspect.signature(built.step).parameters.get("closure")
+    if closure is not None and closure.default is inspect.Parameter.empty:
+        return f"{type(built).__name__}.step needs a closure"
     return None
 
 

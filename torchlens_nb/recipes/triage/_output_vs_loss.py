@@ -34,7 +34,8 @@ from .._batches import (
     to_device,
 )
 from .._model_state import preserved
-from ..loss._loss import loss_kind_of
+from ..loss._loss import loss_kind_of, probe_broken_form
+from ._targets_vs_loss import clamp_finding, target_findings
 
 ROW_SUM_TOLERANCE = 1e-3
 """Rows summing to 1 within 1e-3 are probabilities (float32 softmax rows are within 1e-6; a row
@@ -160,8 +161,10 @@ def output_vs_loss(
     device = model_device(model)
     inputs, targets = to_device(inputs, device), to_device(targets, device)
     with preserved(model, mode="eval"), torch.no_grad():
-        output = primary_output(call_model(model, inputs)).detach()
-    ids = _token_ids(inputs, targets)
+        raw = call_model(model, inputs)
+        output = primary_output(raw).detach()
+    # a tuple output goes to the loss whole: the one-hot probes below cannot stand in for it
+    ids = None if isinstance(raw, (tuple, list)) else _token_ids(inputs, targets)
     with torch.no_grad():
         shift = label_shift(loss_fn, output, ids, targets) if ids is not None else None
     form: OutputForm = "unknown"
@@ -177,6 +180,10 @@ def output_vs_loss(
         findings = [_batch_finding(over_batch, kind)]
     if shift is not None and shift[0] != 1:
         findings.insert(0, _shift_finding(*shift))
+    findings += target_findings(loss_fn, kind, targets)
+    if kind == "unknown":
+        findings += _broken_form_finding(loss_fn)
+    findings += clamp_finding(loss_fn, raw, output, targets)
     judged = kind in ("cross_entropy", "nll", "bce_logits") or shift is not None
     status = recipe_status(findings)
     unavailable: tuple[Unavailable, ...] = ()
@@ -227,6 +234,26 @@ def output_vs_loss(
             ),
         ),
     )
+
+
+def _broken_form_finding(loss_fn: Any) -> list[Finding]:
+    code = probe_broken_form(loss_fn)
+    if code is None:
+        return []
+    what = {
+        "nll_on_probabilities": "takes nll_loss of softmax probabilities (the log is missing)",
+        "double_softmax": "applies softmax before cross_entropy, which applies it again",
+    }[code]
+    return [
+        Finding(
+            code,
+            "critical",
+            f"your loss function {what}: probed on fixed scores and labels it reproduces that "
+            "value exactly, so the loss can barely fall.",
+            remedy=_REMEDY[code],
+            fields={"probed": True},
+        )
+    ]
 
 
 def _batch_finding(over_batch: OutputForm, kind: LossKind) -> Finding:

@@ -104,6 +104,10 @@ CAUSES: tuple[Cause, ...] = (
                     "frozen_params_in_optimizer",
                     "trainable_params_not_in_optimizer",
                     "weight_decay_on_norm",
+                    "params_not_registered",
+                    "stale_grad",
+                    "zero_grad_before_step",
+                    "lr_decayed",
                 ),
             ),
         ),
@@ -121,6 +125,22 @@ CAUSES: tuple[Cause, ...] = (
         (("weight_distribution", _codes("param_nonfinite")),),
         {ALL_CHECKS: EVERY},
         "a NaN or Inf weight makes every output and gradient after it non-finite",
+    ),
+    Cause(
+        "loss_detached",
+        (("gradient_flow", _codes("loss_detached")),),
+        {ALL_CHECKS: EVERY},
+        "no gradient reaches the model, so nothing can train or be judged by training",
+    ),
+    Cause(
+        "reads_padding",
+        (("padding_dependency", _codes("reads_padding")),),
+        {
+            "overfit_one_batch": EVERY,
+            "random_input_test": EVERY,
+            "update_ratio": _codes("update_ratio_too_low", "lr_too_low"),
+        },
+        "the output is read after the padding, so every sequence's prediction carries its pads",
     ),
     Cause(
         "no_signal",
@@ -192,7 +212,7 @@ CAUSES: tuple[Cause, ...] = (
     ),
     Cause(
         "head_mismatch",
-        (("init_loss", _codes("labels_logits_mismatch")),),
+        (("init_loss", _codes("labels_logits_mismatch", "target_broadcast")),),
         {
             "overfit_one_batch": EVERY,
             "random_input_test": EVERY,

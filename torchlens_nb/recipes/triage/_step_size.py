@@ -32,9 +32,9 @@ from ...report._recipes_training import UpdateRatioReport
 from .._batches import (
     call_model,
     first_batch,
+    loss_input,
     loss_value,
     model_device,
-    primary_output,
     split_batch,
     to_device,
     trainable_copy,
@@ -105,7 +105,7 @@ def _probe(
         clone.train()
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(primary_output(call_model(clone, inputs)), targets)
+            loss = loss_fn(loss_input(call_model(clone, inputs)), targets)
             losses.append(loss_value(loss))
             if not math.isfinite(losses[-1]) or loss.grad_fn is None:
                 break
@@ -134,6 +134,8 @@ def _verdict(runs: tuple[ProbeRun, ...], lr: float | None, family: str) -> Findi
     yours, others = runs[0], runs[1:]
     if yours.outcome == "diverges":
         better = next((r for r in others if r.outcome == "trains"), None)
+        if better is None:  # none trains in the probe: the first that at least holds steady
+            better = next((r for r in others if r.outcome == "stalls"), None)
         if better is None:
             return None
         factor = round(1 / better.scale)
@@ -142,7 +144,8 @@ def _verdict(runs: tuple[ProbeRun, ...], lr: float | None, family: str) -> Findi
             "critical",
             f"the step size diverges: {yours.text(lr)} with {family}, while {better.text(lr)}.",
             remedy=f"lower the learning rate by {factor}x (measured: the run at lr / {factor} "
-            "trains), or clip gradients.",
+            f"{'trains' if better.outcome == 'trains' else 'no longer diverges'}), or clip "
+            "gradients.",
             fields={"factor": factor, "family": family, "losses": list(yours.losses)},
         )
     if yours.outcome == "stalls" and others and others[0].outcome == "trains":
@@ -167,12 +170,42 @@ def _as_hint(finding: Finding, runs: tuple[ProbeRun, ...], lr: float | None) -> 
     )
 
 
+def _frozen_update(report: UpdateRatioReport) -> Finding | None:
+    """A critical finding when no layer moved at all (every median log10 ratio is -inf: the
+    optimizer's steps leave every weight as it was)."""
+    medians = [layer.median for layer in report.layers]
+    if not medians or not all(m == -math.inf for m in medians):
+        return None
+    return Finding(
+        "no_update",
+        "critical",
+        f"none of the {len(medians)} layers moved over the run: the update-to-weight ratio is "
+        "0 (log10 -inf) everywhere, so your optimizer at this lr changes nothing.",
+        remedy="check the lr (0 before a warmup's first step?), that the optimizer holds the "
+        "parameters, and that gradients reach them.",
+        fields={"layers": len(medians)},
+    )
+
+
 def judge_step_size(
-    report: UpdateRatioReport, runs: tuple[ProbeRun, ...], spec: OptimizerSpec
+    report: UpdateRatioReport,
+    runs: tuple[ProbeRun, ...],
+    spec: OptimizerSpec,
+    fits_at_your_lr: bool = False,
 ) -> UpdateRatioReport:
     """``report`` (update_ratio's) with its ratio findings judged by the probe ``runs``: the
-    verdict finding when the runs show one, the ratio rules of thumb as info hints."""
+    verdict finding when the runs show one, the ratio rules of thumb as info hints.
+
+    ``fits_at_your_lr``: overfit_one_batch memorised the batch (or was still falling) with your
+    optimizer at your lr over its longer run; a short probe that stalls then does not make the
+    lr too low (faster is not the same as wrong: a healthy SGD 0.01 MLP memorises in 200 steps
+    while 10x moves the loss more in 20)."""
     verdict = _verdict(runs, spec.lr, spec.family)
+    if verdict is not None and verdict.code == "lr_too_low" and fits_at_your_lr:
+        verdict = None
+    frozen = _frozen_update(report)
+    if frozen is not None and verdict is None:
+        verdict = frozen
     hints = RATIO_CODES | ({"loss_nonfinite"} if verdict is not None else set())
     findings = [_as_hint(f, runs, spec.lr) if f.code in hints else f for f in report.findings]
     if verdict is not None:
@@ -180,8 +213,19 @@ def judge_step_size(
     status = recipe_status(findings)
     if verdict is not None:
         lead = verdict.message
-    elif status == "pass":
+    elif status == "pass" and runs[0].outcome == "trains":
         lead = f"the step size trains: {runs[0].text(spec.lr)} with {spec.label}."
+    elif status == "pass" and fits_at_your_lr:
+        lead = (
+            f"the short probe stalls ({runs[0].text(spec.lr)} with {spec.label}), but the "
+            "longer overfit run at your lr fits the batch: the step size is not what stops it."
+        )
+    elif status == "pass":
+        status = "inconclusive"
+        lead = (
+            f"no lr tried trains: {'; '.join(r.text(spec.lr) for r in runs)} with "
+            f"{spec.label}; the step size is not shown to be the cause."
+        )
     else:
         lead = worst_finding(findings).message
     table = Table.from_dicts(
@@ -223,8 +267,9 @@ def probe_and_judge(
     spec: OptimizerSpec,
     report: UpdateRatioReport,
     steps: int = PROBE_STEPS,
+    fits_at_your_lr: bool = False,
 ) -> UpdateRatioReport:
     """:func:`probe_step_size` then :func:`judge_step_size`, with grad mode on."""
     with torch.enable_grad():
         runs = probe_step_size(model, batch, loss_fn, spec, steps)
-        return judge_step_size(report, runs, spec)
+        return judge_step_size(report, runs, spec, fits_at_your_lr)

@@ -10,6 +10,7 @@ KeyboardInterrupt (which returns the partial report of the checks that finished)
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,7 +41,9 @@ from ._checks import (
     key_of,
     run_check,
 )
+from ._loop_state import read_held
 from ._optimizer_spec import read_optimizer
+from ._padding import padded_ids
 from ._progress import TriageProgress
 from ._rank import rank
 from ._setup import training_setup
@@ -48,9 +51,18 @@ from ._setup import training_setup
 TABLE_COLUMNS = ("check", "status", "lead", "key", "value", "elapsed_s", "root_cause", "reason")
 
 
-def _selected(checks: Sequence[str] | None, seq_dim: int | None) -> tuple[str, ...]:
+def _selected(
+    checks: Sequence[str] | None, seq_dim: int | None, padded: bool = False
+) -> tuple[str, ...]:
+    """The checks to run: ``checks`` in run order, or every check, with causal_dependency
+    only given ``seq_dim`` and padding_dependency only on right-padded token ids."""
     if checks is None:
-        return tuple(c for c in CHECKS if c != "causal_dependency" or seq_dim is not None)
+        return tuple(
+            c
+            for c in CHECKS
+            if (c != "causal_dependency" or seq_dim is not None)
+            and (c != "padding_dependency" or padded)
+        )
     if not isinstance(checks, (list, tuple)) or not all(isinstance(c, str) for c in checks):
         raise DiagnosticArgumentError(
             f"checks must be a list of check names, got {checks!r}; e.g. "
@@ -136,15 +148,16 @@ def triage(
     check_loss_fn(loss_fn)
     check_int("steps", steps, low=1, high=MAX_REPEATS, hint="the default is 200")
     check_options(seq_dim, num_classes, loss_kind)
-    names = _selected(checks, seq_dim)
-    choice = read_optimizer(optimizer, lr, model)
-    progress = TriageProgress(live)
     first = first_batch(batch)
-    split_batch(first)  # the batch form is checked before anything runs
+    inputs, _ = split_batch(first)  # the batch form is checked before anything runs
+    names = _selected(checks, seq_dim, padded_ids(inputs) is not None)
+    choice = read_optimizer(optimizer, lr, model)
+    held = read_held(model, choice)
+    progress = TriageProgress(live)
     started = time.monotonic()
     with preserved_rng_state():
         working = trainable_copy(model, "triage")
-        check_batch_and_loss(working, first, loss_fn, seq_dim)
+        tuple_output = check_batch_and_loss(working, first, loss_fn, seq_dim)
         run = TriageRun(
             working,
             clone_input_tree(first),
@@ -157,6 +170,8 @@ def triage(
             on_overfit=lambda _: None,
             setup=training_setup(model, choice) if "training_setup" in names else None,
             budget=Budget.for_model(model, steps),
+            tuple_output=tuple_output,
+            held=held,
         )
         runner = _Runner(names, run, progress, type(model).__name__, started)
         return runner.run()
@@ -277,7 +292,7 @@ class _Runner:
             if check in self.reports
             for finding in self.reports[check].findings
         ]
-        findings, root = rank(pairs)
+        findings, root = rank(_frozen_judged(pairs, self.reports))
         rows = tuple(
             _mark_root(row, root, findings)
             for row in self._pending_rows(interrupted_at, stopped=stopped, how=how)
@@ -310,6 +325,31 @@ class _Runner:
             reports=dict(self.reports),
             elapsed_s=time.monotonic() - self.started,
         )
+
+
+def _frozen_judged(
+    pairs: list[tuple[str, Finding]], reports: dict[str, Report]
+) -> list[tuple[str, Finding]]:
+    """Frozen parameters the optimizer holds are a note (a frozen backbone is intended) unless
+    the run shows they matter: overfit_one_batch could not fit the batch."""
+    overfit = reports.get("overfit_one_batch")
+    if not isinstance(overfit, OverfitReport) or overfit.verdict not in ("stuck", "decreasing"):
+        return pairs
+    if any(f.code == "loss_still_falling" for f in overfit.findings):
+        return pairs
+    return [
+        (
+            check,
+            dataclasses.replace(
+                f,
+                severity="warning",
+                message=f"{f.message} The model could not fit one batch with them frozen.",
+            )
+            if f.code == "frozen_params_in_optimizer"
+            else f,
+        )
+        for check, f in pairs
+    ]
 
 
 def _mark_root(row: TriageRow, root: RootCause | None, findings: tuple[Finding, ...]) -> TriageRow:
@@ -443,10 +483,11 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
         notes.append(shortened)
     if "overfit_one_batch" in names:
         notes.append(
-            f"overfit_one_batch trains Adam at lr={OVERFIT_LR:g} for {budget.overfit_steps} steps "
-            "(it asks "
-            "whether the model can fit one batch, not whether your optimizer does)"
+            f"overfit_one_batch trains {budget.overfit_steps} steps with your optimizer at your "
+            f"lr, then at 10x, then Adam at lr={OVERFIT_LR:g}, stopping at the first that "
+            "memorises (it asks whether the model can fit one batch)"
         )
+        notes += [f"overfit_one_batch tried {note}" for note in run.overfit_notes]
     if "random_input_test" in names:
         notes.append(
             "random_input_test ran on the copy overfit_one_batch trained"
@@ -457,4 +498,6 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
         notes.append(f"update_ratio judged {run.optimizer.label} over {budget.ratio_steps} steps")
     if "causal_dependency" not in names:
         notes.append("causal_dependency runs when seq_dim= names the sequence axis")
+    if "padding_dependency" not in names:
+        notes.append("padding_dependency runs when the batch holds right-padded token ids")
     return tuple(notes)
