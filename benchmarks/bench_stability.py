@@ -28,13 +28,17 @@ loss_spike_lr_growth                 191   185 (surge)   6    0
 no_warmup (event from step 1)        2     0             2    0
 ==================================== ===== ============= ==== ============
 
-Cost on this 2-block GPT (a 25-45 ms step: the worst case for a fixed per-step cost), 5 rounds,
-before the two cost fixes below: stability on / off 1.121x paired (off / bare 1.075x, on / bare
-1.170x); its callbacks, profiled over 100 steps, were about 1.4 ms a step. Since then the
-running medians are kept sorted (the per-block surge test 0.29 -> 0.11 ms a step) and the
-upcoming update is estimated on 4,096 strided elements per tensor (278 -> 0.9 ms on 12M
-parameters; ``torchlens_nb/checks/stability/_adam.py``). The table and the cost rows predate
-both fixes; ``tests/stability`` (every lead >= 5, every twin silent) passes after them.
+The table was measured again after the two cost fixes below, with the same numbers.
+
+Cost on this 2-block GPT (a 25-45 ms step: the worst case for a fixed per-step cost), 5 rounds:
+before the fixes, stability on / off 1.121x paired (on / bare 1.170x); after them, on / bare
+0.985x min, 1.012x median, 1.294x paired, and off / bare 1.155x / 1.000x / 1.067x: at this
+load the three estimators disagree by more than the cost, so these rows say nothing finer than
+"within the noise of a loaded 2-core machine". Profiled over 100 steps before the fixes its
+callbacks were about 1.4 ms a step; since then the running medians are kept sorted (the
+per-block surge test 0.29 -> 0.11 ms a step) and the upcoming update is estimated on 4,096
+strided elements per tensor (278 -> 0.9 ms on 12M parameters;
+``torchlens_nb/checks/stability/_adam.py``).
 
 GPT-2 small, 1x128 tokens (``--gpt2 3``: :func:`gpt2_cost`, after both fixes, load average
 about 9, CPU time per step): bare 1.940 s median, quick-start checks with the stability check
