@@ -32,7 +32,12 @@ pytestmark = pytest.mark.fault("no_leak")
 def trained_state(model: nn.Module, optimizers: Callable[[], list[Any]]) -> dict[str, Any]:
     """``process_state`` less what training changes on purpose (gradients, RNG streams), plus
     what a session installs on the model's parameters and the optimizers."""
-    kept = {k: v for k, v in process_state(model).items() if not k.startswith(("grad ", "rng "))}
+    trained = {f"grad {name}" for name, _ in model.named_parameters()}
+    kept = {
+        k: v
+        for k, v in process_state(model).items()
+        if k not in trained and not k.startswith("rng ")  # "grad enabled" is kept
+    }
     return {
         **kept,
         **global_hooks_and_handler(),

@@ -13,18 +13,19 @@ import copy
 import random
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from .._validate import check_int
 from ..capture import Trace, call_arguments, trace, validate_model
-from ..capture._installs import Undo
+from ..capture._installs import Undo, undoing
 from ..errors import DiagnosticArgumentError, InputFormError, ModelCopyError
 
 _TRACE_KWARGS = frozenset({"save", "capture"})
 ModelFactory = Callable[[], nn.Module]
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -109,6 +110,24 @@ def keep_torch_switches(undo: Undo) -> None:
             torch.set_default_dtype(dtype)
 
     undo.add(restore)
+
+
+def with_torch_switches_kept(function: Callable[[], T]) -> T:
+    """``function()``, then torch's process-wide switches (:func:`keep_torch_switches`: grad
+    mode, anomaly mode, the default dtype) put back as they were, whatever instant an interrupt
+    arrives at (``capture._installs.undoing``).
+
+    For a recipe whose analyses run ``with torch.no_grad():`` many times over: an interrupt at
+    the first line of that block's ``__exit__`` (a Python frame in ``torch/autograd/grad_mode.py``)
+    skips the restore and leaves grad mode off for every later cell. The line sweep of
+    ``tl.recipes.triage`` found it there (``tests/faults/test_interrupt_sweep_trainers.py``).
+    """
+
+    def body(undo: Undo) -> T:
+        keep_torch_switches(undo)
+        return function()
+
+    return undoing(body)
 
 
 def _buffers_restorer(model: nn.Module) -> Callable[[], None]:

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..._validate import MAX_REPEATS, check_int
 from ...debug import clone_input_tree, preserved_rng_state
+from ...debug._isolation import with_torch_switches_kept
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding, Report, Table, Unavailable
 from ...report._recipes_data import LossKind
@@ -155,26 +156,30 @@ def triage(
     held = read_held(model, choice)
     progress = TriageProgress(live)
     started = time.monotonic()
-    with preserved_rng_state():
-        working = trainable_copy(model, "triage")
-        tuple_output = check_batch_and_loss(working, first, loss_fn, seq_dim)
-        run = TriageRun(
-            working,
-            clone_input_tree(first),
-            loss_fn,
-            steps,
-            choice,
-            seq_dim,
-            num_classes,
-            loss_kind,
-            on_overfit=lambda _: None,
-            setup=training_setup(model, choice) if "training_setup" in names else None,
-            budget=Budget.for_model(model, steps),
-            tuple_output=tuple_output,
-            held=held,
-        )
-        runner = _Runner(names, run, progress, type(model).__name__, started)
-        return runner.run()
+
+    def run_checks() -> TriageReport:
+        with preserved_rng_state():
+            working = trainable_copy(model, "triage")
+            tuple_output = check_batch_and_loss(working, first, loss_fn, seq_dim)
+            run = TriageRun(
+                working,
+                clone_input_tree(first),
+                loss_fn,
+                steps,
+                choice,
+                seq_dim,
+                num_classes,
+                loss_kind,
+                on_overfit=lambda _: None,
+                setup=training_setup(model, choice) if "training_setup" in names else None,
+                budget=Budget.for_model(model, steps),
+                tuple_output=tuple_output,
+                held=held,
+            )
+            runner = _Runner(names, run, progress, type(model).__name__, started)
+            return runner.run()
+
+    return with_torch_switches_kept(run_checks)
 
 
 class _Runner:
