@@ -136,7 +136,8 @@ class Tally:
     """Calls the timer missed (it fired after they returned, or not at all)."""
     problems: list[str] = field(default_factory=list)
     torch_windows: int = 0
-    """Interrupts that landed in PyTorch's own grad-mode window and left grad mode off (the
+    """Interrupts that landed in PyTorch's own windows: its mode window (a function mode pushed
+    back after the call unwound, :func:`_in_torch_mode_window`) or its grad-mode window, which left grad mode off (the
     ``finally`` of ``torch.optim.optimizer._use_grad`` calls ``torch._dynamo.graph_break()``
     before it restores grad mode: a Ctrl-C there does the same without any tool of ours). The
     harness turns grad mode back on and counts them; they are never in a frame of ours."""
@@ -150,6 +151,25 @@ def _in_torch_grad_window(interrupt: KeyboardInterrupt) -> bool:
     inner = [f for f in frames if f.name not in {"_fire", "_handler"}]
     is_torch = bool(inner) and "/torch/" in inner[-1].filename
     return is_torch and all(f.name == "_handler" for f in ours)
+
+
+def _in_torch_mode_window(interrupt: KeyboardInterrupt) -> bool:
+    """Whether ``interrupt`` was raised in torch's own mode window: at the first line of the
+    ``__exit__`` of ``with _pop_mode_temporarily()`` in ``torch.overrides.handle_torch_function``
+    (a ``contextlib`` frame), before the generator pushed the mode back. The suspended generator
+    pushes it when the exception's frames are freed, after every ``__exit__`` of ours has run:
+    a Ctrl-C there does the same to any function mode, without any tool of ours."""
+    frames = [
+        f
+        for f in traceback.extract_tb(interrupt.__traceback__)
+        if f.name not in {"_fire", "_handler"}
+    ]
+    return (
+        len(frames) >= 2
+        and frames[-1].filename.endswith("contextlib.py")
+        and frames[-2].name == "handle_torch_function"
+        and frames[-2].filename.endswith("/torch/overrides.py")
+    )
 
 
 def interrupt_at_random(
@@ -174,7 +194,7 @@ def interrupt_at_random(
     tally = Tally()
     with _Timer() as timer:
         while tally.interrupted < interrupts and tally.completed < 10 * interrupts:
-            outcome, where, in_torch = "returned", None, False
+            outcome, where, in_torch, in_mode_window = "returned", None, False, False
             try:
                 try:
                     timer.arm(rng.uniform(0.0, 1.2 * duration_s))
@@ -182,6 +202,7 @@ def interrupt_at_random(
                 except KeyboardInterrupt as interrupt:
                     outcome = "interrupted"
                     in_torch = _in_torch_grad_window(interrupt)
+                    in_mode_window = _in_torch_mode_window(interrupt)
                     where = [
                         f"{f.name}:{f.lineno}"
                         for f in traceback.extract_tb(interrupt.__traceback__)[-5:-1]
@@ -201,6 +222,10 @@ def interrupt_at_random(
             after = state()
             if in_torch and not after["grad enabled"] and before["grad enabled"]:
                 torch.set_grad_enabled(True)
+                tally.torch_windows += 1
+                after = state()
+            while in_mode_window and len(after["function modes"]) > len(before["function modes"]):
+                torch._C._pop_torch_function_stack()  # torch's window pushed the mode back late
                 tally.torch_windows += 1
                 after = state()
             if after != before:

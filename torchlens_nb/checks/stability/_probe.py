@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
 from ..._hooks import remove_hook
 from ..._interrupts import shielded
@@ -134,9 +134,20 @@ class ForwardProbe:
 
     def _close(self) -> None:
         """Leave the mode and drop the per-module hooks (also on detach mid-forward). Not
-        shielded itself: it runs inside ``_post``'s shield or the session's ``detach``."""
-        if self._mode is not None:
-            self._mode.__exit__(None, None, None)
+        shielded itself: it runs inside ``_post``'s shield or the session's ``detach``.
+
+        Idempotent at every instant: a detach interrupted between leaving the mode and
+        forgetting it runs this again, and a second ``__exit__`` would pop a mode stack that no
+        longer holds ours ("trying to pop from empty mode stack", which then left the per-module
+        hooks and the session's handler behind: tests/faults/test_interrupts_with.py). The mode
+        is left only while it is the innermost one. A Ctrl-C in a probed forward never reaches
+        the root's ``always_call`` hook (``Module._call_impl`` runs those on ``Exception`` only),
+        so the probe stays open until this runs at detach."""
+        mode = self._mode
+        if mode is not None:
+            modes = _get_current_function_mode_stack()
+            if modes and modes[-1] is mode:
+                mode.__exit__(None, None, None)
             self._mode = None
         if self._inner is not None:
             self._inner.close()
