@@ -9,7 +9,14 @@ the removal can be registered *before* the hook and retried (``capture/_installs
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+if TYPE_CHECKING:  # capture imports this module
+    from .capture._installs import Undo
 
 
 def remove_hook(registry: dict[Any, Any], hook: object, *extra: dict[Any, Any]) -> None:
@@ -19,3 +26,32 @@ def remove_hook(registry: dict[Any, Any], hook: object, *extra: dict[Any, Any]) 
         for flags in extra:  # first: an interrupt here leaves the hook, found again on retry
             flags.pop(key, None)
         del registry[key]
+
+
+def add_forward_hooks(
+    undo: Undo,
+    module: nn.Module,
+    *,
+    pre: Callable[..., Any] | None = None,
+    post: Callable[..., Any] | None = None,
+) -> None:
+    """Register ``pre`` as ``module``'s forward pre-hook and ``post`` as its forward hook, each
+    removal added to ``undo`` (``capture._installs.Undo``) *before* its registration: whatever
+    instant an interrupt arrives at, the undo finds the hook registered or not and removes it.
+    The pattern it replaces, ``handles = [m.register_forward_hook(h) for m in ...]`` then a
+    ``finally`` over the handles, left a hook on the model when a Ctrl-C landed inside the list
+    comprehension (``tests/faults/test_interrupt_sweep_recipes.py``, ``gradient_flow``)."""
+    if pre is not None:
+        undo.add(partial(remove_hook, module._forward_pre_hooks, pre))
+        module.register_forward_pre_hook(pre)
+    if post is not None:
+        undo.add(
+            partial(
+                remove_hook,
+                module._forward_hooks,
+                post,
+                module._forward_hooks_always_called,
+                module._forward_hooks_with_kwargs,
+            )
+        )
+        module.register_forward_hook(post)

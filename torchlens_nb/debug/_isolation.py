@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import random
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 from torch import nn
@@ -26,6 +27,7 @@ from ..errors import DiagnosticArgumentError, InputFormError, ModelCopyError
 _TRACE_KWARGS = frozenset({"save", "capture"})
 ModelFactory = Callable[[], nn.Module]
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @contextlib.contextmanager
@@ -128,6 +130,21 @@ def with_torch_switches_kept(function: Callable[[], T]) -> T:
         return function()
 
     return undoing(body)
+
+
+def keeps_torch_switches(function: Callable[P, T]) -> Callable[P, T]:
+    """Decorate a public recipe so that it runs under :func:`with_torch_switches_kept` (torch's
+    grad mode, anomaly mode and default dtype put back whatever instant a Ctrl-C lands at): a
+    recipe whose analyses enter ``with torch.no_grad():`` (its own or a debug tool's it calls)
+    can otherwise be interrupted at the first line of that block's ``__exit__``. The line sweep
+    found it in ``gradient_flow``, inside ``debug/lineage/_graph.py``
+    (``tests/faults/test_interrupt_sweep_recipes.py``)."""
+
+    @functools.wraps(function)
+    def kept(*args: P.args, **kwargs: P.kwargs) -> T:
+        return with_torch_switches_kept(lambda: function(*args, **kwargs))
+
+    return kept
 
 
 def _buffers_restorer(model: nn.Module) -> Callable[[], None]:

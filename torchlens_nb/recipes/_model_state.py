@@ -13,13 +13,13 @@ sampling layer; tests/faults/test_corruption.py checks it).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal
 
-import torch
 from torch import nn
 
-from ..debug import preserved_rng_state
+from ..capture._installs import Undo
+from ..debug._isolation import rng_restorer
 
 
 @contextlib.contextmanager
@@ -35,28 +35,55 @@ def preserved(
     Side effects: for the block only, ``mode`` is applied and every existing ``.grad`` is cleared
     (so the block reads fresh gradients). Cost: one copy of each buffer and existing gradient,
     plus the RNG states.
+
+    A Ctrl-C at any instant leaves nothing changed: the restores are registered in an ``Undo``
+    before anything changes and run to completion in the ``finally`` (retried when an interrupt
+    lands inside one; ``capture._installs.undoing``'s loop, inlined because a call's entry is a
+    point where CPython runs the handler). The restore loop of the ``finally`` it replaces left
+    the model in eval mode when the interrupt landed on its first line
+    (``tests/faults/test_interrupt_sweep_recipes.py``, ``gradient_flow``).
     """
+    undo = Undo()
+    try:
+        undo.add(_model_restorer(model))
+        undo.add(rng_restorer())
+        for param in model.parameters():
+            param.grad = None
+        if mode == "eval":
+            model.eval()
+        elif mode == "train":
+            model.train()
+        yield model
+    finally:
+        while True:  # no signal check between here and the first call inside the try
+            try:
+                if undo.run():
+                    break
+            except BaseException as exc:  # one that arrived at run's first line
+                undo.error = undo.error or exc
+        if undo.error is not None:
+            raise undo.error
+
+
+def _model_restorer(model: nn.Module) -> Callable[[], None]:
+    """Save ``model``'s train/eval flags, buffers and parameter gradients now; the returned
+    action puts them back (the same ``.grad`` objects, holding their old bits) and may run any
+    number of times (an ``Undo`` action)."""
     flags = [(module, module.training) for module in model.modules()]
     buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
-    saved: list[tuple[torch.nn.Parameter, torch.Tensor | None, torch.Tensor | None]] = []
-    for param in model.parameters():
-        grad = param.grad
-        saved.append((param, grad, None if grad is None else grad.detach().clone()))
-        param.grad = None
-    try:
-        with preserved_rng_state():
-            if mode == "eval":
-                model.eval()
-            elif mode == "train":
-                model.train()
-            yield model
-    finally:
+    grads = [
+        (param, param.grad, None if param.grad is None else param.grad.detach().clone())
+        for param in model.parameters()
+    ]
+
+    def restore() -> None:
         for module, training in flags:
             module.training = training
-        with torch.no_grad():
-            for buffer, values in buffers:
-                buffer.copy_(values)
-            for param, grad, grad_values in saved:
-                if grad is not None and grad_values is not None:
-                    grad.copy_(grad_values)
-                param.grad = grad
+        for buffer, values in buffers:  # through detached aliases: no `with torch.no_grad()`,
+            buffer.detach().copy_(values)  # whose __enter__ an interrupt can leave grad off
+        for param, grad, kept in grads:
+            if grad is not None and kept is not None:
+                grad.detach().copy_(kept)
+            param.grad = grad
+
+    return restore

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..._validate import check_int
+from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError, InputFormError
 from ...report import Finding, Table
 from ...report._recipes_data import ConfidentError, ConfidentErrorsReport, recipe_status
@@ -59,6 +60,7 @@ def _labels(targets: Any, n: int) -> torch.Tensor:
     return labels
 
 
+@keeps_torch_switches
 def confident_errors(model: nn.Module, loader: Any, *, k: int = 10) -> ConfidentErrorsReport:
     """The ``k`` wrong predictions the model was most confident about, with their indices.
 

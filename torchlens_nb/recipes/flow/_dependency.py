@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..._validate import check_int, check_number
+from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError, InputFormError
 from ...report import Finding, Table
 from ...report._recipes_data import recipe_status, worst_finding
@@ -286,6 +287,7 @@ def _findings(
     return findings
 
 
+@keeps_torch_switches
 def batch_independence(
     model: nn.Module, x: Any, *, dim: int = 0, rtol: float = 0.0, seed: int = 0
 ) -> DependencyReport:
@@ -315,6 +317,7 @@ def batch_independence(
     return _check("batch_independence", model, x, dim, rtol, seed)
 
 
+@keeps_torch_switches
 def causal_dependency(
     model: nn.Module, x: Any, *, dim: int = 1, rtol: float = 0.0, seed: int = 0
 ) -> DependencyReport:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..._validate import check_int, is_number
+from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError, InputFormError
 from ...report import Finding, Table
 from ...report._recipes_data import RecipeStatus
@@ -152,6 +153,7 @@ def _run(stages: list[Stage], x: Any, y: Any) -> list[tuple[Any, Any] | BaseExce
     return outputs
 
 
+@keeps_torch_switches
 def leakage_poison(
     pipeline: Any, X: Any, y: Any, cutoff: int, *, sentinel: float = SENTINEL
 ) -> LeakageReport:

@@ -20,6 +20,7 @@ from torch import nn
 from ..._validate import MAX_PROBE_SIZE, is_int
 from ...capture import Trace, trace, validate_model
 from ...debug import preserved_rng_state
+from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError, ForwardError
 from ...report import Finding, Table, Where
 from ...report._recipes_data import recipe_status
@@ -162,6 +163,7 @@ def _broadcasts(recorded: Trace, sizes: Mapping[str, int]) -> list[BroadcastSite
     return sites
 
 
+@keeps_torch_switches
 def prime_dims(
     model: nn.Module,
     make_input: Callable[..., Any],

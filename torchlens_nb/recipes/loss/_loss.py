@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from ..._validate import MAX_REPEATS, check_int
 from ...capture import iter_tensors
+from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Unavailable
 from ...report._recipes_data import (
@@ -261,6 +262,7 @@ def _mismatch(
     return None
 
 
+@keeps_torch_switches
 def init_loss(
     model: nn.Module,
     batch: Any,
@@ -489,6 +491,7 @@ def _is_constant(inputs: Any) -> bool:
     return bool(tensors) and all(bool((t == t[:1]).all()) for t in tensors)
 
 
+@keeps_torch_switches
 def random_input_test(
     model: nn.Module,
     batch: Any,

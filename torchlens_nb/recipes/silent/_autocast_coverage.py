@@ -23,6 +23,9 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..._hooks import add_forward_hooks
+from ...capture._installs import Undo, undoing
+from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table, Where
 from ...report._recipes_data import recipe_status, worst_finding
@@ -71,6 +74,7 @@ class _Watch(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@keeps_torch_switches
 def autocast_coverage(
     model: nn.Module,
     inputs: Any,
@@ -108,19 +112,17 @@ def autocast_coverage(
     device_type = device_type or (device.type if device is not None else "cpu")
     inputs = to_device(first_batch(inputs, what="inputs"), device)
     stack = ["(root)"]
-    handles = []
-    for name, module in model.named_modules():
-        if name:
-            handles.append(module.register_forward_pre_hook(_enter(stack, name)))
-            handles.append(module.register_forward_hook(_leave(stack)))
     watch = _Watch(stack)
-    try:
+
+    def run(undo: Undo) -> None:
+        for name, module in model.named_modules():
+            if name:
+                add_forward_hooks(undo, module, pre=_enter(stack, name), post=_leave(stack))
         with preserved(model, mode="eval"), torch.no_grad():
             with torch.autocast(device_type, dtype=dtype), watch:
                 call_model(model, inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
+
+    undoing(run)
     escaped = sorted(watch.escaped.items())
     findings = [_finding(escaped, dtype)] if escaped else []
     dtype_name = str(dtype).removeprefix("torch.")

@@ -14,13 +14,17 @@ are reported the same way (on CUDA, atomics can differ in the last bits: a ``war
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..._hooks import add_forward_hooks
 from ..._validate import MAX_REPEATS, check_int
 from ...capture import iter_tensors
+from ...capture._installs import Undo, undoing
+from ...debug._isolation import keeps_torch_switches
 from ...report import Finding, Table, Where
 from ...report._recipes_data import recipe_status, worst_finding
 from ...report._recipes_silent import EvalDeterminismReport
@@ -31,6 +35,7 @@ SMALL_DIFF = 1e-5
 """Differences below this fraction of the output's largest magnitude read as kernel noise."""
 
 
+@keeps_torch_switches
 def eval_determinism(model: nn.Module, inputs: Any, *, passes: int = 2) -> EvalDeterminismReport:
     """Run ``model`` in eval mode ``passes`` times on ``inputs`` and compare the outputs bitwise.
 
@@ -60,17 +65,9 @@ def eval_determinism(model: nn.Module, inputs: Any, *, passes: int = 2) -> EvalD
     with preserved(model, mode="eval"), torch.no_grad():
         for _ in range(passes):
             seen: dict[str, tuple[float, float]] = {}
-            handles = [
-                module.register_forward_hook(_recorder(name, seen, order if not sums else None))
-                for name, module in model.named_modules()
-            ]
-            try:
-                outputs.append(
-                    [t.detach().clone() for t in iter_tensors(call_model(model, inputs))]
-                )
-            finally:
-                for handle in handles:
-                    handle.remove()
+            outputs.append(
+                undoing(partial(_pass, model, inputs, seen, order if not sums else None))
+            )
             sums.append(seen)
     diff, scale = _largest_difference(outputs)
     first = _origin(order, sums)
@@ -99,6 +96,20 @@ def eval_determinism(model: nn.Module, inputs: Any, *, passes: int = 2) -> EvalD
         max_abs_diff=diff,
         first_module=first,
     )
+
+
+def _pass(
+    model: nn.Module,
+    inputs: Any,
+    seen: dict[str, tuple[float, float]],
+    order: list[str] | None,
+    undo: Undo,
+) -> list[torch.Tensor]:
+    """One forward with every module's output recorded into ``seen`` (and its order into
+    ``order``), the hooks' removal registered in ``undo`` before each hook."""
+    for name, module in model.named_modules():
+        add_forward_hooks(undo, module, post=_recorder(name, seen, order))
+    return [t.detach().clone() for t in iter_tensors(call_model(model, inputs))]
 
 
 def _recorder(name: str, seen: dict[str, tuple[float, float]], order: list[str] | None) -> Any:

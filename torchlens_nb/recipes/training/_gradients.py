@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..._hooks import add_forward_hooks
 from ...capture import iter_tensors, trace
+from ...capture._installs import Undo, undoing, without_grad
 from ...debug import grad_health, preserved_rng_state
+from ...debug._isolation import keeps_torch_switches
 from ...options import CaptureOptions
 from ...report import Exit, Finding, Table, Where
 from ...report._base import Severity
@@ -69,20 +73,16 @@ def _biases_into_norms(model: nn.Module, inputs: Any) -> frozenset[str]:
         ):
             produced[id(output)] = f"{name}.bias" if name else "bias"
 
-    handles = [
-        module.register_forward_hook(lambda m, a, o, name=name: record(name, m, a, o))
-        for name, module in model.named_modules()
-    ]
-    try:
-        with torch.no_grad():
-            model.eval()
-            outputs = call_model(model, inputs)  # kept alive: ids stay unique until read
-            names = frozenset(name for key, name in produced.items() if key in fed)
-            del outputs
-    finally:
-        for handle in handles:
-            handle.remove()
-    return names
+    def run(undo: Undo) -> frozenset[str]:
+        for name, module in model.named_modules():
+            add_forward_hooks(undo, module, post=partial(record, name))
+        model.eval()
+        outputs = without_grad(call_model, model, inputs)  # kept alive: ids stay unique
+        names = frozenset(name for key, name in produced.items() if key in fed)
+        del outputs
+        return names
+
+    return undoing(run)
 
 
 BY_CONSTRUCTION_RATIO = 1e-5
@@ -113,16 +113,17 @@ def _unused_outputs(model: nn.Module, inputs: Any, targets: Any, loss_fn: Any) -
             t for t in iter_tensors(output) if t.is_floating_point()
         )
 
-    handles = []
-    for name, module in model.named_modules():
-        handles.append(module.register_forward_hook(lambda m, a, o, name=name: post(name, o)))
-        handles.append(module.register_forward_pre_hook(lambda m, a, name=name: pre(name, a)))
-    try:
-        raw = call_model(model, inputs)
-        loss = loss_fn(loss_input(raw), targets)
-    finally:
-        for handle in handles:
-            handle.remove()
+    def run(undo: Undo) -> Any:
+        for name, module in model.named_modules():
+            add_forward_hooks(
+                undo,
+                module,
+                pre=lambda m, a, name=name: pre(name, a),
+                post=lambda m, a, o, name=name: post(name, o),
+            )
+        return loss_fn(loss_input(call_model(model, inputs)), targets)
+
+    loss = undoing(run)
     reached: set[Any] = set()
     stack: list[Any] = [loss.grad_fn] if isinstance(loss, torch.Tensor) and loss.grad_fn else []
     while stack:
@@ -214,6 +215,7 @@ def _param_grad(name: str, param: nn.Parameter, vanishing: float, exploding: flo
     )
 
 
+@keeps_torch_switches
 def gradient_flow(
     model: nn.Module,
     batch: Any,

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..._validate import MAX_REPEATS, check_int, check_number
 from ...debug import preserved_rng_state
+from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Unavailable
 from ...report._recipes_data import recipe_status
@@ -68,6 +69,7 @@ class _Throttle:
             sink(report)
 
 
+@keeps_torch_switches
 def overfit_one_batch(
     model: nn.Module,
     batch: Any,

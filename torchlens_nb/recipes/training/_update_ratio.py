@@ -23,6 +23,7 @@ from torch import nn
 
 from ..._validate import MAX_REPEATS, check_int, check_number
 from ...debug import ChecksSession, preserved_rng_state
+from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError, ModelTypeError
 from ...report import Exit, Finding, Report, Table, Unavailable
 from ...report._recipes_data import recipe_status, worst_finding
@@ -114,6 +115,7 @@ def _train_copy(
     return session.report(), names, nonfinite
 
 
+@keeps_torch_switches
 def update_ratio(
     model_or_report: Any,
     batch: Any = None,
