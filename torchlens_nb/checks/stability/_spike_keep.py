@@ -1,0 +1,317 @@
+"""What spike forensics keeps: one step's batch and weights, and the step's before them.
+
+The stability check owns a :class:`SpikeKeeper`. A forward pre-hook on the root module (one
+Python call per forward, about 1 us) holds a reference to the inputs of every forward that runs
+with grad enabled, until the next step site: no copy, so the loop's current and previous batch
+stay alive one step longer than the loop holds them.
+
+At the step site (S-B: after the backward, before the optimizer writes, so the parameters are
+still the ones the forward used) the keeper takes a :class:`KeptStep` when that attempt's loss
+spiked (``keep="spikes"``, the default) or on every attempt (``keep="every_step"``): a host
+copy of every parameter and buffer, of the step's batch and the previous one, and the norms of
+the update the optimizer is about to take and of the one it took before, read from its state
+(``_adam.py``'s formula; Adam/AdamW and SGD with momentum). The first spike of an episode is
+kept: a later one replaces it only :data:`EPISODE_GAP` attempts after the last spike.
+
+The weights of the step *before* a spike are only there if the keeper was armed at that step:
+armed while the stability check sees a precursor (the loss EMA rising, a block's gradient norm
+surging) or always under ``keep="every_step"``, it keeps a host copy of the weights at every
+step site, replacing the last one. That copy costs one host copy of the model per step while
+armed and the model's bytes of host memory (the 2-block GPT of ``tests/stability``: 0.44 MB;
+``benchmarks/bench_stability.py`` measures the cost per step). Unarmed, nothing is copied, and
+a spike is explained with the previous batch run on the spike's own weights (said in the report).
+
+Not seen: a spike whose loss the engine reads after the step site (an accelerator run whose
+losses are queued, ``_engine.LOSS_READ_EVERY``): the weights have moved by then, so that spike
+is recorded as missed (:attr:`SpikeKeeper.missed`) rather than explained with the wrong
+weights; a loop that refills one input tensor in place (the previous batch is then the current
+one: detected by the tensor's identity and version, and said).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ..._hooks import remove_hook
+from ..._interrupts import shielded
+from ._adam import ADAM_KEYS, _update
+from ._probe import ForwardProbe
+
+Keep = Literal["spikes", "every_step"]
+
+EPISODE_GAP = 20
+"""Attempts without a spike after which a new spike replaces the kept one."""
+MAX_FORWARDS = 64
+"""Forwards per step whose inputs are held (gradient accumulation's micro-batches); later ones
+of the same step are not kept, and the kept step says so."""
+
+Forward = tuple[tuple[Any, ...], dict[str, Any]]
+"""One forward's positional and keyword inputs."""
+
+
+@dataclass
+class KeptStep:
+    """One step's evidence, on the host."""
+
+    attempt: int
+    trigger: Literal["spike", "every_step"]
+    loss: float | None
+    loss_median: float | None
+    forwards: list[Forward]
+    """This step's forward inputs (host copies)."""
+    previous: list[Forward] | None
+    """The previous step's forward inputs (host copies), None when not available."""
+    previous_missing: str | None
+    """Why ``previous`` is None."""
+    weights: dict[str, torch.Tensor]
+    """Every parameter and buffer of the model by name, as the forward saw them (host copies)."""
+    previous_weights: dict[str, torch.Tensor] | None
+    """The same at the previous step's site (kept while armed), None when not kept."""
+    device: torch.device
+    """Where the model's parameters live (the re-run forward runs there)."""
+    updates: dict[str, tuple[float, float | None, float]] = field(default_factory=dict)
+    """Parameter name -> (``||upcoming update||``, ``||previous update||`` or None, ``||w||``)."""
+    updates_missing: str | None = None
+    """Why ``updates`` is empty (an optimizer whose update is not modelled)."""
+    forwards_dropped: int = 0
+    """Forwards of this step beyond :data:`MAX_FORWARDS`, not kept."""
+
+    @property
+    def kept_bytes(self) -> int:
+        tensors = list(self.weights.values()) + list((self.previous_weights or {}).values())
+        for batch in (self.forwards, self.previous or []):
+            for args, kwargs in batch:
+                leaves, _ = tree_flatten((args, kwargs))
+                tensors.extend(t for t in leaves if isinstance(t, torch.Tensor))
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class SpikeKeeper:
+    """Holds the inputs of the step running now and of the one before; keeps a step on demand."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        probe: ForwardProbe | None,
+        keep: Keep,
+    ) -> None:
+        self._model = weakref.ref(model)
+        self._optimizer = weakref.ref(optimizer)
+        self.probe = probe
+        self.keep = keep
+        self._current: list[tuple[Forward, list[tuple[torch.Tensor, int]]]] = []
+        self._previous: list[tuple[Forward, list[tuple[torch.Tensor, int]]]] = []
+        self._dropped = 0
+        self._spike: tuple[int, float, float] | None = None
+        self._last_spike = -EPISODE_GAP - 1
+        self._last: tuple[int, dict[str, torch.Tensor]] | None = None
+        """(attempt, host weights) of the last step site while armed."""
+        self.kept: KeptStep | None = None
+        """The last kept step (only one is held)."""
+        self.missed: list[int] = []
+        """Attempts whose spike was read after their step site (not kept)."""
+        self.is_explaining = False
+        """True while the analysis re-runs the forward (its inputs are not the loop's)."""
+        self._on_forward_hook = self._on_forward
+
+    def install(self, stack: contextlib.ExitStack) -> None:
+        model = self._model()
+        if model is None:
+            return
+        stack.callback(self._forget)
+        stack.callback(
+            remove_hook,
+            model._forward_pre_hooks,
+            self._on_forward_hook,
+            model._forward_pre_hooks_with_kwargs,
+        )
+        model.register_forward_pre_hook(self._on_forward_hook, with_kwargs=True)
+
+    def _forget(self) -> None:
+        self._current, self._previous = [], []
+
+    @shielded()
+    def _on_forward(
+        self, _module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        if self.is_explaining or not torch.is_grad_enabled():
+            return
+        if len(self._current) >= MAX_FORWARDS:
+            self._dropped += 1
+            return
+        leaves, _ = tree_flatten((args, kwargs))
+        versions = [(t, t._version) for t in leaves if isinstance(t, torch.Tensor)]
+        self._current.append(((tuple(args), dict(kwargs)), versions))
+
+    def mark_spike(self, attempt: int, loss: float, median: float) -> None:
+        """The stability check saw ``attempt``'s loss spike (called from its ``on_loss``)."""
+        self._spike = (attempt, loss, median)
+
+    def on_step_site(self, attempt: int, loss: float | None, *, is_armed: bool) -> None:
+        """S-B of ``attempt``: keep it if due, copy its weights while armed, then make its
+        inputs the previous step's."""
+        spike, self._spike = self._spike, None
+        if spike is not None and spike[0] != attempt:
+            self.missed.append(spike[0])
+            spike = None
+        taken = None
+        if spike is not None:
+            if self.kept is None or attempt - self._last_spike > EPISODE_GAP:
+                taken = self.kept = self._take(attempt, "spike", spike[1], spike[2])
+            self._last_spike = attempt
+        elif self.keep == "every_step":
+            taken = self.kept = self._take(attempt, "every_step", loss, None)
+        if is_armed or self.keep == "every_step":
+            weights = taken.weights if taken is not None else self._host_weights()
+            self._last = (attempt, weights) if weights is not None else None
+        else:
+            self._last = None
+        self._previous, self._current, self._dropped = self._current, [], 0
+
+    def _host_weights(self) -> dict[str, torch.Tensor] | None:
+        model = self._model()
+        if model is None:
+            return None
+        with torch.no_grad():
+            weights = {n: _host(t) for n, t in model.named_parameters()}
+            weights.update({n: _host(t) for n, t in model.named_buffers()})
+        return weights
+
+    def _take(
+        self, attempt: int, trigger: Literal["spike", "every_step"], loss: Any, median: Any
+    ) -> KeptStep | None:
+        model = self._model()
+        if model is None:
+            return None
+        params = dict(model.named_parameters())
+        device = next(iter(params.values())).device if params else torch.device("cpu")
+        weights = self._host_weights() or {}
+        last = self._last
+        previous, missing = self._previous_inputs()
+        kept = KeptStep(
+            attempt,
+            trigger,
+            loss,
+            median,
+            [_host_inputs(f) for f, _ in self._current],
+            previous,
+            missing,
+            weights,
+            last[1] if last is not None and last[0] == attempt - 1 else None,
+            device,
+            forwards_dropped=self._dropped,
+        )
+        optimizer = self._optimizer()
+        if optimizer is not None:
+            kept.updates, kept.updates_missing = _update_norms(optimizer, params)
+        return kept
+
+    def _previous_inputs(self) -> tuple[list[Forward] | None, str | None]:
+        if not self._previous:
+            return None, "no forward ran with grad at the previous step (the first step kept)"
+        now = {id(t) for _, versions in self._current for t, _ in versions}
+        for _, versions in self._previous:
+            for tensor, version in versions:
+                if id(tensor) in now or tensor._version != version:
+                    return None, (
+                        "the loop refilled the previous step's input tensor in place, so that "
+                        "batch is gone; yield a new tensor per batch to compare against it"
+                    )
+        return [_host_inputs(f) for f, _ in self._previous], None
+
+    @contextlib.contextmanager
+    def explaining(self) -> Iterator[None]:
+        """While the analysis re-runs forwards: the probe and this keeper see none of them."""
+        probe = self.probe
+        was_due = probe.is_due if probe is not None else False
+        self.is_explaining = True
+        if probe is not None:
+            probe.is_due = False
+        try:
+            yield
+        finally:
+            self.is_explaining = False
+            if probe is not None:
+                probe.is_due = was_due
+
+
+def _host(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to("cpu", copy=True)
+
+
+def _host_inputs(forward: Forward) -> Forward:
+    def copy(value: Any) -> Any:
+        return _host(value) if isinstance(value, torch.Tensor) else value
+
+    args, kwargs = forward
+    return tree_map(copy, args), tree_map(copy, kwargs)
+
+
+def _update_norms(
+    optimizer: torch.optim.Optimizer, params: dict[str, torch.Tensor]
+) -> tuple[dict[str, tuple[float, float | None, float]], str | None]:
+    """Per named parameter with a gradient: the norms of the update the optimizer is about to
+    take, of the one it took at the previous step (None before its first), and of the weight,
+    in one host read."""
+    groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    names: list[str] = []
+    values: list[torch.Tensor] = []
+    has_previous: list[bool] = []
+    with torch.no_grad():
+        for name, param in params.items():
+            group = groups.get(id(param))
+            if group is None or param.grad is None or param.grad.is_sparse:
+                continue
+            upcoming = _update(optimizer, group, param, param.grad, 1)
+            if upcoming is None:
+                return {}, (
+                    f"{type(optimizer).__name__}'s update is not modelled (Adam-like and SGD "
+                    "are): the update column is left out"
+                )
+            before = _previous_update(optimizer, group, param)
+            has_previous.append(before is not None)
+            norms = [upcoming, param.detach().float()] + ([before] if before is not None else [])
+            values.extend(torch.linalg.vector_norm(t).reshape(1) for t in norms)
+            names.append(name)
+    read = torch.cat([v.cpu() for v in values]).tolist() if values else []
+    out: dict[str, tuple[float, float | None, float]] = {}
+    cursor = 0
+    for name, has in zip(names, has_previous):
+        upcoming_norm, weight_norm = read[cursor], read[cursor + 1]
+        before_norm = read[cursor + 2] if has else None
+        cursor += 3 if has else 2
+        out[name] = (upcoming_norm, before_norm, weight_norm)
+    return out, None
+
+
+def _previous_update(
+    optimizer: torch.optim.Optimizer, group: dict[str, Any], param: torch.Tensor
+) -> torch.Tensor | None:
+    """The update the optimizer applied at its last step, recomputed from its state now: Adam's
+    ``lr * m_hat / (sqrt(v_hat) + eps)`` at the state's step count (the state holds the moments
+    after that step), SGD's ``lr * momentum_buffer``. None before the first step or for plain
+    SGD (its last gradient is gone). The lr is the group's now (a schedule that changed it since
+    makes this the update at today's lr)."""
+    state = optimizer.state.get(param, {})
+    lr = float(group["lr"])
+    if group.get("betas") is not None and all(k in state for k in ADAM_KEYS):
+        step = float(state.get("step", 0))
+        if step < 1:
+            return None
+        b1, b2 = (float(b) for b in group["betas"])
+        m = state["exp_avg"].detach().float() / (1 - b1**step)
+        v = state["exp_avg_sq"].detach().float() / (1 - b2**step)
+        return m / (v.sqrt() + float(group["eps"])) * lr
+    buffer = state.get("momentum_buffer")
+    if buffer is not None and math.isfinite(lr):
+        return buffer.detach().float() * lr
+    return None
