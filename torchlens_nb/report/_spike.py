@@ -27,8 +27,13 @@ if TYPE_CHECKING:
     import plotly.graph_objects
 
 JUMP = 2.0
-"""A layer's value this many times its value on the previous step counts as a jump. Between two
-healthy steps of the reproductions (``tests/stability``) every layer stays within 1.3x."""
+"""A layer's value this many times its value on the previous step counts as a jump. Measured
+between consecutive healthy steps of the 2-block GPT of ``tests/stability`` (AdamW at lr 1e-3
+and 3e-3, steps 10-145 every 5): the largest layer's activation RMS ratio stays within 1.16x,
+the update ratio within 1.33x; the gradient norm ratio has a median of 1.24x and reached 1.75x
+at lr 1e-3, but 6.6x once (a LayerNorm gain at step 15 of the lr 3e-3 run, while the loss fell
+fast): a gradient jump alone can be batch noise, so a step kept on request reports its jumps
+as info; the LR-growth spike (``cases.LR_GROWTH``, attempt 193) jumped 5.9x."""
 CARRY = 2.0
 """A sample whose loss is this many times the batch median carries the loss."""
 

@@ -25,7 +25,7 @@ Not seen: a spike whose loss the engine reads after the step site (an accelerato
 losses are queued, ``_engine.LOSS_READ_EVERY``): the weights have moved by then, so that spike
 is recorded as missed (:attr:`SpikeKeeper.missed`) rather than explained with the wrong
 weights; a loop that refills one input tensor in place (the previous batch is then the current
-one: detected by the tensor's identity and version, and said).
+one: detected by the tensor's version counter, and said).
 """
 
 from __future__ import annotations
@@ -218,10 +218,9 @@ class SpikeKeeper:
     def _previous_inputs(self) -> tuple[list[Forward] | None, str | None]:
         if not self._previous:
             return None, "no forward ran with grad at the previous step (the first step kept)"
-        now = {id(t) for _, versions in self._current for t, _ in versions}
         for _, versions in self._previous:
             for tensor, version in versions:
-                if id(tensor) in now or tensor._version != version:
+                if tensor._version != version:
                     return None, (
                         "the loop refilled the previous step's input tensor in place, so that "
                         "batch is gone; yield a new tensor per batch to compare against it"
