@@ -76,9 +76,12 @@ class SpikeReport(Report):
         {"jumped": "findings", "nothing_jumped": "ok", "partly_seen": "info", "not_kept": "info"}
     )
     status: SpikeStatus
+    """``jumped``, ``nothing_jumped``, ``partly_seen`` or ``not_kept`` (see the class docstring)."""
     attempt: int | None = None
     """The session attempt the kept step was (the stability check's ``first_attempt``)."""
     trigger: Trigger | None = None
+    """Why the step was kept: ``spike`` (a loss spike the stability check detected) or
+    ``every_step`` (``register_stability_check(keep="every_step")``)."""
     loss: float | None = None
     """The step's loss as the session read it."""
     loss_median: float | None = None
@@ -93,7 +96,9 @@ class SpikeReport(Report):
     kept_bytes: int = 0
     """Bytes the session held for this step on the host: the weights, this batch and the previous one."""
     jump: float = JUMP
+    """The ratio to the previous step from which a layer's value counts as a jump (:data:`JUMP`)."""
     carry: float = CARRY
+    """The multiple of the batch median from which a sample carries the loss (:data:`CARRY`)."""
 
     def figure(self) -> plotly.graph_objects.Figure:
         """The jumps per layer (activations, gradients, update; log axis, the :data:`JUMP` line
