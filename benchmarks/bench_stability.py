@@ -115,6 +115,29 @@ def cost(rounds: int) -> list[dict[str, object]]:
     return rows
 
 
+def keep_cost(rounds: int) -> list[dict[str, object]]:
+    """Spike forensics' keeping (``checks/stability/_spike_keep.py``): the default session
+    (``keep="spikes"``: nothing copied on a healthy run) against ``keep="every_step"`` (a host
+    copy of the weights and both batches, and the optimizer's update norms, at every step
+    site), interleaved on the same 60-step GPT run."""
+    setup = CASES[0].twin.twin("cost", steps=60)
+
+    def session(keep: str):
+        def attach(model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+            s = tl.debug.ChecksSession(model, optimizer, scaler=None)
+            s.register_stability_check(keep=keep)  # type: ignore[arg-type]
+            return s
+
+        return lambda: gpt.train(setup, attach)
+
+    timings = interleaved(
+        [("keep spikes", session("spikes")), ("keep every_step", session("every_step"))],
+        rounds=rounds,
+        warmup=1,
+    )
+    return ratio_rows(timings, "keep spikes", case="gpt 2-block, 60 steps")
+
+
 def gpt2_cost(rounds: int, steps: int = 16) -> list[dict[str, object]]:
     """GPT-2 small (``GPT2Config()``, eager attention), 1x128 tokens, AdamW(lr=1e-4), one model:
     bare, and the quick-start checks (change, non-finite, update ratio) with ``stability=False``
@@ -192,11 +215,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--gpt2", type=int, default=0, help="rounds of the GPT-2 small case")
+    parser.add_argument("--keep", action="store_true", help="only spike forensics' keeping cost")
     args = parser.parse_args()
     torch.set_num_threads(1)
     with contextlib.suppress(KeyboardInterrupt):
         if args.gpt2:
             _print(gpt2_cost(args.gpt2))
+            return
+        if args.keep:
+            _print(keep_cost(args.rounds))
             return
         _print(outcomes())
         print()

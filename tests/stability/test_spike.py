@@ -154,9 +154,12 @@ def test_a_healthy_step_shows_nothing_jumped_and_leaves_everything_as_found() ->
         for m in model.modules()
     ]
     assert after == hooks
-    # 2 x (the model's 111,360 float32 parameters + buffers) + 2 batches of 16 x 32 int64
-    params = sum(p.numel() for p in model.parameters())
-    assert report.kept_bytes == 2 * 4 * params + 2 * gpt.BATCH * gpt.SEQ * 8
+    # the weights twice (this step's and the previous one's), the gradients, Adam's exp_avg and
+    # exp_avg_sq: 5 x 4 bytes per parameter; a 4-byte step count per tensor; two batches of
+    # 16 x 32 int64 tokens
+    params = list(model.parameters())
+    numel = sum(p.numel() for p in params)
+    assert report.kept_bytes == 5 * 4 * numel + 4 * len(params) + 2 * gpt.BATCH * gpt.SEQ * 8
 
 
 def test_the_report_is_strict_json_with_a_bounded_card() -> None:

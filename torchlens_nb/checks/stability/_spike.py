@@ -39,7 +39,7 @@ from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding, Table, Unavailable, Where
 from ...report._actions import live_action
 from ...report._spike import CARRY, JUMP, LAYER_COLUMNS, SAMPLE_COLUMNS, SpikeReport
-from ._spike_keep import Forward, KeptStep, SpikeKeeper
+from ._spike_keep import Forward, KeptStep, SpikeKeeper, update_norms
 
 LossFn = Callable[..., torch.Tensor]
 """``loss_fn(output, *inputs, **kw_inputs)`` -> one loss per sample (first dimension)."""
@@ -248,13 +248,15 @@ def _ratio(now: float | None, before: float | None) -> float | None:
     return now / before
 
 
-def _update_ratios(kept: KeptStep) -> dict[str, tuple[float | None, float | None]]:
+def _update_ratios(
+    kept: KeptStep, norms: dict[str, tuple[float, float | None, float]]
+) -> dict[str, tuple[float | None, float | None]]:
     """Per module: (upcoming update / weight, previous update / weight). The previous update is
     ``w - w_before`` when the previous step's weights were kept (exact, weight decay included),
     else the one recomputed from the optimizer's state."""
     squares: dict[str, list[float]] = {}
     before_weights = kept.previous_weights
-    for name, (upcoming, before, weight) in kept.updates.items():
+    for name, (upcoming, before, weight) in norms.items():
         if before_weights is not None and name in before_weights:
             before = float(
                 torch.linalg.vector_norm((kept.weights[name] - before_weights[name]).float())
@@ -273,8 +275,13 @@ def _update_ratios(kept: KeptStep) -> dict[str, tuple[float | None, float | None
     }
 
 
-def _layer_rows(kept: KeptStep, now: _Run, before: _Run | None) -> list[dict[str, Any]]:
-    updates = _update_ratios(kept)
+def _layer_rows(
+    kept: KeptStep,
+    norms: dict[str, tuple[float, float | None, float]],
+    now: _Run,
+    before: _Run | None,
+) -> list[dict[str, Any]]:
+    updates = _update_ratios(kept, norms)
     names = list(dict.fromkeys([*now.rms, *now.grad, *updates]))
     rows = []
     for name in names:
@@ -379,15 +386,20 @@ def _findings(
     return found
 
 
-def _unavailable(kept: KeptStep, now: _Run) -> list[Unavailable]:
+def _unavailable(
+    kept: KeptStep,
+    norms: dict[str, tuple[float, float | None, float]],
+    missing: str | None,
+    now: _Run,
+) -> list[Unavailable]:
     out = []
     if kept.previous is None:
         out.append(Unavailable("previous_batch", kept.previous_missing or "", "no_previous"))
     if now.loss_missing is not None:
         out.append(Unavailable("samples", now.loss_missing, "no_loss"))
-    if kept.updates_missing is not None:
-        out.append(Unavailable("update", kept.updates_missing, "not_modelled"))
-    elif kept.updates and all(before is None for _, before, _ in kept.updates.values()):
+    if missing is not None:
+        out.append(Unavailable("update", missing, "not_modelled"))
+    elif norms and kept.previous_weights is None and all(b is None for _, b, _ in norms.values()):
         out.append(
             Unavailable("update", "the optimizer has taken no step yet", "no_previous_update")
         )
@@ -395,10 +407,11 @@ def _unavailable(kept: KeptStep, now: _Run) -> list[Unavailable]:
 
 
 def _report(kept: KeptStep, now: _Run, before: _Run | None) -> SpikeReport:
-    layers = _layer_rows(kept, now, before)
+    norms, missing = update_norms(kept)
+    layers = _layer_rows(kept, norms, now, before)
     samples = _sample_rows(now)
     findings = _findings(kept, layers, samples, before)
-    unavailable = _unavailable(kept, now)
+    unavailable = _unavailable(kept, norms, missing, now)
     jumped_any = any(f.code != "loss_across_batch" for f in findings)
     status = "jumped" if jumped_any else "partly_seen" if unavailable else "nothing_jumped"
     spiked = (
@@ -430,8 +443,9 @@ def _report(kept: KeptStep, now: _Run, before: _Run | None) -> SpikeReport:
             "weights. The update column compares the update the optimizer was about to take "
             "with its previous one, both from its state (weight decay left out)."
         ),
-        f"The session held {kept.kept_bytes:,} bytes on the host for this step (the weights "
-        "and two batches); only the last kept step is held.",
+        f"The session held {kept.kept_bytes:,} bytes on the host for this step (the weights, "
+        "the previous step's when armed, the gradients, the optimizer's state and two "
+        "batches); only the last kept step is held.",
         "The re-runs fork the RNG: dropout draws differ from the step's, the loop's stream is "
         "untouched.",
     ]
