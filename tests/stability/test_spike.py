@@ -225,19 +225,19 @@ def test_a_loss_the_session_cannot_derive_is_unavailable_until_loss_fn_gives_it(
 def test_a_batch_refilled_in_place_is_not_taken_for_the_previous_one() -> None:
     torch.manual_seed(0)
     model = Classifier()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     session = tl.debug.ChecksSession(model, optimizer, scaler=None)
-    session.register_stability_check(keep="every_step")
     x, y = torch.empty(6, 8), torch.tensor([0, 1, 2, 0, 1, 2])
     with session:
-        for _ in range(2):
-            x.copy_(torch.randn(6, 8))  # one buffer, refilled: the previous batch is gone
+        for step in range(30):
+            x.copy_(torch.randn(6, 8) * (30.0 if step == 29 else 1.0))  # one buffer, refilled
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
             optimizer.step()
     report = session.spike_forensics()
+    assert (report.attempt, report.trigger) == (29, "spike")  # the 30x batch spiked the loss
     gone = next(u for u in report.unavailable if u.code == "no_previous")
-    assert "refilled" in gone.reason
+    assert "refilled the input tensor in place" in gone.reason
     assert all(r["activation_rms_before"] is None for r in report.table("layers").dicts())
 
 

@@ -393,6 +393,8 @@ def _unavailable(
     now: _Run,
 ) -> list[Unavailable]:
     out = []
+    if kept.forwards_missing is not None:
+        out.append(Unavailable("batch", kept.forwards_missing, "no_batch"))
     if kept.previous is None:
         out.append(Unavailable("previous_batch", kept.previous_missing or "", "no_previous"))
     if now.loss_missing is not None:

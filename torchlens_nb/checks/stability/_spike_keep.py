@@ -1,14 +1,18 @@
 """What spike forensics keeps: one step's batch and weights, and the step's before them.
 
 The stability check owns a :class:`SpikeKeeper`. A forward pre-hook on the root module (one
-Python call per forward, about 1 us) holds a reference to the inputs of every forward that runs
-with grad enabled, until the next step site: no copy, so the loop's current and previous batch
-stay alive one step longer than the loop holds them.
+Python call per forward, about 1 us) holds each tensor input of every forward that runs with
+grad enabled until the step's site (an input made for the call, ``model(x[:, :-1])`` or
+``model(x.to(device))``, lives through the backward instead of being freed after the forward),
+then only by weak reference: the session keeps no batch alive past its attempt
+(``tests/checks/test_replay.py``), so a previous batch the loop has released is gone unless it
+was copied while armed, and the kept step says so.
 
 At the step site (S-B: after the backward, before the optimizer writes, so the parameters are
 still the ones the forward used) the keeper takes a :class:`KeptStep` when that attempt's loss
 spiked (``keep="spikes"``, the default) or on every attempt (``keep="every_step"``): a host
-copy of every parameter and buffer, of the step's batch and the previous one, and of what the
+copy of every parameter and buffer, of the step's batch and the previous one (when still
+alive, or copied at the previous step site while armed), and of what the
 optimizer's next update reads (each gradient, its state, its group's hyperparameters), from
 which the update it is about to take and the one it took before are computed when asked
 (``_adam.py``'s formula; Adam/AdamW and SGD with momentum). The first spike of an episode is
@@ -16,8 +20,8 @@ kept: a later one replaces it only :data:`EPISODE_GAP` attempts after the last s
 
 The weights of the step *before* a spike are only there if the keeper was armed at that step:
 armed while the stability check sees a precursor (the loss EMA rising, a block's gradient norm
-surging) or always under ``keep="every_step"``, it keeps a host copy of the weights at every
-step site, replacing the last one. That copy costs one host copy of the model per step while
+surging) or always under ``keep="every_step"``, it keeps a host copy of the weights and of the
+batch at every step site, replacing the last one. That copy costs one host copy of the model per step while
 armed and the model's bytes of host memory (the 2-block GPT of ``tests/stability``: 0.44 MB;
 ``benchmarks/bench_stability.py`` measures the cost per step). Unarmed, nothing is copied, and
 a spike is explained with the previous batch run on the spike's own weights (said in the report).
@@ -26,7 +30,8 @@ Not seen: a spike whose loss the engine reads after the step site (an accelerato
 losses are queued, ``_engine.LOSS_READ_EVERY``): the weights have moved by then, so that spike
 is recorded as missed (:attr:`SpikeKeeper.missed`) rather than explained with the wrong
 weights; a loop that refills one input tensor in place (the previous batch is then the current
-one: detected by the tensor's version counter, and said).
+one: detected by the tensor's version counter, and said); inputs other than tensors and plain
+values (an object the pytree does not open).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..._hooks import remove_hook
 from ..._interrupts import shielded
@@ -67,7 +72,8 @@ class KeptStep:
     loss: float | None
     loss_median: float | None
     forwards: list[Forward]
-    """This step's forward inputs (host copies)."""
+    """This step's forward inputs (host copies); empty when ``forwards_missing`` says why."""
+    forwards_missing: str | None
     previous: list[Forward] | None
     """The previous step's forward inputs (host copies), None when not available."""
     previous_missing: str | None
@@ -116,8 +122,10 @@ class SpikeKeeper:
         self._optimizer = weakref.ref(optimizer)
         self.probe = probe
         self.keep = keep
-        self._current: list[tuple[Forward, list[tuple[torch.Tensor, int]]]] = []
-        self._previous: list[tuple[Forward, list[tuple[torch.Tensor, int]]]] = []
+        self._current: list[_Seen] = []
+        self._previous: list[_Seen] = []
+        self._previous_host: tuple[int, list[Forward]] | None = None
+        """(attempt, host copies) of the previous step's inputs, taken while armed."""
         self._dropped = 0
         self._spike: tuple[int, float, float] | None = None
         self._last_spike = -EPISODE_GAP - 1
@@ -145,7 +153,7 @@ class SpikeKeeper:
         model.register_forward_pre_hook(self._on_forward_hook, with_kwargs=True)
 
     def _forget(self) -> None:
-        self._current, self._previous = [], []
+        self._current, self._previous, self._previous_host = [], [], None
 
     @shielded()
     def _on_forward(
@@ -156,9 +164,7 @@ class SpikeKeeper:
         if len(self._current) >= MAX_FORWARDS:
             self._dropped += 1
             return
-        leaves, _ = tree_flatten((args, kwargs))
-        versions = [(t, t._version) for t in leaves if isinstance(t, torch.Tensor)]
-        self._current.append(((tuple(args), dict(kwargs)), versions))
+        self._current.append(_Seen(args, kwargs))
 
     def mark_spike(self, attempt: int, loss: float, median: float) -> None:
         """The stability check saw ``attempt``'s loss spike (called from its ``on_loss``)."""
@@ -181,8 +187,12 @@ class SpikeKeeper:
         if is_armed or self.keep == "every_step":
             weights = taken.weights if taken is not None else self._host_weights()
             self._last = (attempt, weights) if weights is not None else None
+            inputs = (taken.forwards, None) if taken is not None else _copy(self._current)
+            self._previous_host = (attempt, inputs[0]) if inputs[1] is None else None
         else:
-            self._last = None
+            self._last = self._previous_host = None
+        for seen in self._current:
+            seen.weaken()
         self._previous, self._current, self._dropped = self._current, [], 0
 
     def _host_weights(self) -> dict[str, torch.Tensor] | None:
@@ -204,13 +214,17 @@ class SpikeKeeper:
         device = next(iter(params.values())).device if params else torch.device("cpu")
         weights = self._host_weights() or {}
         last = self._last
-        previous, missing = self._previous_inputs()
+        previous, missing = self._previous_inputs(attempt)
+        forwards, forwards_missing = _copy(self._current)
+        if not self._current:
+            forwards_missing = "no forward ran with grad in this step"
         kept = KeptStep(
             attempt,
             trigger,
             loss,
             median,
-            [_host_inputs(f) for f, _ in self._current],
+            forwards,
+            forwards_missing,
             previous,
             missing,
             weights,
@@ -223,17 +237,16 @@ class SpikeKeeper:
             _keep_optimizer(kept, optimizer, params)
         return kept
 
-    def _previous_inputs(self) -> tuple[list[Forward] | None, str | None]:
+    def _previous_inputs(self, attempt: int) -> tuple[list[Forward] | None, str | None]:
+        held = self._previous_host
+        if held is not None and held[0] == attempt - 1:
+            return held[1], None
         if not self._previous:
-            return None, "no forward ran with grad at the previous step (the first step kept)"
-        for _, versions in self._previous:
-            for tensor, version in versions:
-                if tensor._version != version:
-                    return None, (
-                        "the loop refilled the previous step's input tensor in place, so that "
-                        "batch is gone; yield a new tensor per batch to compare against it"
-                    )
-        return [_host_inputs(f) for f, _ in self._previous], None
+            return None, "no forward ran with grad at the previous step (or it is the first)"
+        forwards, missing = _copy(self._previous)
+        if missing is not None:
+            return None, f"the previous step's batch is gone: {missing}"
+        return forwards, None
 
     @contextlib.contextmanager
     def explaining(self) -> Iterator[None]:
@@ -255,12 +268,57 @@ def _host(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().to("cpu", copy=True)
 
 
-def _host_inputs(forward: Forward) -> Forward:
-    def copy(value: Any) -> Any:
-        return _host(value) if isinstance(value, torch.Tensor) else value
+class _Seen:
+    """One forward's inputs: each tensor with its version counter (held until the step site,
+    then by weak reference: :meth:`weaken`), plain values (None, numbers, strings) as they are,
+    anything else by its type name only."""
 
-    args, kwargs = forward
-    return tree_map(copy, args), tree_map(copy, kwargs)
+    __slots__ = ("leaves", "spec")
+
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        leaves, self.spec = tree_flatten((tuple(args), dict(kwargs)))
+        self.leaves: list[tuple[str, Any, int]] = [
+            ("tensor", v, v._version)
+            if isinstance(v, torch.Tensor)
+            else ("value", v, 0)
+            if v is None or isinstance(v, (bool, int, float, str))
+            else ("other", type(v).__name__, 0)
+            for v in leaves
+        ]
+
+    def weaken(self) -> None:
+        self.leaves = [
+            (kind, weakref.ref(held) if kind == "tensor" else held, version)
+            for kind, held, version in self.leaves
+        ]
+
+
+def _copy(seen: list[_Seen]) -> tuple[list[Forward], str | None]:
+    """Host copies of the forwards' inputs, or why they cannot be had."""
+    out: list[Forward] = []
+    for forward in seen:
+        values = []
+        for kind, held, version in forward.leaves:
+            if kind == "other":
+                return [], f"an input of type {held} is not kept (tensors and plain values are)"
+            if kind == "value":
+                values.append(held)
+                continue
+            tensor = held() if isinstance(held, weakref.ref) else held
+            if tensor is None:
+                return [], (
+                    "the loop released that batch, and the check was not armed at its step "
+                    "(keep='every_step' copies it)"
+                )
+            if tensor._version != version:
+                return [], (
+                    "the loop refilled the input tensor in place; yield a new tensor per "
+                    "batch to compare against it"
+                )
+            values.append(_host(tensor))
+        args, kwargs = tree_unflatten(values, forward.spec)
+        out.append((tuple(args), dict(kwargs)))
+    return out, None
 
 
 def _keep_optimizer(
