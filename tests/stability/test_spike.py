@@ -171,6 +171,14 @@ def test_the_report_is_strict_json_with_a_bounded_card() -> None:
     assert payload["report_type"] == "spike"
     assert [t["name"] for t in payload["tables"]] == ["layers", "samples"]
     assert len(report.card().splitlines()) <= 12
+    figure = report.figure()  # plotly: three jump traces per layer, one loss bar per sample
+    assert [trace.name for trace in figure.data] == [
+        "activations (RMS)",
+        "gradient norm",
+        "update ratio",
+        "loss",
+    ]
+    assert len(figure.data[3].y) == gpt.BATCH
     assert list(report.to_pandas("samples").columns) == [
         "sample",
         "loss",

@@ -120,7 +120,7 @@ class SpikeReport(Report):
                 row=1,
                 col=1,
             )
-        fig.add_hline(y=self.jump, line_dash="dash", row=1, col=1)  # type: ignore[arg-type]
+        fig.add_hline(y=self.jump, line_dash="dash", row=1, col=1)
         fig.update_yaxes(type="log", row=1, col=1)
         samples = self.table("samples").dicts() if len(self.tables) > 1 else []
         fig.add_trace(

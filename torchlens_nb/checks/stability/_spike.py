@@ -38,7 +38,8 @@ from torch.utils._pytree import tree_map
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding, Table, Unavailable, Where
 from ...report._actions import live_action
-from ...report._spike import CARRY, JUMP, LAYER_COLUMNS, SAMPLE_COLUMNS, SpikeReport
+from ...report._base import Severity
+from ...report._spike import CARRY, JUMP, LAYER_COLUMNS, SAMPLE_COLUMNS, SpikeReport, SpikeStatus
 from ._spike_keep import Forward, KeptStep, SpikeKeeper, update_norms
 
 LossFn = Callable[..., torch.Tensor]
@@ -288,7 +289,7 @@ def _layer_rows(
         rms_before = before.rms.get(name) if before is not None else None
         grad_before = before.grad.get(name) if before is not None else None
         update, update_before = updates.get(name, (None, None))
-        row = {
+        row: dict[str, Any] = {
             "layer": name,
             "activation_rms": now.rms.get(name),
             "activation_rms_before": rms_before,
@@ -300,7 +301,9 @@ def _layer_rows(
             "update_ratio_before": update_before,
             "update_jump": _ratio(update, update_before),
         }
-        jumps = [row[c] for c in ("activation_jump", "grad_jump", "update_jump") if row[c]]
+        jumps: list[float] = [
+            row[c] for c in ("activation_jump", "grad_jump", "update_jump") if row[c]
+        ]
         row["is_jumped"] = any(j >= JUMP for j in jumps)
         row["_rank"] = max(jumps, default=0.0)
         rows.append(row)
@@ -337,7 +340,7 @@ _MEASURES = (
 def _findings(
     kept: KeptStep, layers: list[dict[str, Any]], samples: list[dict[str, Any]], before: _Run | None
 ) -> list[Finding]:
-    severity = "warning" if kept.trigger == "spike" else "info"
+    severity: Severity = "warning" if kept.trigger == "spike" else "info"
     found = []
     carrying = [r for r in samples if r["carries"]]
     if samples and not carrying and before is not None and before.samples:
@@ -415,7 +418,9 @@ def _report(kept: KeptStep, now: _Run, before: _Run | None) -> SpikeReport:
     findings = _findings(kept, layers, samples, before)
     unavailable = _unavailable(kept, norms, missing, now)
     jumped_any = any(f.code != "loss_across_batch" for f in findings)
-    status = "jumped" if jumped_any else "partly_seen" if unavailable else "nothing_jumped"
+    status: SpikeStatus = (
+        "jumped" if jumped_any else "partly_seen" if unavailable else "nothing_jumped"
+    )
     spiked = (
         f" ({kept.loss / kept.loss_median:.1f}x its running median)"
         if kept.loss is not None and kept.loss_median

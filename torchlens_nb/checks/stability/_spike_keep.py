@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import math
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -322,7 +322,7 @@ def _copy(seen: list[_Seen]) -> tuple[list[Forward], str | None]:
 
 
 def _keep_optimizer(
-    kept: KeptStep, optimizer: torch.optim.Optimizer, params: dict[str, torch.Tensor]
+    kept: KeptStep, optimizer: torch.optim.Optimizer, params: Mapping[str, torch.Tensor]
 ) -> None:
     """Host copies of what the optimizer's next update reads: each gradient, its state and its
     group's hyperparameters (the update norms are computed from them only when asked:
