@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_map
 
+from ..._hooks import remove_hook
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding, Table, Unavailable, Where
 from ...report._actions import live_action
@@ -132,9 +133,10 @@ def _rerun(
     losses: list[tuple[Any, torch.Tensor]] = []
     with contextlib.ExitStack() as hooks:
         for name, module in model.named_modules():
-            if module is not model:
-                handle = module.register_forward_hook(_recorder(name, sums, counts))
-                hooks.callback(handle.remove)
+            if module is not model:  # removal registered first: an interrupt leaves none
+                record = _recorder(name, sums, counts)
+                hooks.callback(remove_hook, module._forward_hooks, record)
+                module.register_forward_hook(record)
         forked = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=forked), torch.enable_grad():
             for position, (args, kwargs) in enumerate(forwards):
