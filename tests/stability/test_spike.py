@@ -143,6 +143,7 @@ def test_a_healthy_step_shows_nothing_jumped_and_leaves_everything_as_found() ->
     assert report.status == "nothing_jumped", report.card()
     assert report.unavailable == ()
     assert report.loss_kind == "next_token_cross_entropy"
+    assert [e.label for e in session.report().exits] == ["Explain the last step"]
     assert report.num_samples == gpt.BATCH
     assert all(not r["is_jumped"] for r in report.table("layers").dicts())
     assert [f.code for f in report.findings] == ["loss_across_batch"]

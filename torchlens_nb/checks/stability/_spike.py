@@ -86,7 +86,7 @@ def spike_forensics(
             "with register_stability_check(keep='every_step') the last attempt); pass "
             "attempt=None."
         )
-    model = keeper._model() if keeper is not None else None
+    model = keeper.model if keeper is not None else None
     if keeper is None or kept is None or model is None:
         return _not_kept(keeper, off_reason, is_released=keeper is not None and model is None)
     with keeper.explaining():
@@ -108,7 +108,9 @@ def spike_followup(
     def run() -> SpikeReport:
         return spike_forensics(ref())
 
-    exit_ = Exit("Explain the spike", "session.spike_forensics()", action="spike_forensics")
+    is_spike = "loss_spike" in codes or (keeper.kept is not None and keeper.kept.trigger == "spike")
+    label = "Explain the spike" if is_spike else "Explain the last step"
+    exit_ = Exit(label, "session.spike_forensics()", action="spike_forensics")
     return [exit_], {"spike_forensics": live_action(run, needs=keeper, gone=SESSION_RELEASED)}
 
 

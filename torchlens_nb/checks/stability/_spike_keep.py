@@ -139,6 +139,11 @@ class SpikeKeeper:
         """True while the analysis re-runs the forward (its inputs are not the loop's)."""
         self._on_forward_hook = self._on_forward
 
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The watched model, None once released (held by weak reference)."""
+        return self._model()
+
     def install(self, stack: contextlib.ExitStack) -> None:
         model = self._model()
         if model is None:
