@@ -14,6 +14,7 @@ from torch import nn
 import torchlens_nb as tl
 from tests.stability import gpt
 from tests.stability.cases import LR_GROWTH
+from torchlens_nb.checks.stability import _spike_keep as spike_keep
 from torchlens_nb.errors import DiagnosticArgumentError
 
 
@@ -255,3 +256,16 @@ def test_without_the_stability_check_nothing_is_kept_and_it_says_why() -> None:
     report = session.spike_forensics()
     assert report.status == "not_kept"
     assert report.unavailable[0].reason.startswith("the stability check is off")
+
+
+def test_a_model_above_the_arming_size_is_explained_without_the_previous_weights(
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr(spike_keep, "ARM_MAX_BYTES", 0)  # the 0.44 MB GPT counts as too big
+    model, session, _ = _train(LR_GROWTH, _session())
+    report = session.spike_forensics()
+    assert report.attempt == 193
+    assert report.disclosures[0].startswith("The previous step's weights were not kept")
+    # the previous batch was released by the loop and not copied: nothing to compare against
+    assert "previous_batch" in [u.check for u in report.unavailable]
+    assert report.kept_bytes < 4 * 4 * sum(p.numel() for p in model.parameters()) + 8192

@@ -41,7 +41,7 @@ from ...report import Exit, Finding, Table, Unavailable, Where
 from ...report._actions import live_action
 from ...report._base import Severity
 from ...report._spike import CARRY, JUMP, LAYER_COLUMNS, SAMPLE_COLUMNS, SpikeReport, SpikeStatus
-from ._spike_keep import Forward, KeptStep, SpikeKeeper, update_norms
+from ._spike_keep import ARM_MAX_BYTES, Forward, KeptStep, SpikeKeeper, update_norms
 
 LossFn = Callable[..., torch.Tensor]
 """``loss_fn(output, *inputs, **kw_inputs)`` -> one loss per sample (first dimension)."""
@@ -449,7 +449,8 @@ def _report(kept: KeptStep, now: _Run, before: _Run | None) -> SpikeReport:
             "difference)."
             if kept.previous_weights is not None
             else f"The previous step's weights were not kept (the check was not armed before "
-            f"this spike): both batches ran on the weights attempt {kept.attempt} used, so "
+            f"this spike, or the model is larger than the {ARM_MAX_BYTES // 2**20} MiB it "
+            f"copies per step while armed): both batches ran on the weights attempt {kept.attempt} used, so "
             "the activation and gradient columns show what the batch changed, not the "
             "weights. The update column compares the update the optimizer was about to take "
             "with its previous one, both from its state (weight decay left out)."

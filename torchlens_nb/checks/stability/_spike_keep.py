@@ -20,8 +20,8 @@ kept: a later one replaces it only :data:`EPISODE_GAP` attempts after the last s
 
 The weights of the step *before* a spike are only there if the keeper was armed at that step:
 armed while the stability check sees a precursor (the loss EMA rising, a block's gradient norm
-surging) or always under ``keep="every_step"``, it keeps a host copy of the weights and of the
-batch at every step site, replacing the last one. That copy costs one host copy of the model per step while
+surging; a model of at most :data:`ARM_MAX_BYTES`) or always under ``keep="every_step"``, it
+keeps a host copy of the weights and of the batch at every step site, replacing the last one. That copy costs one host copy of the model per step while
 armed and the model's bytes of host memory (the 2-block GPT of ``tests/stability``: 0.44 MB;
 ``benchmarks/bench_stability.py`` measures the cost per step). Unarmed, nothing is copied, and
 a spike is explained with the previous batch run on the spike's own weights (said in the report).
@@ -53,6 +53,11 @@ from ._probe import ForwardProbe
 
 Keep = Literal["spikes", "every_step"]
 
+ARM_MAX_BYTES = 16 * 2**20
+"""Largest model (parameter and buffer bytes) the keeper copies at every step while armed by a
+precursor: a host copy costs about 36 ms of CPU per 64 MiB here (one thread), so a bigger model
+is armed only under ``keep="every_step"``, and its spikes are explained without the previous
+step's weights (said in the report)."""
 EPISODE_GAP = 20
 """Attempts without a spike after which a new spike replaces the kept one."""
 MAX_FORWARDS = 64
@@ -138,6 +143,7 @@ class SpikeKeeper:
         self.is_explaining = False
         """True while the analysis re-runs the forward (its inputs are not the loop's)."""
         self._on_forward_hook = self._on_forward
+        self._model_bytes: int | None = None
 
     @property
     def model(self) -> torch.nn.Module | None:
@@ -189,7 +195,7 @@ class SpikeKeeper:
             self._last_spike = attempt
         elif self.keep == "every_step":
             taken = self.kept = self._take(attempt, "every_step", loss, None)
-        if is_armed or self.keep == "every_step":
+        if (is_armed and self._fits()) or self.keep == "every_step":
             weights = taken.weights if taken is not None else self._host_weights()
             self._last = (attempt, weights) if weights is not None else None
             inputs = (taken.forwards, None) if taken is not None else _copy(self._current)
@@ -199,6 +205,13 @@ class SpikeKeeper:
         for seen in self._current:
             seen.weaken()
         self._previous, self._current, self._dropped = self._current, [], 0
+
+    def _fits(self) -> bool:
+        if self._model_bytes is None:
+            model = self._model()
+            tensors = [*model.parameters(), *model.buffers()] if model is not None else []
+            self._model_bytes = sum(t.numel() * t.element_size() for t in tensors)
+        return self._model_bytes <= ARM_MAX_BYTES
 
     def _host_weights(self) -> dict[str, torch.Tensor] | None:
         model = self._model()
