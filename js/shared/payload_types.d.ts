@@ -999,6 +999,21 @@ export interface SetupReportData {
 
 export type SetupReportPayload = Envelope<"training_setup", "pass" | "warn" | "fail" | "inconclusive" | "running", SetupReportData>;
 
+export interface SpikeReportData {
+  attempt: number | null;
+  trigger: "spike" | "every_step" | null;
+  loss: number | null;
+  loss_median: number | null;
+  rerun_loss: number | null;
+  loss_kind: string | null;
+  num_samples: number;
+  kept_bytes: number;
+  jump: number;
+  carry: number;
+}
+
+export type SpikeReportPayload = Envelope<"spike", "jumped" | "nothing_jumped" | "partly_seen" | "not_kept", SpikeReportData>;
+
 export interface ThresholdReportData {
   low: number;
   high: number;
@@ -1090,6 +1105,7 @@ export interface PayloadByType {
   "recompute": RecomputeReportPayload;
   "report": ReportPayload;
   "training_setup": SetupReportPayload;
+  "spike": SpikeReportPayload;
   "threshold": ThresholdReportPayload;
   "triage": TriageReportPayload;
   "update_ratio": UpdateRatioReportPayload;

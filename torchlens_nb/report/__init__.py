@@ -97,6 +97,7 @@ from ._recipes_training import (
     UpdateRatioReport,
     WeightDistributionReport,
 )
+from ._spike import SpikeReport
 from ._triage import OutputLossReport, RootCause, SetupReport, TriageReport, TriageRow
 
 __all__ = [
@@ -185,6 +186,7 @@ __all__ = [
     "ShapeProbe",
     "SinkHead",
     "SkippedOp",
+    "SpikeReport",
     "StageResult",
     "Table",
     "TensorStats",

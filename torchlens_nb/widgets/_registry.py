@@ -44,6 +44,7 @@ PANELS: dict[str, str] = {
     "lineage": "lineage",
     "nonfinite": "nonfinite",
     "grad_health": "grad_health",
+    "spike": "spike",  # session.spike_forensics()
     # comparisons and cost (tl.debug.compare & co.): one side-by-side panel, one ranking panel
     "bisect_precision": "compare",
     "compare": "compare",

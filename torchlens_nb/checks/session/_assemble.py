@@ -18,6 +18,8 @@ from ...report._actions import live_action
 from ...report._checks import CheckReport, CheckRun, CheckStatus
 from ..gradients._nonfinite import INVESTIGATE_CALL
 from ..gradients._update_ratio import UpdateRatioCheck
+from ..stability._spike import spike_followup
+from ..stability._stability import StabilityCheck
 from ._engine import Engine
 from ._replay import Replay
 from ._series import SERIES_COLUMNS
@@ -133,6 +135,11 @@ def build_report(
         else {}
     )
     count = verdict.counters
+    stability = engine.checks.get(StabilityCheck.name)
+    spike_exits, spike_actions = spike_followup(
+        stability.spikes if isinstance(stability, StabilityCheck) else None,
+        {f.code for f in verdict.findings},
+    )
     return CheckReport(
         subject=subject,
         status=verdict.status,
@@ -144,8 +151,8 @@ def build_report(
         ),
         disclosures=tuple(_disclosures(engine, count, paused_spans)),
         unavailable=tuple(verdict.unavailable + _mandatory_unavailable(engine, count)),
-        exits=tuple(_exits(verdict.findings, has_replay=bool(actions))),
-        actions=actions,
+        exits=tuple(_exits(verdict.findings, has_replay=bool(actions)) + spike_exits),
+        actions={**actions, **spike_actions},
         checks_run=tuple(verdict.runs),
         counters=count,
         ledgers=ledgers(engine, count),

@@ -28,7 +28,7 @@ import torch
 from ..._interrupts import SigintHold, shielded
 from ..._validate import check_bool, check_int, is_number
 from ...errors import CheckViolationError, DiagnosticArgumentError, ModelTypeError
-from ...report import Finding, Unavailable
+from ...report import Finding, SpikeReport, Unavailable
 from ...report._checks import Action, CheckReport, SessionOverhead
 from ..dashboard._feed import DashboardFeed, LiveView
 from ..dashboard._live import open_live_view
@@ -47,6 +47,8 @@ from ..invariants._step_moves import StepMovesCheck
 from ..invariants._writes import WritesCheck
 from ..scans._param_scan import ParamScanCheck
 from ..scans._scan import scan_tensors
+from ..stability._spike import LossFn, spike_forensics
+from ..stability._spike_keep import Keep
 from ..stability._stability import StabilityCheck
 from ._assemble import build_report, counters, live_state
 from ._check import Check, validate_action
@@ -367,16 +369,28 @@ class ChecksSession:
             engine.add_default(check)
 
     def register_stability_check(
-        self, *, probe_every: int = 10, adam_every: int = 50, action: Action = "warn"
+        self,
+        *,
+        probe_every: int = 10,
+        adam_every: int = 50,
+        action: Action = "warn",
+        keep: Keep = "spikes",
     ) -> None:
         """The stability check (on by default; ``torchlens_nb/checks/stability``): call it to
         change how often it probes the forward (attention logits, log Z: ``probe_every``
         attempts) and samples the upcoming update (``adam_every``), or its action. Call it
-        before ``attach()``: its forward probe is installed there. Not run on FSDP2 shards."""
+        before ``attach()``: its forward probe is installed there. Not run on FSDP2 shards.
+
+        ``keep`` chooses the steps :meth:`spike_forensics` can explain: ``"spikes"`` (default:
+        a host copy of the weights and the batch only when the loss spikes) or
+        ``"every_step"`` (that copy at every step site, replacing the last; its cost is
+        measured in ``benchmarks/bench_stability.py``)."""
         self._check_open()
         check_int("probe_every", probe_every, low=1, expect=">= 1 attempts")
         check_int("adam_every", adam_every, low=1, expect=">= 1 attempts")
         validate_action(action)
+        if keep not in ("spikes", "every_step"):
+            raise DiagnosticArgumentError(f"keep must be 'spikes' or 'every_step', got {keep!r}.")
         if self._engine.roster.is_sharded:
             return
         self._engine.add_default(
@@ -386,6 +400,7 @@ class ChecksSession:
                 probe_every=probe_every,
                 adam_every=adam_every,
                 action=action,
+                keep=keep,
             )
         )
 
@@ -693,6 +708,33 @@ class ChecksSession:
         if self._feed is not None:
             self._feed.flush_if_dirty()
         return report
+
+    def spike_forensics(
+        self, attempt: int | None = None, *, loss_fn: LossFn | None = None
+    ) -> SpikeReport:
+        """What changed at the kept step against the step before it: which layer's
+        activations (RMS), gradients (norm) and update (ratio) jumped, ranked, and which samples
+        carry the loss (``checks/stability/_spike.py``; a worked example in
+        ``docs/training_checks.md``).
+
+        The stability check keeps the last step whose loss spiked (or, with
+        ``register_stability_check(keep="every_step")``, the last step). Re-runs the model's
+        forward and backward on the kept host copies (two of each); the model, the optimizer
+        and the RNG stream are left as they were.
+
+        Args:
+            attempt: the attempt to explain (None: the kept one; another raises).
+            loss_fn: ``loss_fn(output, *inputs)`` returning one loss per sample, for a model
+                whose per-sample loss the session cannot derive from its inputs.
+        """
+        check = self._engine.checks.get(StabilityCheck.name)
+        keeper = check.spikes if isinstance(check, StabilityCheck) else None
+        return spike_forensics(
+            keeper,
+            attempt=attempt,
+            loss_fn=loss_fn,
+            off_reason="the stability check is off (stability=False, or FSDP2 shards)",
+        )
 
     @property
     def estimated_snapshot_bytes(self) -> int:

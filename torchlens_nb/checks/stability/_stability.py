@@ -52,6 +52,7 @@ from ..session._evidence import Attempt
 from ..session._params import Roster
 from ._adam import ratio, upcoming_ratios
 from ._probe import ForwardProbe, ProbeReading
+from ._spike_keep import Keep, SpikeKeeper
 
 Mechanism = Literal[
     "attention_logit_growth",
@@ -161,6 +162,8 @@ class StabilityCheck(Check):
         probe_every: attempts between forward probes (attention logits, log Z).
         adam_every: attempts between samples of the upcoming update.
         action: ``warn`` (default) or ``collect`` / ``raise``.
+        keep: which steps spike forensics keeps (``_spike_keep.py``): ``spikes`` or
+            ``every_step``.
     """
 
     name = "stability"
@@ -174,11 +177,16 @@ class StabilityCheck(Check):
         probe_every: int = 10,
         adam_every: int = 50,
         action: Action = "warn",
+        keep: Keep = "spikes",
     ) -> None:
         super().__init__(roster, action, {"probe_every": probe_every, "adam_every": adam_every})
         self._optimizer = weakref.ref(optimizer)
         model = roster.model_ref()
         self._probe = ForwardProbe(model) if model is not None else None
+        self.spikes = (
+            SpikeKeeper(model, optimizer, self._probe, keep) if model is not None else None
+        )
+        """Spike forensics' evidence (``session.spike_forensics()``)."""
         self._ema: float | None = None
         self._ema_min = math.inf
         self._losses = _Median()
@@ -202,6 +210,8 @@ class StabilityCheck(Check):
     def install(self, stack: contextlib.ExitStack) -> None:
         if self._probe is not None:
             self._probe.install(stack)
+        if self.spikes is not None:
+            self.spikes.install(stack)
 
     def on_pause(self) -> None:
         if self._probe is not None:
@@ -229,6 +239,8 @@ class StabilityCheck(Check):
         median = self._losses.median()
         if median is not None and median > 0 and loss > SPIKE * median:
             self._record("loss_spike", attempt.index, "", {"loss": loss, "median": median})
+            if self.spikes is not None:
+                self.spikes.mark_spike(attempt.index, loss, median)
         self._losses.push(loss)
         self._last_loss = loss
 
@@ -261,6 +273,9 @@ class StabilityCheck(Check):
             self._note_update(attempt.index, moved, weights, matrices, lr)
             self._last_sampled_lr = lr
         self._is_first = False
+        if self.spikes is not None:
+            armed = bool(surged) or self._is_rising()  # a precursor: keep the weights per step
+            self.spikes.on_step_site(attempt.index, attempt.loss, is_armed=armed)
         self._judge(attempt.index, surged, norms)
         if self._probe is not None:
             self._probe.is_due = (attempt.index + 1) % self.options["probe_every"] == 0
