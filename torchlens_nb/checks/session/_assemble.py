@@ -16,8 +16,10 @@ from typing import Any
 from ...report import Exit, Finding, Table, Unavailable
 from ...report._actions import live_action
 from ...report._checks import CheckReport, CheckRun, CheckStatus
+from ..dashboard._timeline import TimelineRecorder, live_timeline
 from ..gradients._nonfinite import INVESTIGATE_CALL
 from ..gradients._update_ratio import UpdateRatioCheck
+from ..stability._stability import StabilityCheck
 from ._engine import Engine
 from ._replay import Replay
 from ._series import SERIES_COLUMNS
@@ -133,6 +135,7 @@ def build_report(
         else {}
     )
     count = verdict.counters
+    recorder = _recorder(engine)
     return CheckReport(
         subject=subject,
         status=verdict.status,
@@ -151,7 +154,14 @@ def build_report(
         ledgers=ledgers(engine, count),
         is_final=is_final,
         exit_reason=exit_reason,
+        timeline=recorder.timeline(verdict.findings) if recorder is not None else None,
     )
+
+
+def _recorder(engine: Engine) -> TimelineRecorder | None:
+    """The stability check's timeline recorder (None when the check is off)."""
+    check = engine.checks.get("stability")
+    return check.timeline if isinstance(check, StabilityCheck) else None
 
 
 def _params_table(engine: Engine) -> Table:
@@ -370,4 +380,12 @@ def live_state(engine: Engine) -> dict[str, Any]:
         ],
         "scale": {k: v for k, v in scale.items() if k != "decrements"},
         "points": engine.series.take_fresh(),
+        **_live_timeline(engine, verdict.findings),
     }
+
+
+def _live_timeline(engine: Engine, findings: list[Finding]) -> dict[str, Any]:
+    """``{"timeline": ...}`` when the timeline changed since the previous increment."""
+    recorder = _recorder(engine)
+    timeline = recorder.take_changed(findings) if recorder is not None else None
+    return {"timeline": live_timeline(timeline)} if timeline is not None else {}
