@@ -1,5 +1,6 @@
 // The checks dashboard: a training loop's counters, check states, findings, skip ledger and a
-// chart of per-group gradient norms and update ratios, updating while the loop runs.
+// chart of per-group gradient norms and update ratios, and the timeline (checks/timeline.js),
+// updating while the loop runs.
 // Python decides every state word and finding; this module lays out what it was sent.
 import { reportCard, cardHeader } from "../shared/card.js";
 import { chart } from "../shared/chart.js";
@@ -9,6 +10,7 @@ import { mountPanel } from "../shared/panel.js";
 import { decodeFloats } from "../shared/payload.js";
 import { rowTone, severityIcon } from "../shared/status.js";
 import { tableView } from "../shared/table.js";
+import { bindTimeline, liveTimeline, timelineView } from "./checks/timeline.js";
 
 /** Chart rows kept per model (Python keeps at most 4096 too: checks/_series.py). */
 const MAX_POINTS = 4096;
@@ -23,7 +25,8 @@ const COUNTERS = ["attempts", "accepted", "skipped", "raised", "backwards", "pen
  * @typedef {{ status: string, status_label: string, tone: Tone, lead: string, counters: Record<string, any>,
  *   checks: Record<string, any>[], findings: { code: string, severity: "critical" | "warning" | "info", message: string }[],
  *   scale?: Record<string, any>, ranks?: Record<string, number>[] }} Latest  the increment (widgets/_dashboard.py push)
- * @typedef {{ latest: Latest | null, points: Point[], seq: number }} Store
+ * @typedef {{ latest: Latest | null, points: Point[], seq: number,
+ *   timeline: import("./checks/timeline.js").Timeline | null }} Store  the timeline: the latest one sent
  * @typedef {{ liveEl: HTMLElement | null, payload: Payload | null }} ViewState
  */
 
@@ -39,7 +42,7 @@ const stores = new Map();
 function storeOf(model) {
   const key = model.get("live_id");
   /** @type {Store} */
-  const fresh = { latest: null, points: [], seq: 0 };
+  const fresh = { latest: null, points: [], seq: 0, timeline: null };
   if (typeof key !== "string" || !key) return fresh;
   if (!stores.has(key)) stores.set(key, fresh);
   return /** @type {Store} */ (stores.get(key));
@@ -57,6 +60,7 @@ function ingest(store, raw) {
   store.latest = msg;
   store.points.push(...(msg.points ?? []));
   if (store.points.length > MAX_POINTS) store.points.splice(0, store.points.length - MAX_POINTS);
+  if (msg.timeline) store.timeline = liveTimeline(msg.timeline);
   return true;
 }
 
@@ -191,7 +195,7 @@ function liveBody(store, payload) {
   return [cardHeader({ ...payload, status: latest.status, status_label: latest.status_label, tone: latest.tone, lead: latest.lead }),
     h("p", { class: "tln-ck-running", role: "status" }, "Session running: updates while the loop runs."),
     countersView(latest.counters), ...(ranks ? [ranks] : []), checksView(latest.checks, payload), liveFindings(latest.findings ?? []),
-    ...(ledger ? [ledger] : []), chartsView(store.points, true)];
+    timelineView(store.timeline, true), ...(ledger ? [ledger] : []), chartsView(store.points, true)];
 }
 
 /**
@@ -208,8 +212,9 @@ function reportBody(payload, ctx) {
     ? h("p", { class: "tln-ck-final", role: "status" }, `Final report (${d.exit_reason ?? "completed"}).`)
     : h("p", { class: "tln-ck-snapshot", role: "status" },
       "Snapshot of a session still attached: counts up to the moment it was taken; display the session for live updates.");
+  const timeline = d.timeline ? { summary: d.timeline, arrays: ctx.arrays } : null;
   return reportCard(payload, ctx, [state,
-    countersView(d.counters), checksView(d.checks_run, payload), ...(ledger ? [ledger] : []),
+    countersView(d.counters), checksView(d.checks_run, payload), timelineView(timeline, !d.is_final), ...(ledger ? [ledger] : []),
     chartsView(pointsFromArrays(ctx), !d.is_final), ...payload.tables.map((t) => tableView(t, ctx))]);
 }
 
@@ -224,10 +229,14 @@ function view(store, mine, payload, ctx) {
   const live = ctx.model.get("live_id");
   if (!payload.data.is_final && typeof live === "string" && live) {
     mine.liveEl = h("div", { class: "tln-ck-live" }, liveBody(store, payload));
-    return h("article", { class: "tln-card", "aria-label": `checks dashboard: ${payload.subject}` }, mine.liveEl);
+    const article = h("article", { class: "tln-card", "aria-label": `checks dashboard: ${payload.subject}` }, mine.liveEl);
+    bindTimeline(article, ctx.signal);
+    return article;
   }
   mine.liveEl = null;
-  return reportBody(payload, ctx);
+  const body = reportBody(payload, ctx);
+  bindTimeline(body, ctx.signal);
+  return body;
 }
 
 /**

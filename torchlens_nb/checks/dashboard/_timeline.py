@@ -11,7 +11,8 @@ attempts, so a 10,000-attempt run uses 157 columns of 64 attempts.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ...report import Finding
@@ -30,6 +31,11 @@ measures it at 10,000 attempts)."""
 MAX_LAYERS = 96
 """Rows kept per metric (a 48-block transformer's blocks plus its attentions); later layers are
 counted in ``layers_dropped``."""
+
+LIVE_INTERVAL_S = 0.5
+"""At most 2 timelines per second in the live increments (the counters keep the feed's 10 per
+second): a 16-layer run's timeline is 87 KB as base64, so about 174 KB/s at most; the final
+report carries the last state whatever the interval."""
 
 NOT_MEASURED: Mapping[str, str] = {
     "grad_norm": "no block gradient norm was read (the stability check reads them where the "
@@ -68,6 +74,7 @@ class TimelineRecorder:
         self.version = 0
         """Bumped by every record: the live feed sends the timeline only when it changed."""
         self._taken_version = 0
+        self._taken_at = -math.inf
 
     def add(self, metric: TimelineMetric, attempt: int, values: Mapping[str, float]) -> None:
         """Record ``values`` (layer -> value) of ``attempt``: each cell keeps its max."""
@@ -147,11 +154,16 @@ class TimelineRecorder:
         last = len(self._rank)
         return tuple(sorted(rows, key=lambda name: self._rank.get(name, last)))
 
-    def take_changed(self, findings: Iterable[Finding] = ()) -> CheckTimeline | None:
-        """The timeline if it changed since the last call (the live feed's increment)."""
-        if self.version == self._taken_version:
+    def take_changed(
+        self, findings: Iterable[Finding] = (), clock: Callable[[], float] = time.monotonic
+    ) -> CheckTimeline | None:
+        """The timeline if it changed since the last call and :data:`LIVE_INTERVAL_S` passed
+        (the live feed's increment)."""
+        now = clock()
+        if self.version == self._taken_version or now - self._taken_at < LIVE_INTERVAL_S:
             return None
         self._taken_version = self.version
+        self._taken_at = now
         return self.timeline(findings)
 
 
