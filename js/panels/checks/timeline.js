@@ -21,6 +21,11 @@ const TITLES = /** @type {Record<string, string>} */ ({
   activation_rms: "Activation RMS per block (probed forwards)",
   attention_logit: "Max pre-softmax attention logit per layer (probed forwards)",
 });
+/** The value's name in the hover line. */
+const NAMES = /** @type {Record<string, string>} */ ({
+  grad_norm: "gradient norm", update_ratio: "update ratio", activation_rms: "activation RMS",
+  attention_logit: "max attention logit",
+});
 const LOSS_H = 90;
 
 /** Hover data of each drawn map (read by the one delegated listener of a view). */
@@ -88,6 +93,12 @@ function lossView(s, loss) {
   line.setAttribute("points", top.join(" "));
   line.setAttribute("class", "tln-tl-line");
   svg.append(band, line);
+  for (const m of s.marks) {  // each finding's step across the loss, under its marker
+    const rule = document.createElementNS(svg.namespaceURI, "line");
+    Object.entries({ x1: m.column + 0.5, x2: m.column + 0.5, y1: 0, y2: LOSS_H, class: "tln-tl-rule", "data-tone": m.severity })
+      .forEach(([k, v]) => rule.setAttribute(k, String(v)));
+    svg.append(rule);
+  }
   for (let c = 0; c < n; c++) {
     if (high[c] !== Infinity) continue;  // a non-finite loss: a tick at the top edge
     const tick = document.createElementNS(svg.namespaceURI, "rect");
@@ -182,7 +193,7 @@ export function bindTimeline(root, signal) {
     if (!info || !cell) { tip.hidden = true; return; }
     const value = info.values[cell.row * info.summary.columns + cell.column];
     const layer = info.layers[cell.row];
-    tip.textContent = `${layer} · ${span(info.summary, cell.column)} · ${TITLES[info.metric].split(" (")[0].toLowerCase()}: `
+    tip.textContent = `${layer} · ${span(info.summary, cell.column)} · ${NAMES[info.metric]}: `
       + (Number.isNaN(value) ? "not measured" : value === Infinity ? "not finite" : formatNumber(value));
     tip.dataset.layer = layer;
     tip.dataset.column = String(cell.column);
