@@ -52,7 +52,12 @@ def attention_run():
             session.dashboard()
             return session
 
-        train(ATTENTION, attach)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as tests/stability runs the cases: exactly reproducible
+        try:
+            train(ATTENTION, attach)
+        finally:
+            torch.set_num_threads(threads)
     with_timeline = [m for m in recorder.messages if "timeline" in m]
     return snapshot[0], with_timeline, recorder.final
 
