@@ -6,7 +6,10 @@ Cases, the same reports the size tests build: a 5,000-op lineage (400 nodes ship
 panel refuses the layout in words), a 10,000-row table (one page shipped), and the final report
 of a 10,000-step training loop with its timeline (a 2-block attention model under a
 ``ChecksSession``; the bench also prints the size of that timeline as a live increment carries
-it). Rows: the
+it). 2026-12-07, load average about 14: the timeline report mounted in 0.09 s (min of 3),
+answered in 0.004 s; its timeline after 10,000 attempts is 157 columns of 64, 14,220 bytes of
+JSON as a live increment and 10,048 bytes of binary arrays in the final report (16 rows: 14
+layer rows in four metrics, the loss's min and max). Rows: the
 panel payload's size, ``mount`` (the bundle loaded as anywidget does, ``render``, then two
 animation frames: the first draw) and ``answer`` (one animation frame and a hover on the badge
 after it), min and median over 3 runs in one headless chromium. The old test bounds are the
@@ -169,7 +172,7 @@ def main() -> None:
         live = live_message({"type": "increment", "seq": 1, "timeline": live_timeline(timeline)})
         arrays = widgets.panel_arrays(timeline_report)
         print(
-            f"timeline after {timeline.columns * timeline.attempts_per_column:,} attempts: "
+            f"timeline after {timeline_report.counters['attempts']:,} attempts: "
             f"{timeline.columns} columns of {timeline.attempts_per_column}; live increment "
             f"{len(json.dumps(live)):,} bytes of JSON; final report arrays "
             f"{sum(len(v['data']) for k, v in arrays.items() if k.startswith('timeline')):,} "

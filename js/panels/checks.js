@@ -27,7 +27,9 @@ const COUNTERS = ["attempts", "accepted", "skipped", "raised", "backwards", "pen
  *   scale?: Record<string, any>, ranks?: Record<string, number>[] }} Latest  the increment (widgets/_dashboard.py push)
  * @typedef {{ latest: Latest | null, points: Point[], seq: number,
  *   timeline: import("./checks/timeline.js").Timeline | null }} Store  the timeline: the latest one sent
- * @typedef {{ liveEl: HTMLElement | null, payload: Payload | null }} ViewState
+ * @typedef {{ liveEl: HTMLElement | null, payload: Payload | null,
+ *   timelineOf: Store["timeline"], timelineEl: HTMLElement | null }} ViewState  timelineEl: this view's
+ *   drawing of `timelineOf`, kept across increments that bring no new timeline (the hover stays)
  */
 
 /**
@@ -183,8 +185,9 @@ function pointsFromArrays(ctx) {
  * The body of a running session: rebuilt on every increment.
  * @param {Store} store
  * @param {Payload} payload the snapshot it started from
+ * @param {ViewState} mine this view (its timeline drawing is reused)
  */
-function liveBody(store, payload) {
+function liveBody(store, payload, mine) {
   const d = payload.data;
   /** @type {Latest} */
   const latest = store.latest ?? { status: payload.status, status_label: payload.status_label, tone: payload.tone,
@@ -195,7 +198,20 @@ function liveBody(store, payload) {
   return [cardHeader({ ...payload, status: latest.status, status_label: latest.status_label, tone: latest.tone, lead: latest.lead }),
     h("p", { class: "tln-ck-running", role: "status" }, "Session running: updates while the loop runs."),
     countersView(latest.counters), ...(ranks ? [ranks] : []), checksView(latest.checks, payload), liveFindings(latest.findings ?? []),
-    timelineView(store.timeline, true), ...(ledger ? [ledger] : []), chartsView(store.points, true)];
+    liveTimelineEl(store, mine), ...(ledger ? [ledger] : []), chartsView(store.points, true)];
+}
+
+/**
+ * This view's timeline, drawn again only when an increment brought a new one.
+ * @param {Store} store
+ * @param {ViewState} mine
+ */
+function liveTimelineEl(store, mine) {
+  if (!mine.timelineEl || mine.timelineOf !== store.timeline) {
+    mine.timelineEl = timelineView(store.timeline, true);
+    mine.timelineOf = store.timeline;
+  }
+  return mine.timelineEl;
 }
 
 /**
@@ -228,7 +244,7 @@ function view(store, mine, payload, ctx) {
   mine.payload = payload;
   const live = ctx.model.get("live_id");
   if (!payload.data.is_final && typeof live === "string" && live) {
-    mine.liveEl = h("div", { class: "tln-ck-live" }, liveBody(store, payload));
+    mine.liveEl = h("div", { class: "tln-ck-live" }, liveBody(store, payload, mine));
     const article = h("article", { class: "tln-card", "aria-label": `checks dashboard: ${payload.subject}` }, mine.liveEl);
     bindTimeline(article, ctx.signal);
     return article;
@@ -257,12 +273,12 @@ function render(props) {
   const { model } = props;
   const store = storeOf(model);
   /** @type {ViewState} */
-  const mine = { liveEl: null, payload: null };
+  const mine = { liveEl: null, payload: null, timelineOf: null, timelineEl: null };
   const cleanupPanel = mountPanel(props, (/** @type {Payload} */ payload, ctx) => view(store, mine, payload, ctx),
     { name: "checks", render });
   const onLive = () => {
     ingest(store, model.get("live"));  // a no-op when initialize already took this message
-    if (mine.liveEl?.isConnected && mine.payload) mine.liveEl.replaceChildren(...liveBody(store, mine.payload));
+    if (mine.liveEl?.isConnected && mine.payload) mine.liveEl.replaceChildren(...liveBody(store, mine.payload, mine));
   };
   ingest(store, model.get("live"));
   model.on("change:live", onLive);
