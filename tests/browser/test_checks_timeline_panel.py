@@ -121,6 +121,11 @@ def test_the_final_timeline_draws_every_measured_metric_from_binary_arrays(
     shown = float(tip.inner_text().rsplit(": ", 1)[1].replace(",", ""))
     assert shown == pytest.approx(attention.values[1][column], rel=1e-3)
     band = root.locator(".tln-tl-loss")
+    box = band.bounding_box()
+    band.hover(position={"x": 3.5 / timeline.columns * box["width"], "y": 10})
+    expect(tip).to_contain_text("loss · attempt 3 · ")  # one attempt per column: min == max
+    shown = float(tip.inner_text().rsplit(" · ", 1)[1].replace(",", ""))
+    assert shown == pytest.approx(timeline.loss_high[3], rel=1e-3)
     light = band.evaluate("e => getComputedStyle(e).backgroundColor")
     panel_page.screenshot("checks_timeline_final", root)
     mark = root.locator('.tln-tl-mark[data-mark-code="attention_logit_growth"]')

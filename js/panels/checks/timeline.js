@@ -30,6 +30,8 @@ const LOSS_H = 90;
 
 /** Hover data of each drawn map (read by the one delegated listener of a view). */
 const maps = new WeakMap();
+/** Hover data of each drawn loss curve. */
+const losses = /** @type {WeakMap<Element, { low: Float32Array, high: Float32Array, summary: Summary }>} */ (new WeakMap());
 
 /**
  * A live increment's timeline: arrays arrive as base64 float32 (widgets/_dashboard.py).
@@ -77,6 +79,7 @@ function lossView(s, loss) {
   svg.setAttribute("role", "img");
   svg.setAttribute("aria-label", `loss from ${formatNumber(lo)} to ${formatNumber(hi)}`);
   svg.dataset.chart = "loss";
+  losses.set(svg, { low: Float32Array.from(low), high: Float32Array.from(high), summary: s });
   const y = (/** @type {number} */ v) => (hi > lo ? (LOSS_H - 4) - ((v - lo) / (hi - lo)) * (LOSS_H - 8) : LOSS_H / 2);
   /** @type {string[]} */
   const top = [];
@@ -188,6 +191,20 @@ export function bindTimeline(root, signal) {
     const section = target.closest?.(".tln-tl");
     const tip = /** @type {HTMLElement | null} */ (section?.querySelector(".tln-tl-tip") ?? null);
     if (!tip) return;
+    const curve = target.closest?.(".tln-tl-loss");
+    const loss = curve ? losses.get(curve) : undefined;
+    if (curve && loss) {
+      const box = curve.getBoundingClientRect();
+      const column = Math.floor(((event.clientX - box.left) / box.width) * loss.summary.columns);
+      if (column < 0 || column >= loss.summary.columns) { tip.hidden = true; return; }
+      const [low, high] = [loss.low[column], loss.high[column]];
+      tip.textContent = `loss · ${span(loss.summary, column)} · `
+        + (Number.isNaN(high) ? "not read" : low === high ? formatNumber(high) : `${formatNumber(low)} – ${formatNumber(high)}`);
+      tip.dataset.layer = "loss";
+      tip.dataset.column = String(column);
+      tip.hidden = false;
+      return;
+    }
     const info = target instanceof HTMLCanvasElement ? maps.get(target) : undefined;
     const cell = info ? cellAt(/** @type {HTMLCanvasElement} */ (target), event) : null;
     if (!info || !cell) { tip.hidden = true; return; }
