@@ -2,8 +2,9 @@
 
 The stability check hands it host floats it has just read for its own judgement (block gradient
 norms, sampled block update ratios, the probe's per-layer max attention logits and activation
-RMS, each attempt's loss): recording adds no device work and no host read. Memory is fixed:
-``COLUMNS`` columns per layer; when an attempt falls past the last column, neighbouring columns
+RMS, each attempt's loss): recording adds no device work and no host read (the activation RMS
+is the probe's own, one reduction per block on probed forwards). Memory is fixed: ``COLUMNS``
+columns per layer; when an attempt falls past the last column, neighbouring columns
 are merged in place (cell max, loss min and max) and each column then covers twice as many
 attempts, so a 10,000-attempt run uses 157 columns of 64 attempts.
 """
