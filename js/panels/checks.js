@@ -1,5 +1,6 @@
 // The checks dashboard: a training loop's counters, check states, findings, skip ledger and a
-// chart of per-group gradient norms and update ratios, updating while the loop runs.
+// chart of per-group gradient norms and update ratios, and the timeline (checks/timeline.js),
+// updating while the loop runs.
 // Python decides every state word and finding; this module lays out what it was sent.
 import { reportCard, cardHeader } from "../shared/card.js";
 import { chart } from "../shared/chart.js";
@@ -9,6 +10,7 @@ import { mountPanel } from "../shared/panel.js";
 import { decodeFloats } from "../shared/payload.js";
 import { rowTone, severityIcon } from "../shared/status.js";
 import { tableView } from "../shared/table.js";
+import { bindTimeline, liveTimeline, timelineView } from "./checks/timeline.js";
 
 /** Chart rows kept per model (Python keeps at most 4096 too: checks/_series.py). */
 const MAX_POINTS = 4096;
@@ -23,8 +25,11 @@ const COUNTERS = ["attempts", "accepted", "skipped", "raised", "backwards", "pen
  * @typedef {{ status: string, status_label: string, tone: Tone, lead: string, counters: Record<string, any>,
  *   checks: Record<string, any>[], findings: { code: string, severity: "critical" | "warning" | "info", message: string }[],
  *   scale?: Record<string, any>, ranks?: Record<string, number>[] }} Latest  the increment (widgets/_dashboard.py push)
- * @typedef {{ latest: Latest | null, points: Point[], seq: number }} Store
- * @typedef {{ liveEl: HTMLElement | null, payload: Payload | null }} ViewState
+ * @typedef {{ latest: Latest | null, points: Point[], seq: number,
+ *   timeline: import("./checks/timeline.js").Timeline | null }} Store  the timeline: the latest one sent
+ * @typedef {{ liveEl: HTMLElement | null, payload: Payload | null,
+ *   timelineOf: Store["timeline"], timelineEl: HTMLElement | null }} ViewState  timelineEl: this view's
+ *   drawing of `timelineOf`, kept across increments that bring no new timeline (the hover stays)
  */
 
 /**
@@ -39,7 +44,7 @@ const stores = new Map();
 function storeOf(model) {
   const key = model.get("live_id");
   /** @type {Store} */
-  const fresh = { latest: null, points: [], seq: 0 };
+  const fresh = { latest: null, points: [], seq: 0, timeline: null };
   if (typeof key !== "string" || !key) return fresh;
   if (!stores.has(key)) stores.set(key, fresh);
   return /** @type {Store} */ (stores.get(key));
@@ -57,6 +62,7 @@ function ingest(store, raw) {
   store.latest = msg;
   store.points.push(...(msg.points ?? []));
   if (store.points.length > MAX_POINTS) store.points.splice(0, store.points.length - MAX_POINTS);
+  if (msg.timeline) store.timeline = liveTimeline(msg.timeline);
   return true;
 }
 
@@ -179,8 +185,9 @@ function pointsFromArrays(ctx) {
  * The body of a running session: rebuilt on every increment.
  * @param {Store} store
  * @param {Payload} payload the snapshot it started from
+ * @param {ViewState} mine this view (its timeline drawing is reused)
  */
-function liveBody(store, payload) {
+function liveBody(store, payload, mine) {
   const d = payload.data;
   /** @type {Latest} */
   const latest = store.latest ?? { status: payload.status, status_label: payload.status_label, tone: payload.tone,
@@ -191,7 +198,20 @@ function liveBody(store, payload) {
   return [cardHeader({ ...payload, status: latest.status, status_label: latest.status_label, tone: latest.tone, lead: latest.lead }),
     h("p", { class: "tln-ck-running", role: "status" }, "Session running: updates while the loop runs."),
     countersView(latest.counters), ...(ranks ? [ranks] : []), checksView(latest.checks, payload), liveFindings(latest.findings ?? []),
-    ...(ledger ? [ledger] : []), chartsView(store.points, true)];
+    liveTimelineEl(store, mine), ...(ledger ? [ledger] : []), chartsView(store.points, true)];
+}
+
+/**
+ * This view's timeline, drawn again only when an increment brought a new one.
+ * @param {Store} store
+ * @param {ViewState} mine
+ */
+function liveTimelineEl(store, mine) {
+  if (!mine.timelineEl || mine.timelineOf !== store.timeline) {
+    mine.timelineEl = timelineView(store.timeline, true);
+    mine.timelineOf = store.timeline;
+  }
+  return mine.timelineEl;
 }
 
 /**
@@ -208,8 +228,9 @@ function reportBody(payload, ctx) {
     ? h("p", { class: "tln-ck-final", role: "status" }, `Final report (${d.exit_reason ?? "completed"}).`)
     : h("p", { class: "tln-ck-snapshot", role: "status" },
       "Snapshot of a session still attached: counts up to the moment it was taken; display the session for live updates.");
+  const timeline = d.timeline ? { summary: d.timeline, arrays: ctx.arrays } : null;
   return reportCard(payload, ctx, [state,
-    countersView(d.counters), checksView(d.checks_run, payload), ...(ledger ? [ledger] : []),
+    countersView(d.counters), checksView(d.checks_run, payload), timelineView(timeline, !d.is_final), ...(ledger ? [ledger] : []),
     chartsView(pointsFromArrays(ctx), !d.is_final), ...payload.tables.map((t) => tableView(t, ctx))]);
 }
 
@@ -223,11 +244,15 @@ function view(store, mine, payload, ctx) {
   mine.payload = payload;
   const live = ctx.model.get("live_id");
   if (!payload.data.is_final && typeof live === "string" && live) {
-    mine.liveEl = h("div", { class: "tln-ck-live" }, liveBody(store, payload));
-    return h("article", { class: "tln-card", "aria-label": `checks dashboard: ${payload.subject}` }, mine.liveEl);
+    mine.liveEl = h("div", { class: "tln-ck-live" }, liveBody(store, payload, mine));
+    const article = h("article", { class: "tln-card", "aria-label": `checks dashboard: ${payload.subject}` }, mine.liveEl);
+    bindTimeline(article, ctx.signal);
+    return article;
   }
   mine.liveEl = null;
-  return reportBody(payload, ctx);
+  const body = reportBody(payload, ctx);
+  bindTimeline(body, ctx.signal);
+  return body;
 }
 
 /**
@@ -248,12 +273,12 @@ function render(props) {
   const { model } = props;
   const store = storeOf(model);
   /** @type {ViewState} */
-  const mine = { liveEl: null, payload: null };
+  const mine = { liveEl: null, payload: null, timelineOf: null, timelineEl: null };
   const cleanupPanel = mountPanel(props, (/** @type {Payload} */ payload, ctx) => view(store, mine, payload, ctx),
     { name: "checks", render });
   const onLive = () => {
     ingest(store, model.get("live"));  // a no-op when initialize already took this message
-    if (mine.liveEl?.isConnected && mine.payload) mine.liveEl.replaceChildren(...liveBody(store, mine.payload));
+    if (mine.liveEl?.isConnected && mine.payload) mine.liveEl.replaceChildren(...liveBody(store, mine.payload, mine));
   };
   ingest(store, model.get("live"));
   model.on("change:live", onLive);

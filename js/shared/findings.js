@@ -43,7 +43,7 @@ function findingItem(finding, locations) {
     h("span", { class: "tln-message" }, finding.message),
   ];
   const body = findingBody(finding, locations);
-  if (body.length === 0) return h("p", { class: "tln-finding", "data-severity": finding.severity }, head);
+  if (body.length === 0) return h("p", { class: "tln-finding", "data-severity": finding.severity, "data-code": finding.code }, head);
   return h("details", { class: "tln-finding", "data-severity": finding.severity, "data-code": finding.code },
     h("summary", null, head), h("div", { class: "tln-finding-body" }, body));
 }

@@ -401,6 +401,24 @@ export interface TensorStats {
   zero_fraction: number;
 }
 
+export interface TimelineMark {
+  attempt: number;
+  column: number;
+  code: string;
+  severity: "critical" | "warning" | "info";
+  finding: number;
+}
+
+export interface TimelineSummary {
+  attempts_per_column: number;
+  columns: number;
+  layers: Record<string, string[]>;
+  not_measured: Record<string, string>;
+  has_loss: boolean;
+  marks: TimelineMark[];
+  layers_dropped: number;
+}
+
 export interface TriageRow {
   index: number;
   check: string;
@@ -518,6 +536,7 @@ export interface CheckReportData {
   ledgers: Record<string, unknown>;
   is_final: boolean;
   exit_reason: string | null;
+  timeline: TimelineSummary | null;
 }
 
 export type CheckReportPayload = Envelope<"checks", "clean" | "found" | "raised" | "incomplete", CheckReportData>;

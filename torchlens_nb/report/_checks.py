@@ -15,12 +15,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._jsonsafe import to_jsonable
 from ..errors import ReportOptionError
-from ._base import PAYLOAD_EXCLUDED, Report, Table, frozen_mapping
+from ._base import PAYLOAD_EXCLUDED, Report, Table, frozen_mapping, payload_as
 from ._status import Tone, tones
+from ._timeline import CheckTimeline, TimelineSummary
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 CHECK_REPORT_SCHEMA_VERSION = 1
 """Version of the ``CheckReport`` record shape (``counters``, ``ledgers``, ``checks_run``)."""
@@ -115,6 +119,28 @@ class CheckReport(Report):
     exit_reason: str | None = None
     """``"completed"``, ``"raised CheckViolationError"``, ``"exception ValueError"``; None while
     the session is still attached."""
+    timeline: CheckTimeline | None = field(default=None, metadata=payload_as("timeline_summary"))
+    """Layers x steps of the values the stability check measured, the loss and the findings
+    at their steps (``report/_timeline.py``); None when the stability check did not run."""
+
+    @property
+    def timeline_summary(self) -> TimelineSummary | None:
+        """The timeline without its values (those travel as the ``timeline_*`` arrays)."""
+        return self.timeline.summary() if self.timeline is not None else None
+
+    def figure(self) -> go.Figure:
+        """The timeline as a plotly figure (:meth:`CheckTimeline.figure`).
+
+        Raises:
+            ReportOptionError: the session recorded no timeline (stability check off, or no
+                attempt yet).
+        """
+        if self.timeline is None:
+            raise ReportOptionError(
+                "this report has no timeline: the session's stability check did not run or saw "
+                "no attempt yet; keep ChecksSession(stability=True) and train at least one step."
+            )
+        return self.timeline.figure()
 
     def check(self, name: str) -> CheckRun:
         """The registered check called ``name``."""
@@ -131,10 +157,12 @@ class CheckReport(Report):
 
         ``series``: float32 ``(rows, 4)`` of attempt, group, grad_norm, update_ratio (NaN where
         not measured); ``series_present``: uint8 ``(rows, 2)``, 1 where grad_norm / update_ratio
-        was measured (so a measured NaN stays distinguishable from "not measured").
+        was measured (so a measured NaN stays distinguishable from "not measured"); the
+        timeline's ``timeline_loss`` and ``timeline_<metric>`` (``report/_timeline.py``).
         """
+        timeline = self.timeline.arrays() if self.timeline is not None else {}
         if not any(t.name == "series" for t in self.tables):
-            return {}
+            return timeline
         rows = self.table("series").dicts()
         values = [
             [r["attempt"], r["group"], _number(r["grad_norm"]), _number(r["update_ratio"])]
@@ -146,6 +174,7 @@ class CheckReport(Report):
         return {
             "series": {"dtype": "float32", "shape": [len(rows), 4], "data": values},
             "series_present": {"dtype": "uint8", "shape": [len(rows), 2], "data": present},
+            **timeline,
         }
 
     def to_dict(self) -> dict[str, Any]:

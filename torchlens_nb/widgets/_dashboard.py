@@ -11,6 +11,7 @@ message, so a message stays small however long the run.
 
 from __future__ import annotations
 
+import base64
 import functools
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ import traitlets
 from .._jsonsafe import to_jsonable
 from ..report import CheckReport
 from ..report._status import resolve_tone, status_phrase
+from ._payload import encode_array
 from ._registry import THEME_CSS, bundle_path
 from ._widget import ReportWidget
 
@@ -35,7 +37,8 @@ class LiveChecksWidget(ReportWidget):
     after some increments still draws them."""
     live = traitlets.Dict().tag(sync=True)
     """The latest increment: ``{"type": "increment", "seq", "counters", "checks", "findings",
-    "scale", "points"}`` (plus ``ranks``, one row of counters per rank, under DDP), or
+    "scale", "points"}`` (plus ``ranks``, one row of counters per rank, under DDP, and
+    ``timeline`` when it changed: :func:`live_message`), or
     ``{"type": "final", "seq"}`` once the final report is shown."""
 
     def push(self, message: dict[str, Any]) -> None:
@@ -52,7 +55,12 @@ class LiveChecksWidget(ReportWidget):
 def live_message(message: dict[str, Any]) -> dict[str, Any]:
     """An increment as it travels: NaN/Inf tagged as in payloads, and its ``status`` given its
     ``tone`` and ``status_label``, decided as a ``CheckReport``'s are (``raised`` is critical),
-    so the live badge maps no word in JS."""
+    so the live badge maps no word in JS. A ``timeline`` keeps its summary and carries each array
+    as little-endian float32 in base64 (``{"dtype", "shape", "base64"}``): 4 bytes a value plus a
+    third, bounded by the recorder's 256 columns (``benchmarks/bench_panel_size.py``)."""
+    timeline = message.get("timeline")
+    if timeline is not None:
+        message = {**message, "timeline": {**timeline, "arrays": _compact(timeline["arrays"])}}
     status = message.get("status")
     if isinstance(status, str) and status in CheckReport.status_tones:
         severities = [f.get("severity") for f in message.get("findings", ())]
@@ -62,6 +70,18 @@ def live_message(message: dict[str, Any]) -> dict[str, Any]:
             "status_label": status_phrase(status),
         }
     return to_jsonable(message)
+
+
+def _compact(arrays: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, spec in arrays.items():
+        encoded = encode_array(spec["data"], spec["dtype"], tuple(spec["shape"]))
+        out[name] = {
+            "dtype": encoded["dtype"],
+            "shape": encoded["shape"],
+            "base64": base64.b64encode(encoded["data"]).decode("ascii"),
+        }
+    return out
 
 
 @functools.cache

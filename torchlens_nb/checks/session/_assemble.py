@@ -16,6 +16,7 @@ from typing import Any
 from ...report import Exit, Finding, Table, Unavailable
 from ...report._actions import live_action
 from ...report._checks import CheckReport, CheckRun, CheckStatus
+from ..dashboard._timeline import TimelineRecorder, live_timeline
 from ..gradients._nonfinite import INVESTIGATE_CALL
 from ..gradients._update_ratio import UpdateRatioCheck
 from ..stability._spike import spike_followup
@@ -140,6 +141,7 @@ def build_report(
         stability.spikes if isinstance(stability, StabilityCheck) else None,
         {f.code for f in verdict.findings},
     )
+    recorder = _recorder(engine)
     return CheckReport(
         subject=subject,
         status=verdict.status,
@@ -158,7 +160,14 @@ def build_report(
         ledgers=ledgers(engine, count),
         is_final=is_final,
         exit_reason=exit_reason,
+        timeline=recorder.timeline(verdict.findings) if recorder is not None else None,
     )
+
+
+def _recorder(engine: Engine) -> TimelineRecorder | None:
+    """The stability check's timeline recorder (None when the check is off)."""
+    check = engine.checks.get("stability")
+    return check.timeline if isinstance(check, StabilityCheck) else None
 
 
 def _params_table(engine: Engine) -> Table:
@@ -377,4 +386,12 @@ def live_state(engine: Engine) -> dict[str, Any]:
         ],
         "scale": {k: v for k, v in scale.items() if k != "decrements"},
         "points": engine.series.take_fresh(),
+        **_live_timeline(engine, verdict.findings),
     }
+
+
+def _live_timeline(engine: Engine, findings: list[Finding]) -> dict[str, Any]:
+    """``{"timeline": ...}`` when the timeline changed since the previous increment."""
+    recorder = _recorder(engine)
+    timeline = recorder.take_changed(findings) if recorder is not None else None
+    return {"timeline": live_timeline(timeline)} if timeline is not None else {}

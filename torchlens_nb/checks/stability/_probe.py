@@ -10,7 +10,9 @@ by the module that computed it. A softmax over a square last pair of dimensions 
 ``(B, H, T, T)``) records its input's finite max (the mask's ``-inf`` entries ignored); an SDPA
 call records ``max(q @ k^T) * scale`` (one extra matmul on probed forwards). The root's output
 (a tensor, or an object with a tensor ``.logits``) gives log Z = logsumexp over its last
-dimension: its mean and max. Everything stays on the device; the check reads it with one host
+dimension: its mean and max. The output of each block (a numbered container entry such as
+``blocks.0``, or a top-level module) gives its RMS, for the dashboard's timeline (one reduction
+per block on probed forwards). Everything stays on the device; the check reads it with one host
 read at the attempt's step site.
 
 Not seen: a fused attention kernel other than SDPA (flash-attn's own), cross-attention whose
@@ -22,6 +24,7 @@ ten would change what Dynamo guards on; the probe stays off there, :attr:`Forwar
 from __future__ import annotations
 
 import contextlib
+import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,10 +47,14 @@ class ProbeReading:
     """(module name, 1-element max pre-softmax logit) per attention call, in call order."""
     log_z: torch.Tensor | None = None
     """``[mean, max]`` of logsumexp over the output's last dimension."""
+    activations: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+    """(block name, 1-element RMS of its output) per block call, after ``log_z`` in
+    :meth:`tensors`."""
 
     def tensors(self) -> list[torch.Tensor]:
         values = [t for _, t in self.attention]
-        return values + ([self.log_z] if self.log_z is not None else [])
+        values += [self.log_z] if self.log_z is not None else []
+        return values + [t for _, t in self.activations]
 
 
 class _AttentionMode(TorchFunctionMode):
@@ -111,7 +118,7 @@ class ForwardProbe:
         for name, sub in module.named_modules():
             if sub is module:
                 continue
-            push, pop = _tracker(self._stack, name)
+            push, pop = _tracker(self._stack, name, self.record_rms if _is_block(name) else None)
             inner.callback(remove_hook, sub._forward_pre_hooks, push)
             sub.register_forward_pre_hook(push)
             inner.callback(remove_hook, sub._forward_hooks, pop, sub._forward_hooks_always_called)
@@ -166,6 +173,17 @@ class ForwardProbe:
             finite = scores.detach().float().nan_to_num(nan=0.0, neginf=0.0, posinf=0.0)
             self._open.attention.append((self._where(), finite.amax().reshape(1)))
 
+    def record_rms(self, name: str, output: Any) -> None:
+        if isinstance(output, (tuple, list)) and output:
+            output = output[0]  # a transformer block's (hidden, attention weights, ...)
+        if self._open is None or not isinstance(output, torch.Tensor):
+            return
+        if not output.is_floating_point() or output.numel() == 0:
+            return
+        with torch.no_grad():
+            rms = output.detach().float().square().mean().sqrt()
+            self._open.activations.append((name, rms.reshape(1)))
+
     def record_sdpa(self, query: Any, key: Any, scale: float | None) -> None:
         if self._open is None or not isinstance(query, torch.Tensor):
             return
@@ -177,12 +195,26 @@ class ForwardProbe:
             self._open.attention.append((self._where(), (scores.amax() * factor).reshape(1)))
 
 
-def _tracker(stack: list[str], name: str) -> tuple[Any, Any]:
+def _is_block(name: str) -> bool:
+    """A top-level module or a numbered container entry (``blocks.3``, not ``blocks.3.mlp``)."""
+    if "." not in name:
+        return True
+    first = _FIRST_NUMBERED.match(name)
+    return first is not None and first.group(1) == name
+
+
+_FIRST_NUMBERED = re.compile(r"^(.*?\.\d+)(?:\.|$)")
+"""The stability check's block of a parameter name (``_stability._BLOCK``)."""
+
+
+def _tracker(stack: list[str], name: str, on_output: Any = None) -> tuple[Any, Any]:
     def push(_module: Any, _args: Any) -> None:
         stack.append(name)
 
-    def pop(_module: Any, _args: Any, _output: Any) -> None:
+    def pop(_module: Any, _args: Any, output: Any) -> None:
         if stack and stack[-1] == name:
             stack.pop()
+        if on_output is not None:
+            on_output(name, output)
 
     return push, pop

@@ -46,6 +46,7 @@ import torch
 
 from ...report import Finding, Where
 from ...report._checks import Action
+from ..dashboard._timeline import TimelineRecorder
 from ..scans._norms import device_norms, read_host
 from ..session._check import Check
 from ..session._evidence import Attempt
@@ -205,6 +206,8 @@ class StabilityCheck(Check):
         self._block_of: dict[int, str] = {}
         self._found: dict[Mechanism, dict[str, Any]] = {}
         self._is_first = True
+        self.timeline = TimelineRecorder(order=map(self._block, range(len(roster.infos))))
+        """The values judged here, per attempt and layer, for the dashboard's timeline."""
 
     # ----- set-up ---------------------------------------------------------------------------------
     def install(self, stack: contextlib.ExitStack) -> None:
@@ -229,6 +232,8 @@ class StabilityCheck(Check):
     # ----- site callbacks -------------------------------------------------------------------------
     def on_loss(self, attempt: Attempt) -> None:
         loss = attempt.loss
+        if loss is not None:
+            self.timeline.add_loss(attempt.index, loss)
         if loss is None or not math.isfinite(loss):
             return
         self._loss_count += 1
@@ -266,11 +271,15 @@ class StabilityCheck(Check):
         if own_norms:
             norms = self._block_norms(layout.pop("norms", {}))
             surged = self._surged(norms)
+        self.timeline.add("grad_norm", attempt.index, norms)
         if reading is not None:
             self._note_reading(attempt.index, reading, values)
         if "update" in layout:
-            moved, weights, matrices = layout["update"]
+            moved, weights, matrices, owners = layout["update"]
             self._note_update(attempt.index, moved, weights, matrices, lr)
+            self.timeline.add(
+                "update_ratio", attempt.index, self._block_ratios(owners, moved, weights)
+            )
             self._last_sampled_lr = lr
         self._is_first = False
         if self.spikes is not None:
@@ -314,6 +323,7 @@ class StabilityCheck(Check):
                 moved, weights, matrices = upcoming
                 tensors.extend(moved + weights)
                 tail.append(("update", matrices, len(moved) * 2))
+                owners = [i for i, p in zip(self.roster.optimized, params) if _has_dense_grad(p)]
         values = read_host(tensors) if tensors else []
         cursor = sum(t.numel() for t in reading.tensors()) if reading is not None else 0
         for key, order, count in tail:
@@ -323,7 +333,7 @@ class StabilityCheck(Check):
                 layout["norms"] = dict(zip(order, chunk))
             else:
                 half = count // 2
-                layout["update"] = (chunk[:half], chunk[half:], order)
+                layout["update"] = (chunk[:half], chunk[half:], order, owners)
         return values, layout
 
     def _block_norms(self, step_norms: dict[int, float]) -> dict[str, float]:
@@ -332,6 +342,21 @@ class StabilityCheck(Check):
             block = self._block(index)
             squares[block] = squares.get(block, 0.0) + norm * norm
         return {block: math.sqrt(total) for block, total in squares.items()}
+
+    def _block_ratios(
+        self, owners: list[int], moved: list[float], weights: list[float]
+    ) -> dict[str, float]:
+        """Per block: ||update|| / ||weights|| over its parameters (empty when the update's
+        parameters cannot be matched to the roster's)."""
+        if len(owners) != len(moved):
+            return {}
+        squares: dict[str, list[float]] = {}
+        for index, m, w in zip(owners, moved, weights):
+            total = squares.setdefault(self._block(index), [0.0, 0.0])
+            total[0] += m * m
+            total[1] += w * w
+        ratios = {b: ratio(math.sqrt(m), math.sqrt(w)) for b, (m, w) in squares.items()}
+        return {b: r for b, r in ratios.items() if r is not None}
 
     def _surged(self, norms: dict[str, float]) -> set[str]:
         """Blocks whose norm is :data:`SURGE` x their running median now (medians updated)."""
@@ -356,6 +381,10 @@ class StabilityCheck(Check):
     def _note_reading(self, index: int, reading: ProbeReading, values: list[float]) -> None:
         if reading.attention:
             maxes = values[: len(reading.attention)]
+            per_layer: dict[str, float] = {}
+            for (layer, _), value in zip(reading.attention, maxes):
+                per_layer[layer] = max(per_layer.get(layer, -math.inf), value)
+            self.timeline.add("attention_logit", index, per_layer)
             best = max(range(len(maxes)), key=lambda i: maxes[i])
             self._attention.append((index, reading.attention[best][0], maxes[best]))
             del self._attention[:-HISTORY]
@@ -363,6 +392,12 @@ class StabilityCheck(Check):
             start = len(reading.attention)
             self._log_z.append((index, values[start], values[start + 1]))
             del self._log_z[:-HISTORY]
+        if reading.activations:
+            start = len(reading.attention) + (2 if reading.log_z is not None else 0)
+            rms = values[start : start + len(reading.activations)]
+            self.timeline.add(
+                "activation_rms", index, dict(zip((n for n, _ in reading.activations), rms))
+            )
 
     def _note_update(
         self,
@@ -559,6 +594,11 @@ def _message(mechanism: Mechanism, e: dict[str, Any]) -> str:
         f"The loss EMA rose to {e['loss_ema']:.4g}, {e['loss_ema'] / e['loss_ema_min']:.2f}x "
         f"its minimum ({at})."
     )
+
+
+def _has_dense_grad(param: torch.Tensor) -> bool:
+    """Whether ``upcoming_ratios`` measures ``param`` (it skips those without a dense grad)."""
+    return param.grad is not None and not param.grad.is_sparse
 
 
 def _first_lr(optimizer: torch.optim.Optimizer | None) -> float | None:
