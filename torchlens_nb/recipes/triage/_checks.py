@@ -53,6 +53,7 @@ from ._optimizer_spec import OptimizerSpec
 from ._output_vs_loss import output_vs_loss
 from ._padding import padding_dependency
 from ._registration import unregistered_findings
+from ._saturation import with_saturating_stack
 from ._step_size import PROBE_STEPS, probe_and_judge
 
 CHECKS: tuple[str, ...] = (
@@ -430,7 +431,9 @@ def _gradient_flow(run: TriageRun) -> Report:
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else math.nan
         del raw, output, loss
     if not detached:
-        return gradient_flow(run.model, run.batch, run.loss_fn)
+        report = gradient_flow(run.model, run.batch, run.loss_fn)
+        large = (run.budget or Budget(run.steps)).shortened_for is not None
+        return with_saturating_stack(report, run.model, run.batch, run.loss_fn, large=large)
     finding = Finding(
         "loss_detached",
         "critical",
