@@ -71,18 +71,20 @@ def _rms(grads: list[torch.Tensor | None]) -> list[float]:
 
 def saturating_stack(model: nn.Module, batch: Any, loss_fn: Any) -> Finding | None:
     """A ``grad_vanishing`` warning when the gradient vanishes through a stack of saturating
-    activations (module docstring), else None. One forward and backward of ``model`` (triage's
-    working copy) in train mode; its modes, buffers, ``.grad`` and the RNG are restored."""
+    activations (module docstring), else None. One forward of ``model`` (triage's working copy)
+    in train mode, and the loss and a backward only when it ran ``MIN_SATURATING`` saturating
+    calls or more; its modes, buffers, ``.grad`` and the RNG are restored."""
     inputs, targets = split_batch(batch)
     held = {p: p.grad for p in model.parameters()}
     mode = _Saturating()
     try:
         with preserved(model, mode="train"), preserved_rng_state():
             with mode:
-                loss = loss_fn(loss_input(call_model(model, inputs)), targets)
-            if len(mode.outputs) < MIN_SATURATING or not isinstance(loss, torch.Tensor):
-                return None
-            if loss.grad_fn is None or loss.numel() != 1:
+                raw = call_model(model, inputs)
+            if len(mode.outputs) < MIN_SATURATING:
+                return None  # the loss is not called: no stack to read
+            loss = loss_fn(loss_input(raw), targets)
+            if not isinstance(loss, torch.Tensor) or loss.grad_fn is None or loss.numel() != 1:
                 return None
             loss.backward()
             rms = _rms([out.grad for out in mode.outputs])
