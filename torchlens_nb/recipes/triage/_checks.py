@@ -402,8 +402,8 @@ def _update_ratio(run: TriageRun) -> Report:
     if run.step_loss_fn is None:
         return judged
     note = (
-        "judged with output_vs_loss's output-form bug undone (the loss reads the log of the "
-        "probabilities, i.e. the logits), as the fixed model will train"
+        "the step size was judged with output_vs_loss's output-form bug undone (the loss given "
+        "the logits the fixed model will output), as the fixed model will train"
     )
     return dataclasses.replace(judged, disclosures=(*judged.disclosures, note))
 
@@ -470,6 +470,7 @@ def _gradient_flow(run: TriageRun) -> Report:
 
 
 def _output_vs_loss(run: TriageRun) -> Report:
+    """output_vs_loss; an output form the fix removes sets the loss update_ratio judges with."""
     report = output_vs_loss(run.model, run.batch, run.loss_fn, loss_kind=run.loss_kind)
     run.step_loss_fn = loss_as_fixed(report, run.loss_fn)
     return report
