@@ -47,6 +47,7 @@ NOT_REGISTERED = mistake(
 )
 STALE_GRAD = mistake("optimizer.zero_grad() never called: .grad accumulates", "stale_grad")
 LR_DECAYED = mistake("the lr was decayed far below the one chosen", "lr_decayed")
+IN_EVAL = mistake("model.eval() in the training loop", "model_in_eval")
 VANISHING = mistake("deep sigmoid MLP: gradients vanish", "grad_vanishing")
 RAW_INPUTS = mistake("inputs not standardised", "input_not_standardized", "unscaled_inputs")
 LR_HIGH = mistake("lr far too high", "lr_too_high", "loss_diverged", "update_ratio_too_high")
@@ -294,6 +295,116 @@ def _sgd_lr_two(broken: bool) -> Setup:
     return plain_setup(mlp(seed=2), tabular, optimizer=lambda m: sgd(m, 2.0 if broken else 0.05))
 
 
+class PlainListStack(nn.Module):
+    """A stack of ``depth`` hidden layers kept in a plain list (bug) or an nn.ModuleList (fix),
+    with the activation given."""
+
+    def __init__(self, registered: bool, act: type[nn.Module], depth: int = 2) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.first = nn.Linear(FEATURES, 48)
+        hidden = [nn.Linear(48, 48) for _ in range(depth)]
+        self.hidden = nn.ModuleList(hidden) if registered else hidden
+        self.act = act()
+        self.head = nn.Linear(48, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.first(x))
+        for layer in self.hidden:
+            x = self.act(layer(x))
+        return self.head(x)
+
+
+class SharedStack(nn.Module):
+    """``[nn.Linear(48, 48)] * 4`` in a plain list with sigmoids (bug: one unregistered layer
+    repeated) vs four distinct registered layers with ReLU (fix)."""
+
+    def __init__(self, broken: bool) -> None:
+        super().__init__()
+        torch.manual_seed(6)
+        self.first = nn.Linear(FEATURES, 48)
+        if broken:
+            self.stack: list[nn.Module] | nn.ModuleList = [nn.Linear(48, 48)] * 4
+        else:
+            self.stack = nn.ModuleList(nn.Linear(48, 48) for _ in range(4))
+        self.act = nn.Sigmoid() if broken else nn.ReLU()
+        self.head = nn.Linear(48, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.first(x))
+        for layer in self.stack:
+            x = self.act(layer(x))
+        return self.head(x)
+
+
+def _shared_sigmoid_stack(broken: bool) -> Setup:
+    return plain_setup(SharedStack(broken), tabular, optimizer=lambda m: sgd(m, 0.05))
+
+
+def _plain_list_and_sgd_lr_high(broken: bool) -> Setup:
+    return plain_setup(
+        PlainListStack(not broken, nn.ReLU),
+        tabular,
+        optimizer=lambda m: sgd(m, 4.0 if broken else 0.05),
+    )
+
+
+def _plain_list_of_sigmoid_layers(broken: bool) -> Setup:
+    model = PlainListStack(not broken, nn.Sigmoid if broken else nn.ReLU, depth=5)
+    return plain_setup(model, tabular, optimizer=lambda m: sgd(m, 0.05))
+
+
+def _softmax_deep_sigmoid_no_zero_grad(broken: bool) -> Setup:
+    act = nn.Sigmoid if broken else nn.ReLU
+    model = mlp(
+        (FEATURES, 48, 48, 48, 48, 48, 48, CLASSES),
+        act=act,
+        out=nn.Softmax(dim=1) if broken else None,
+        seed=4,
+    )
+    return plain_setup(model, tabular, optimizer=lambda m: sgd(m, 0.05), zero_grad=not broken)
+
+
+def _four_at_once_dropout(broken: bool) -> Setup:
+    """softmax into CrossEntropyLoss + model.eval() before each step + a deep sigmoid MLP with
+    dropout + no zero_grad(); the fix: logits, model.train(), ReLU, zero_grad()."""
+    model = mlp(
+        (FEATURES, 48, 48, 48, 48, 48, CLASSES),
+        act=nn.Sigmoid if broken else nn.ReLU,
+        dropout=0.2,
+        out=nn.Softmax(dim=1) if broken else None,
+        seed=5,
+    )
+    return plain_setup(
+        model,
+        tabular,
+        optimizer=lambda m: sgd(m, 0.05),
+        eval_in_loop=broken,
+        zero_grad=not broken,
+    )
+
+
+def _softmax_and_adam_lr_high(broken: bool) -> Setup:
+    model = mlp(seed=4, out=nn.Softmax(dim=1) if broken else None)
+    return plain_setup(model, tabular, optimizer=lambda m: adam(m, 0.5 if broken else 1e-3))
+
+
+def _softmax_no_zero_grad_sgd_lr_high(broken: bool) -> Setup:
+    model = mlp((FEATURES, 48, 48, CLASSES), seed=6, out=nn.Softmax(dim=1) if broken else None)
+    return plain_setup(
+        model, tabular, optimizer=lambda m: sgd(m, 5.0 if broken else 0.05), zero_grad=not broken
+    )
+
+
+def _tanh_deep_and_adam_lr_high(broken: bool) -> Setup:
+    act = nn.Sigmoid if broken else nn.ReLU
+    return plain_setup(
+        mlp((FEATURES, 48, 48, 48, 48, 48, 48, CLASSES), act=act, seed=5),
+        tabular,
+        optimizer=lambda m: adam(m, 0.3 if broken else 1e-3),
+    )
+
+
 DEVELOPMENT: tuple[PublicCase, ...] = (
     PublicCase("sgd_softmax_into_ce", CE_NOT_DECREASING, (DOUBLE_SOFTMAX,), _sgd_softmax, ""),
     PublicCase(
@@ -496,8 +607,80 @@ DEVELOPMENT: tuple[PublicCase, ...] = (
         "",
         handed_after=60,
     ),
+    PublicCase(
+        "plain_list_and_sgd_lr_high",
+        "https://github.com/dbgannon/NNets-and-Diffeqns/issues/1 (the Net held its layers in "
+        "a list: no parameters) + https://github.com/MichalDanielDobrzanski/DeepLearningPython/"
+        "issues/13 (use a smaller learning rate), in one model",
+        (NOT_REGISTERED, LR_HIGH),
+        _plain_list_and_sgd_lr_high,
+        "",
+    ),
+    PublicCase(
+        "plain_list_of_sigmoid_layers",
+        "dbgannon/NNets-and-Diffeqns#1 (layers in a list) + https://github.com/rogertrullo/"
+        "Receptive-Field-in-Pytorch/issues/3 (the gradient vanishes through sigmoids)",
+        (NOT_REGISTERED, VANISHING),
+        _plain_list_of_sigmoid_layers,
+        "",
+    ),
+    PublicCase(
+        "shared_sigmoid_layer_in_plain_list",
+        "https://github.com/yaoppeng/U-Net_v2/issues/10 ([conv] * 4: one instance four times) "
+        "+ https://github.com/acids-ircam/ddsp_pytorch/issues/37 (list multiplication shares "
+        "the module) + rogertrullo/Receptive-Field-in-Pytorch#3 (sigmoid), kept in a list",
+        (NOT_REGISTERED, VANISHING),
+        _shared_sigmoid_stack,
+        "",
+    ),
+    PublicCase(
+        "softmax_deep_sigmoid_no_zero_grad",
+        "https://openillumi.com/?p=73112 (softmax before CrossEntropyLoss) + rogertrullo/"
+        "Receptive-Field-in-Pytorch#3 (sigmoid) + https://github.com/udacity/deep-learning-v2-"
+        "pytorch/pull/160 (zero_grad missing), in one loop",
+        (DOUBLE_SOFTMAX, VANISHING, STALE_GRAD),
+        _softmax_deep_sigmoid_no_zero_grad,
+        "",
+        handed_after=3,
+    ),
+    PublicCase(
+        "four_at_once_with_dropout",
+        "openillumi.com/?p=73112 (softmax before CrossEntropyLoss) + https://mcklay.github.io/"
+        "cnn-companion-book/chapter16 (train vs eval mode) + rogertrullo/Receptive-Field-in-"
+        "Pytorch#3 (sigmoid) + udacity/deep-learning-v2-pytorch#160 (zero_grad), in one loop",
+        (DOUBLE_SOFTMAX, IN_EVAL, VANISHING, STALE_GRAD),
+        _four_at_once_dropout,
+        "",
+        handed_after=3,
+    ),
+    PublicCase(
+        "softmax_and_adam_lr_high",
+        "openillumi.com/?p=73112 + https://grindskills.com/cost-function-turning-into-nan-after-"
+        "a-certain-number-of-iterations/ (the lr too large), in one model",
+        (DOUBLE_SOFTMAX, LR_HIGH),
+        _softmax_and_adam_lr_high,
+        "",
+    ),
+    PublicCase(
+        "softmax_no_zero_grad_sgd_lr_high",
+        "https://openillumi.com/?p=73112 (softmax before CrossEntropyLoss) + https://github.com/LoreGoetschalckx/GANalyze/"
+        "issues/7 (zero_grad is missing) + https://alexacabs.in/why-loss-become-nan-while-"
+        "training.html (the learning rate too high), in one loop",
+        (DOUBLE_SOFTMAX, STALE_GRAD, LR_HIGH),
+        _softmax_no_zero_grad_sgd_lr_high,
+        "",
+        handed_after=3,
+    ),
+    PublicCase(
+        "deep_sigmoid_and_adam_lr_high",
+        "https://github.com/akash13singh/mxnet-for-cdl/issues/2 (sigmoid vs relu) + grindskills "
+        "(the lr too large), in one model",
+        (VANISHING, LR_HIGH),
+        _tanh_deep_and_adam_lr_high,
+        "",
+    ),
 )
-"""27 cases, 30 bugs (3 cases hold two bugs at once)."""
+"""35 cases, 50 bugs (11 cases hold two to four bugs at once)."""
 
 MEASURED: dict[str, str] = {
     "sgd_momentum_lr_two": "bug error 0.844 vs fix 0.219 (first loss 2.28 / 2.28)",
@@ -527,6 +710,14 @@ MEASURED: dict[str, str] = {
     "softmax_and_no_zero_grad": "bug error 0.812 vs fix 0.219 (first loss 2.3 / 2.3)",
     "dict_layers_and_raw_inputs": "bug error 0.625 vs fix 0.219 (first loss 21.8 / 2.3)",
     "deep_sigmoid_and_steplr_per_batch": "bug error 0.844 vs fix 0.688 (first loss 2.32 / 2.31)",
+    "plain_list_and_sgd_lr_high": "bug error 0.453 vs fix 0.266 (first loss 2.28 / 2.28)",
+    "plain_list_of_sigmoid_layers": "bug error 0.844 vs fix 0.625 (first loss 2.32 / 2.3)",
+    "shared_sigmoid_layer_in_plain_list": "bug error 0.844 vs fix 0.344 (first loss 2.31 / 2.3)",
+    "softmax_deep_sigmoid_no_zero_grad": "bug error 0.844 vs fix 0.625 (first loss 2.3 / 2.3)",
+    "four_at_once_with_dropout": "bug error 0.922 vs fix 0.438 (first loss 2.3 / 2.29)",
+    "softmax_and_adam_lr_high": "bug error 0.844 vs fix 0.156 (first loss 2.3 / 2.33)",
+    "softmax_no_zero_grad_sgd_lr_high": "bug error 0.891 vs fix 0.203 (first loss 2.3 / 2.3)",
+    "deep_sigmoid_and_adam_lr_high": "bug error 0.844 vs fix 0.5 (first loss 2.35 / 2.3)",
 }
 """Recorded by ``python -m tests.triage_public.measure development`` (torch 2.13 CPU, 1 thread):
 held-out error after 300 steps of the user's loop, the bug against its accepted fix."""

@@ -2,7 +2,7 @@
 loop, score held-out data. Prints one line per case (copied into each case's ``measured``).
 Not a test (a few CPU minutes):
 
-    PYTHONPATH=. .venv/bin/python -m tests.triage_public.measure [heldout|development]
+    PYTHONPATH=. .venv/bin/python -m tests.triage_public.measure [heldout|heldout2|development]
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ def main() -> None:
     which = sys.argv[1] if len(sys.argv) > 1 else "heldout"
     if which == "heldout":
         from .heldout import HELDOUT as cases
+    elif which == "heldout2":
+        from .heldout2 import HELDOUT2 as cases
     else:
         from .development import DEVELOPMENT as cases
     for case in cases:

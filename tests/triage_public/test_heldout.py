@@ -31,8 +31,9 @@ def test_the_cause_is_named_first_on_85_percent(heldout: HalfScore) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="measured 2 of 4 (docs/benchmarks.md): karpathy_four_at_once's deep sigmoid stack "
-    "and python_list_and_lr_too_high's lr are not named",
+    reason="measured 3 of 4 after issue 41's multi-bug work (docs/benchmarks.md): "
+    "python_list_and_lr_too_high now names its lr (the list registered on triage's copy), "
+    "karpathy_four_at_once still names 3 of its 4 bugs",
 )
 def test_every_bug_of_a_multi_bug_case_is_named(heldout: HalfScore) -> None:
     done, multi = heldout.multi_all_named

@@ -50,9 +50,10 @@ from ..training._update_ratio import update_ratio
 from ..training._weights import weight_distribution
 from ._loop_state import HeldState, loop_findings
 from ._optimizer_spec import OptimizerSpec
-from ._output_vs_loss import output_vs_loss
+from ._output_vs_loss import loss_as_fixed, output_vs_loss
 from ._padding import padding_dependency
 from ._registration import unregistered_findings
+from ._saturation import with_saturating_stack
 from ._step_size import PROBE_STEPS, probe_and_judge
 
 CHECKS: tuple[str, ...] = (
@@ -166,6 +167,9 @@ class TriageRun:
     """The loop state read from the caller's model and optimizer before the run."""
     tuple_output: bool = False
     """The model returns a tuple or list, which the loss receives whole."""
+    step_loss_fn: Any = None
+    """The loss update_ratio judges the step size with when output_vs_loss found an output
+    form the fix removes (``loss_as_fixed``); None: ``loss_fn``."""
 
 
 def _batch_size(run: TriageRun) -> int | None:
@@ -382,18 +386,26 @@ def _update_ratio(run: TriageRun) -> Report:
             "the model returns a tuple and your loss unpacks it, but update_ratio hands the loss "
             "only its first tensor"
         )
+    loss_fn = run.step_loss_fn or run.loss_fn
     report = update_ratio(
         run.model,
         run.batch,
-        run.loss_fn,
+        loss_fn,
         steps=(run.budget or Budget(run.steps)).ratio_steps,
         lr=spec.lr if spec.lr is not None else 1e-3,  # the rebuilt optimizer sets its own
         optimizer=spec.build,
     )
     probe = (run.budget or Budget(run.steps)).probe_steps
-    return probe_and_judge(
-        run.model, run.batch, run.loss_fn, spec, report, probe, run.fits_at_your_lr
+    judged = probe_and_judge(
+        run.model, run.batch, loss_fn, spec, report, probe, run.fits_at_your_lr
     )
+    if run.step_loss_fn is None:
+        return judged
+    note = (
+        "the step size was judged with output_vs_loss's output-form bug undone (the loss given "
+        "the logits the fixed model will output), as the fixed model will train"
+    )
+    return dataclasses.replace(judged, disclosures=(*judged.disclosures, note))
 
 
 def _data_sanity(run: TriageRun) -> Report:
@@ -430,7 +442,9 @@ def _gradient_flow(run: TriageRun) -> Report:
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else math.nan
         del raw, output, loss
     if not detached:
-        return gradient_flow(run.model, run.batch, run.loss_fn)
+        report = gradient_flow(run.model, run.batch, run.loss_fn)
+        large = (run.budget or Budget(run.steps)).shortened_for is not None
+        return with_saturating_stack(report, run.model, run.batch, run.loss_fn, large=large)
     finding = Finding(
         "loss_detached",
         "critical",
@@ -453,6 +467,13 @@ def _gradient_flow(run: TriageRun) -> Report:
         exploding_threshold=math.nan,
         spread_decades=None,
     )
+
+
+def _output_vs_loss(run: TriageRun) -> Report:
+    """output_vs_loss; an output form the fix removes sets the loss update_ratio judges with."""
+    report = output_vs_loss(run.model, run.batch, run.loss_fn, loss_kind=run.loss_kind)
+    run.step_loss_fn = loss_as_fixed(report, run.loss_fn)
+    return report
 
 
 def _setup(run: TriageRun) -> Report:
@@ -478,9 +499,7 @@ ADAPTERS: dict[str, Callable[[TriageRun], Report]] = {
     "training_setup": _setup,
     "data_sanity": _data_sanity,
     "init_loss": _init_loss,
-    "output_vs_loss": lambda run: output_vs_loss(
-        run.model, run.batch, run.loss_fn, loss_kind=run.loss_kind
-    ),
+    "output_vs_loss": _output_vs_loss,
     "gradient_flow": _gradient_flow,
     "batch_independence": lambda run: _dependency(run, "batch_independence"),
     "causal_dependency": lambda run: _dependency(run, "causal_dependency"),
