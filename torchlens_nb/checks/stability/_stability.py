@@ -8,8 +8,8 @@ before the optimizer writes):
 * per-block gradient norms (a block is the parameters under one numbered container entry,
   ``blocks.3``, else a top-level module) against their running medians, every attempt where the
   session reads gradient norms (another check needs them), else on probed attempts;
-* on one attempt in ``probe_every`` (:mod:`._probe`): the max pre-softmax attention logit per
-  layer and the final logits' log Z;
+* on one attempt in ``probe_every`` (:mod:`._probe`): the max pre-softmax attention logit and
+  the least mean attention entropy over heads per layer, and the final logits' log Z;
 * on one attempt in ``adam_every``, on the first, and on any attempt whose gradient norm surged
   or whose lr rose 2x since the last sample (:mod:`._adam`): the update/weight ratio of the
   update the optimizer is about to take;
@@ -23,7 +23,10 @@ signals where one is common in healthy runs: ``attention_logit_growth`` is a max
 median on 2 of 3 attempts while the loss is 10% above its running median (named for the output
 logits when log Z rose too); ``adam_update_surge`` is an upcoming update ratio
 :data:`UPDATE_SURGE` x the run's median and above :data:`UPDATE_RATIO_HIGH`;
-``first_step_update_large`` is a first update ratio above :data:`FIRST_STEP_RATIO_HIGH`. A loss
+``first_step_update_large`` is a first update ratio above :data:`FIRST_STEP_RATIO_HIGH`. The least
+attention entropy (Zhai et al. 2023's entropy collapse) is reported with the logit growth, never
+judged alone: the healthy twins of ``tests/stability`` reach 0.18-0.2 nats (attention to the
+current token is what their task needs), the logit-growth runs 0.00-0.04. A loss
 spike or rise without a mechanism is an info hint (``loss_spike``, ``loss_rising``): a GAN's or
 an RL loop's loss moves on its own. Remedies are what the measurement suggests, never certain.
 
@@ -188,6 +191,8 @@ class StabilityCheck(Check):
         self._surges: deque[set[str]] = deque(maxlen=3)
         self._attention: list[tuple[int, str, float]] = []
         """(attempt, layer, max logit) of the largest layer per probe."""
+        self._entropy: list[tuple[int, str, float]] = []
+        """(attempt, layer, entropy) of the layer whose head has the least mean entropy."""
         self._log_z: list[tuple[int, float, float]] = []
         """(attempt, mean, max) per probe."""
         self._updates = _Median(least=3)
@@ -340,12 +345,16 @@ class StabilityCheck(Check):
 
     def _note_reading(self, index: int, reading: ProbeReading, values: list[float]) -> None:
         if reading.attention:
-            maxes = values[: len(reading.attention)]
+            maxes = values[0 : 2 * len(reading.attention) : 2]
+            entropies = values[1 : 2 * len(reading.attention) : 2]
             best = max(range(len(maxes)), key=lambda i: maxes[i])
             self._attention.append((index, reading.attention[best][0], maxes[best]))
             del self._attention[:-HISTORY]
+            least = min(range(len(entropies)), key=lambda i: entropies[i])
+            self._entropy.append((index, reading.attention[least][0], entropies[least]))
+            del self._entropy[:-HISTORY]
         if reading.log_z is not None:
-            start = len(reading.attention)
+            start = 2 * len(reading.attention)
             self._log_z.append((index, values[start], values[start + 1]))
             del self._log_z[:-HISTORY]
 
@@ -422,6 +431,8 @@ class StabilityCheck(Check):
                     "max_logit": value,
                     "above_since_attempt": first,
                     "trend": [[a, v] for a, _, v in self._attention[-8:]],
+                    "min_entropy": self._entropy[-1][2] if self._entropy else None,
+                    "min_entropy_layer": self._entropy[-1][1] if self._entropy else "",
                     "loss_ema": self._ema,
                     "loss_ema_min": self._ema_min,
                 },
@@ -504,7 +515,13 @@ def _message(mechanism: Mechanism, e: dict[str, Any]) -> str:
             f"Attention logit growth in {e['layer']}: its max pre-softmax logit is "
             f"{e['max_logit']:.3g} (above {ATTENTION_LOGIT_HIGH:g} since attempt "
             f"{e['above_since_attempt']}; trend {trend}) while the loss EMA is "
-            f"{e['loss_ema']:.4g}, {e['loss_ema'] / e['loss_ema_min']:.2f}x its minimum ({at})."
+            f"{e['loss_ema']:.4g}, {e['loss_ema'] / e['loss_ema_min']:.2f}x its minimum ({at})"
+            + (
+                f"; the least mean attention entropy is {e['min_entropy']:.2g} nats, in "
+                f"{e['min_entropy_layer']}."
+                if e.get("min_entropy") is not None
+                else "."
+            )
         )
     if mechanism in ("output_logit_divergence", "grad_norm_surge"):
         what = (
