@@ -8,6 +8,7 @@ quick-start non-finite check, and returns the loss event (defined on the run its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +62,29 @@ LR_GROWTH = Setup(
     lr_at=lambda step: 1.03 ** max(0, step - 60),
 )
 
+QUIET_START, QUIET_FULL, FOREIGN = 60, 80, 205
+"""A quiet phase: the loss's weight falls 1000x over steps 60-80 (the gradients with it, and
+Adam's second moment after them); one full-size batch arrives at step 205."""
+
+
+def quiet_phase(foreign: bool) -> Callable[[int], float]:
+    """The loss weight per step: 1, then 1e-3 from :data:`QUIET_FULL` on, and 1 again at
+    :data:`FOREIGN` only when ``foreign``."""
+
+    def weight(step: int) -> float:
+        if step < QUIET_START:
+            return 1.0
+        if step == FOREIGN and foreign:
+            return 1.0
+        return 1e-3 ** (min(step - QUIET_START, QUIET_FULL - QUIET_START) / 20)
+
+    return weight
+
+
+QUIET = Setup(
+    "one full batch after a quiet phase", steps=235, lr=3e-3, loss_weight_at=quiet_phase(True)
+)
+
 CASES = (
     Case(
         "attention_logit_growth",
@@ -84,6 +108,18 @@ CASES = (
         "log Z drifts 7.1 -> 7.9 before the event and jumps (15, 64) with it, when the check "
         "names the output logits",
         named_by_event="output_logit_divergence",
+    ),
+    Case(
+        "adam_after_a_quiet_phase",
+        QUIET,
+        QUIET.twin("the full batch skipped", loss_weight_at=quiet_phase(False)),
+        "adam_second_moment_stale",
+        "Molybog et al. 2023, A Theory on Adam Instability in Large-Scale Machine Learning: "
+        "after a quiet phase Adam's second moment has decayed, and one batch of the earlier "
+        "size moves the weights along its own direction for the next steps (the loss rises 6 "
+        "steps later; a permanent return of the gradients, which steer, gives no event). The "
+        "twin skips the batch, as PaLM (Chowdhery et al. 2022, section 5.1) skips the batches "
+        "before a spike",
     ),
     Case(
         "loss_spike_lr_growth",

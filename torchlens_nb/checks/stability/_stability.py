@@ -21,7 +21,7 @@ signals where one is common in healthy runs: ``attention_logit_growth`` is a max
 :data:`ATTENTION_LOGIT_HIGH` while the loss EMA is :data:`RISE` above its minimum;
 ``output_logit_divergence`` / ``grad_norm_surge`` is a block's gradient norm :data:`SURGE` x its
 median on 2 of 3 attempts while the loss is 10% above its running median (named for the output
-logits when log Z rose too); ``adam_update_surge`` is an upcoming update ratio
+logits when log Z turned upward: :meth:`StabilityCheck._is_log_z_rising`); ``adam_update_surge`` is an upcoming update ratio
 :data:`UPDATE_SURGE` x the run's median and above :data:`UPDATE_RATIO_HIGH`;
 ``first_step_update_large`` is a first update ratio above :data:`FIRST_STEP_RATIO_HIGH`. The least
 attention entropy (Zhai et al. 2023's entropy collapse) is reported with the logit growth, never
@@ -53,7 +53,7 @@ from ..scans._norms import device_norms, read_host
 from ..session._check import Check
 from ..session._evidence import Attempt
 from ..session._params import Roster
-from ._adam import ratio, upcoming_ratios
+from ._adam import Upcoming, ratio, upcoming_ratios
 from ._probe import ForwardProbe, ProbeReading
 
 Mechanism = Literal[
@@ -61,6 +61,7 @@ Mechanism = Literal[
     "output_logit_divergence",
     "grad_norm_surge",
     "adam_update_surge",
+    "adam_second_moment_stale",
     "first_step_update_large",
     "loss_spike",
     "loss_rising",
@@ -81,6 +82,8 @@ ATTENTION_LOGIT_HIGH = 100.0
 healthy runs of the reproductions stay below 40 (``tests/stability``)."""
 SURGE = 3.0
 """A block's gradient norm over its running median that counts as a surge."""
+LOG_Z_RETURN = 1.05
+"""log Z's mean over the lowest it fell to after its peak that counts as turning upward."""
 SURGE_LOSS = 1.1
 """Loss over its running median that corroborates a gradient surge."""
 UPDATE_SURGE = 4.0
@@ -92,6 +95,12 @@ FIRST_STEP_RATIO_HIGH = 1.0
 median weight matrix (biases and norm gains left out: a LayerNorm's gain of ones would hide the
 matrices' ratio). AdamW at lr 1e-3 on 0.02-std weights: 0.027-0.038; lr 3e-2 without warmup:
 about 1.5 (``tests/stability``)."""
+STALE = 0.8
+"""How far Adam's second moment lags the gradient (:class:`._adam.Upcoming`: 1 when the
+gradient dwarfs every earlier one, about 0.22 in steady training at b2 0.95), median over
+tensors, that counts as stale. Measured on ``tests/stability`` sampled at every attempt from
+attempt 20: 0.91 at the full batch after a quiet phase, at most 0.5 on the stable twins (up to
+0.69 at attempt 10, while the gradients take off)."""
 QUIET_ATTEMPTS = 10
 """Attempts before ``adam_update_surge`` is judged (Adam's bias-corrected first steps are
 sign-like and large by design)."""
@@ -109,6 +118,11 @@ REMEDY: dict[Mechanism, str] = {
     "adam_update_surge": "The measurement suggests Adam is about to take a step far larger "
     "than its usual (after a quiet phase its second moment decayed, Molybog et al. 2023): "
     "clipping, a larger eps, a higher beta2, or a lower lr.",
+    "adam_second_moment_stale": "The measurement suggests one batch far outside the recent "
+    "gradients: after a quiet phase Adam's second moment decayed (Molybog et al. 2023), and its "
+    "momentum will carry this batch's direction for the next steps. Skipping the batch (PaLM "
+    "skips the batches before a spike), update clipping (StableAdamW / Adafactor, Wortsman et "
+    "al. 2023) or a lower lr.",
     "first_step_update_large": "The measurement suggests the first steps will replace the "
     "initialisation: a linear warmup of the lr over the first hundreds of steps.",
     "loss_spike": "A loss spike without a mechanism this check watches: look at the batch of "
@@ -120,6 +134,7 @@ SEVERITY: dict[Mechanism, Literal["warning", "info"]] = {
     "output_logit_divergence": "warning",
     "grad_norm_surge": "warning",
     "adam_update_surge": "warning",
+    "adam_second_moment_stale": "warning",
     "first_step_update_large": "warning",
     "loss_spike": "info",
     "loss_rising": "info",
@@ -247,7 +262,7 @@ class StabilityCheck(Check):
         sample_update = optimizer is not None and (
             self._is_first
             or attempt.index % self.options["adam_every"] == 0
-            or bool(surged)
+            or bool(self._surges and self._surges[-1])
             or (
                 lr is not None
                 and bool(self._last_sampled_lr)
@@ -262,8 +277,9 @@ class StabilityCheck(Check):
         if reading is not None:
             self._note_reading(attempt.index, reading, values)
         if "update" in layout:
-            moved, weights, matrices = layout["update"]
-            self._note_update(attempt.index, moved, weights, matrices, lr)
+            upcoming, moved, weights, surprise = layout["update"]
+            self._note_update(attempt.index, upcoming, moved, weights, lr)
+            self._note_surprise(attempt.index, upcoming, surprise)
             self._last_sampled_lr = lr
         self._is_first = False
         self._judge(attempt.index, surged, norms)
@@ -300,10 +316,9 @@ class StabilityCheck(Check):
         if optimizer is not None:
             params = [tensors_list[i] for i in self.roster.optimized]
             upcoming = upcoming_ratios(optimizer, params)
-            if upcoming is not None and upcoming[0]:
-                moved, weights, matrices = upcoming
-                tensors.extend(moved + weights)
-                tail.append(("update", matrices, len(moved) * 2))
+            if upcoming is not None and upcoming.moved:
+                tensors.extend(upcoming.moved + upcoming.weights + upcoming.surprise)
+                tail.append(("update", upcoming, len(upcoming.moved) * 3))
         values = read_host(tensors) if tensors else []
         cursor = sum(t.numel() for t in reading.tensors()) if reading is not None else 0
         for key, order, count in tail:
@@ -312,8 +327,13 @@ class StabilityCheck(Check):
             if key == "norms":
                 layout["norms"] = dict(zip(order, chunk))
             else:
-                half = count // 2
-                layout["update"] = (chunk[:half], chunk[half:], order)
+                third = count // 3
+                layout["update"] = (
+                    order,
+                    chunk[:third],
+                    chunk[third : 2 * third],
+                    chunk[2 * third :],
+                )
         return values, layout
 
     def _block_norms(self, step_norms: dict[int, float]) -> dict[str, float]:
@@ -358,14 +378,31 @@ class StabilityCheck(Check):
             self._log_z.append((index, values[start], values[start + 1]))
             del self._log_z[:-HISTORY]
 
+    def _note_surprise(self, index: int, upcoming: Upcoming, surprise: list[float]) -> None:
+        """``adam_second_moment_stale``: the median over tensors of how far Adam's second moment
+        lags the gradient (:class:`._adam.Upcoming`) above :data:`STALE`, judged from
+        :data:`WARM_ATTEMPTS` on. The whole model's gradient outgrew what the second moment has
+        seen, not one tensor's (a single bias's gradient jumps in healthy runs)."""
+        seen = [(s, p) for s, p in zip(surprise, upcoming.positions) if math.isfinite(s)]
+        if index < WARM_ATTEMPTS or not seen:
+            return
+        typical = statistics.median(s for s, _ in seen)
+        if typical > STALE:
+            value, position = max(seen)
+            block = self._block(self.roster.optimized[position])
+            self._record(
+                "adam_second_moment_stale", index, block, {"lag": typical, "lag_max": value}
+            )
+
     def _note_update(
         self,
         index: int,
+        upcoming: Upcoming,
         moved: list[float],
         weights: list[float],
-        matrices: list[bool],
         lr: float | None,
     ) -> None:
+        matrices = upcoming.matrices
         total = ratio(
             math.sqrt(math.fsum(m * m for m in moved)),
             math.sqrt(math.fsum(w * w for w in weights)),
@@ -418,6 +455,20 @@ class StabilityCheck(Check):
             and self._ema > RISE * self._ema_min
         )
 
+    def _is_log_z_rising(self) -> bool:
+        """The output logits' log Z turned upward: its max 1.2x the median of the earlier probes,
+        or its mean :data:`LOG_Z_RETURN` x the lowest it fell to after its peak (a model's log Z
+        rises while it learns, then settles; measured on ``tests/stability``: 7.8 -> 7.1 -> 7.6
+        before the output logits diverged, 8.1 -> 6.8 with no rise in the final-norm twin)."""
+        if len(self._log_z) < 3:
+            return False
+        if self._log_z[-1][2] > 1.2 * statistics.median(z for _, _, z in self._log_z[:-1]):
+            return True
+        means = [m for _, m, _ in self._log_z]
+        peak = max(range(len(means)), key=means.__getitem__)
+        low = min(means[peak:])
+        return means[-1] > LOG_Z_RETURN * low
+
     def _judge(self, index: int, surged: set[str], norms: dict[str, float]) -> None:
         rising = self._is_rising()
         if self._attention and self._attention[-1][2] > ATTENTION_LOGIT_HIGH and rising:
@@ -445,9 +496,7 @@ class StabilityCheck(Check):
         )
         if surged and loss_high:
             block = max(surged, key=lambda b: norms[b] / (self._blocks[b].median() or 1.0))
-            log_z_up = len(self._log_z) >= 3 and self._log_z[-1][2] > 1.2 * statistics.median(
-                z for _, _, z in self._log_z[:-1]
-            )
+            log_z_up = self._is_log_z_rising()
             mechanism: Mechanism = "output_logit_divergence" if log_z_up else "grad_norm_surge"
             self._record(
                 mechanism,
@@ -544,6 +593,13 @@ def _message(mechanism: Mechanism, e: dict[str, Any]) -> str:
             f"The update the optimizer is about to take is {e['update_ratio']:.3g} of the "
             f"weights' norm, {e['update_ratio'] / e['median_ratio']:.1f}x the run's usual "
             f"({cause}; {at})."
+        )
+    if mechanism == "adam_second_moment_stale":
+        return (
+            f"Adam's second moment is stale: the gradient outgrew what it has seen (lag "
+            f"{e['lag']:.2f} of 1, median over tensors; {e['lag_max']:.2f} in {e['layer']}), so "
+            f"this step moves every weight by about the lr along this batch's direction and the "
+            f"momentum carries it over the next steps ({at})."
         )
     if mechanism == "first_step_update_large":
         return (
