@@ -52,11 +52,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import statistics
+import time
 
 import torch
 
 import torchlens_nb as tl
-from benchmarks._timing import interleaved, paired_ratio, ratio_rows
 from tests.stability import gpt
 from tests.stability.cases import CASES, NO_WARMUP, run_case
 
@@ -72,8 +74,9 @@ def outcomes() -> list[dict[str, object]]:
                 "case": case.name,
                 "event": bad.event,
                 "first_warning": bad.first_warning,
-                "mechanism_at": named,
                 "lead": bad.lead,
+                "mechanism": case.mechanism,
+                "mechanism_at": named,
                 "mechanism_lead": None if named is None or bad.event is None else bad.event - named,
                 "twin": case.twin.name,
                 "twin_event": twin.event,
@@ -84,10 +87,11 @@ def outcomes() -> list[dict[str, object]]:
 
 
 def cost(rounds: int) -> list[dict[str, object]]:
+    """CPU time per step (this process's, ``time.process_time``: other jobs' load left out) of
+    the attention case's twin, 60 steps, bare / session with ``stability=False`` / with it on,
+    interleaved round by round (the order reversed every other round); median over rounds and
+    the paired (per-round) ratio against bare and on against off."""
     setup = CASES[0].twin.twin("cost", steps=60)
-
-    def bare() -> None:
-        gpt.train(setup)
 
     def session(stability: bool):
         def attach(model: torch.nn.Module, optimizer: torch.optim.Optimizer):
@@ -95,24 +99,32 @@ def cost(rounds: int) -> list[dict[str, object]]:
             s.register_nonfinite_grad_check()
             return s
 
-        return lambda: gpt.train(setup, attach)
+        return attach
 
-    timings = interleaved(
-        [("bare", bare), ("stability off", session(False)), ("stability on", session(True))],
-        rounds=rounds,
-        warmup=1,
-    )
-    rows = ratio_rows(timings, "bare", case="gpt 2-block, 60 steps")
-    off = next(t for t in timings if t.name == "stability off")
-    on = next(t for t in timings if t.name == "stability on")
-    rows.append(
+    contenders = {"bare": None, "stability off": session(False), "stability on": session(True)}
+    per_step: dict[str, list[float]] = {name: [] for name in contenders}
+    gpt.train(setup, session(True))  # warm-up
+    for index in range(rounds):
+        names = list(contenders) if index % 2 == 0 else list(reversed(contenders))
+        for name in names:
+            start = time.process_time()
+            gpt.train(setup, contenders[name])
+            per_step[name].append((time.process_time() - start) / setup.steps)
+
+    def paired(name: str, base: str) -> float:
+        return statistics.median(a / b for a, b in zip(per_step[name], per_step[base]))
+
+    return [
         {
-            "case": "gpt 2-block, 60 steps",
-            "contender": "stability's own share (on / off, paired)",
-            "paired_ratio": paired_ratio(on, off),
+            "case": "gpt 2-block, 60 steps (CPU ms/step)",
+            "contender": name,
+            "median_ms": 1e3 * statistics.median(values),
+            "min_ms": 1e3 * min(values),
+            "paired_vs_bare": paired(name, "bare"),
+            "paired_vs_off": paired(name, "stability off") if name == "stability on" else None,
         }
-    )
-    return rows
+        for name, values in per_step.items()
+    ]
 
 
 def gpt2_cost(rounds: int, steps: int = 16) -> list[dict[str, object]]:
@@ -124,9 +136,6 @@ def gpt2_cost(rounds: int, steps: int = 16) -> list[dict[str, object]]:
     probes and samples the update (1 in ``steps`` instead of 1 in 10 and 1 in 50): an upper
     bound. The session's own time is what it measured in its callbacks (the forward probe's time
     inside the forward is not in it, but is in the step times)."""
-    import statistics
-    import time
-
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -175,6 +184,11 @@ def gpt2_cost(rounds: int, steps: int = 16) -> list[dict[str, object]]:
     ]
 
 
+def _load() -> str:
+    """``uptime``'s load averages over 1, 5 and 15 minutes (the machine's other jobs)."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def _print(rows: list[dict[str, object]]) -> None:
     keys = list(dict.fromkeys(k for row in rows for k in row))
     print(" | ".join(keys))
@@ -200,7 +214,9 @@ def main() -> None:
             return
         _print(outcomes())
         print()
+        print(f"load average before: {_load()}")
         _print(cost(args.rounds))
+        print(f"load average after: {_load()}")
 
 
 if __name__ == "__main__":

@@ -31,9 +31,6 @@ class Case:
     """Where the mechanism is described."""
     event_after: int = 10
     """The event counts from this step on (``event_step``'s ``after``)."""
-    named_by_event: str | None = None
-    """A second code the check gives within 10 attempts of the event (the mechanism seen as
-    the run breaks)."""
 
 
 @dataclass(frozen=True)
@@ -101,13 +98,12 @@ CASES = (
         "output_logit_divergence",
         OUTPUT_LOGITS,
         OUTPUT_LOGITS.twin("with a final norm", final_norm=True),
-        "grad_norm_surge",
+        "output_logit_divergence",
         "Wortsman et al. 2023, section 3.1.2 (no final norm; a z-loss of 1e-4 or 1e-3 did not "
         "stop it here: the event came at step 116 / 120; a final LayerNorm before the head "
-        "did). What leads is the last block's gradient norm, 4x its median 14 steps ahead; "
-        "log Z drifts 7.1 -> 7.9 before the event and jumps (15, 64) with it, when the check "
-        "names the output logits",
-        named_by_event="output_logit_divergence",
+        "did). The last block's gradient norm surges 4x its median 14 steps ahead; the final "
+        "logits' log Z rises to 7.8, falls to 7.1 and turns upward again (7.6 at step 100) "
+        "before the event, and jumps (15, 64) with it; the final-norm twin's falls 8.1 -> 6.8",
     ),
     Case(
         "adam_after_a_quiet_phase",
