@@ -7,28 +7,31 @@ Markov chain over 64 tokens), AdamW, CPU, one thread. Each case is run under
 plus the quick-start non-finite check; the event is defined on the run itself (the first loss
 above 1.5x the running minimum from step 10 on, or non-finite:
 ``tests/stability/gpt.py:event_step``), the lead is the event's step minus the first warning's
-attempt (attempts and steps coincide: one backward per step).
+attempt (attempts and steps coincide: one backward per step), and the mechanism's lead the
+event's step minus the attempt of the warning that names the case's mechanism.
 
 Cost: the same GPT (its attention twin, 60 steps per sample) stepped bare, under the default
-session with ``stability=False`` and with it on, interleaved round by round; the rows are each
-contender's min / median / paired ratio against bare, and the stability check's own share is
-the "stability on" paired ratio over the "stability off" one. Run:
-``PYTHONPATH=. python benchmarks/bench_stability.py [--rounds N]``.
+session with ``stability=False`` and with it on, interleaved round by round, timed as this
+process's CPU time per step (other jobs' load left out; the load averages are printed before and
+after). Run: ``PYTHONPATH=. python benchmarks/bench_stability.py [--rounds N]``.
 
-Measured 2026-12-07 on the shared 2-core CPU (load average 12-15), one thread:
+Measured 2026-12-07 22:05 UTC on the shared 2-core CPU (load average 13.6 before, 11.6 after),
+one thread, 5 rounds:
 
-==================================== ===== ============= ==== ============
-case                                 event first warning lead twin alarms
-==================================== ===== ============= ==== ============
-attention_logit_growth (lr 0.3)      113   89            24   0
-attention_logit_growth (lr 0.15)     159   86            73   0
-attention_logit_growth (lr 0.2)      108   89            19   0
-output_logit_divergence              112   98 (surge)    14   0
-loss_spike_lr_growth                 191   185 (surge)   6    0
-no_warmup (event from step 1)        2     0             2    0
-==================================== ===== ============= ==== ============
+======================================= ===== ===== ================================ ============
+case                                    event first mechanism named (lead)           twin alarms
+======================================= ===== ===== ================================ ============
+attention_logit_growth (lr 0.3)         113   89    attention_logit_growth 89 (24)   0
+output_logit_divergence                 112   98    output_logit_divergence 104 (8)  0
+adam_after_a_quiet_phase                210   205   adam_second_moment_stale 205 (5) 0
+loss_spike_lr_growth                    191   185   grad_norm_surge 185 (6)          0
+no_warmup (event from step 1)           2     0     first_step_update_large 0 (2)    0
+======================================= ===== ===== ================================ ============
 
-The table was measured again after the two cost fixes below, with the same numbers.
+CPU time per step: bare 13.9 ms median (12.8 min), stability off 14.5 (14.2), on 15.6 (15.0);
+paired on / bare 1.135x, off / bare 1.028x, on / off 1.059x (about 1 ms a step on this 14 ms
+step). Earlier measurements (wall clock, before the quiet-phase mechanism and the per-layer
+entropy):
 
 Cost on this 2-block GPT (a 25-45 ms step: the worst case for a fixed per-step cost), 5 rounds:
 before the fixes, stability on / off 1.121x paired (on / bare 1.170x); after them, on / bare

@@ -10,9 +10,10 @@ before the optimizer writes):
   session reads gradient norms (another check needs them), else on probed attempts;
 * on one attempt in ``probe_every`` (:mod:`._probe`): the max pre-softmax attention logit and
   the least mean attention entropy over heads per layer, and the final logits' log Z;
-* on one attempt in ``adam_every``, on the first, and on any attempt whose gradient norm surged
-  or whose lr rose 2x since the last sample (:mod:`._adam`): the update/weight ratio of the
-  update the optimizer is about to take;
+* on one attempt in ``adam_every``, on the first, and on any attempt where a block's gradient
+  norm is 3x its median or the lr rose 2x since the last sample (:mod:`._adam`): the
+  update/weight ratio of the update the optimizer is about to take, and how far Adam's second
+  moment lags the gradient;
 * before the first write, that first update's ratio (no warmup: Adam's first step moves every
   element by the lr).
 
@@ -21,8 +22,11 @@ signals where one is common in healthy runs: ``attention_logit_growth`` is a max
 :data:`ATTENTION_LOGIT_HIGH` while the loss EMA is :data:`RISE` above its minimum;
 ``output_logit_divergence`` / ``grad_norm_surge`` is a block's gradient norm :data:`SURGE` x its
 median on 2 of 3 attempts while the loss is 10% above its running median (named for the output
-logits when log Z turned upward: :meth:`StabilityCheck._is_log_z_rising`); ``adam_update_surge`` is an upcoming update ratio
-:data:`UPDATE_SURGE` x the run's median and above :data:`UPDATE_RATIO_HIGH`;
+logits when log Z turned upward: :meth:`StabilityCheck._is_log_z_rising`);
+``adam_update_surge`` is an upcoming update ratio :data:`UPDATE_SURGE` x the run's median and
+above :data:`UPDATE_RATIO_HIGH`; ``adam_second_moment_stale`` is the second moment's lag above
+:data:`STALE` on the median tensor (one batch far larger than the recent ones: Adam moves every
+weight by about the lr along it, and its momentum carries it over the next steps);
 ``first_step_update_large`` is a first update ratio above :data:`FIRST_STEP_RATIO_HIGH`. The least
 attention entropy (Zhai et al. 2023's entropy collapse) is reported with the logit growth, never
 judged alone: the healthy twins of ``tests/stability`` reach 0.18-0.2 nats (attention to the
