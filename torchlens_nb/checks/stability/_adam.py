@@ -50,16 +50,15 @@ class Upcoming:
     matrices: list[bool] = field(default_factory=list)
     """2-D or more: a weight, not a bias or a norm's gain."""
     surprise: list[torch.Tensor] = field(default_factory=list)
-    """How far the second moment lags the gradient (Adam with state; NaN otherwise): the RMS of
-    ``g / sqrt(v')`` (``v'`` the second moment this step writes: Wortsman et al. 2023, Stable
-    and low-precision training for large-scale vision-language models, section 3.4, find loss
-    spikes 1-8 iterations after it spikes, and clip the update by it) over its maximum
-    ``1 / sqrt(1 - b2)``, reached when this gradient dwarfs every earlier one: near 1 for a
-    gradient far larger than the second moment has seen, about ``sqrt(1 - b2)`` in steady
-    training (0.22 at b2 0.95), higher in the first steps (``v'`` is not bias-corrected).
-    Against the second moment before the step instead, one element whose gradient was zero so
-    far would dominate the mean (it reached 2.5e5 at attempt 10 of a healthy run,
-    ``tests/stability``)."""
+    """How far Adam's second moment lags the gradient (Adam with state; NaN otherwise): the RMS
+    of ``g / sqrt(v_hat')``, ``v_hat'`` the bias-corrected second moment this step writes
+    (Wortsman et al. 2023, Stable and low-precision training for large-scale vision-language
+    models, section 3.4: loss spikes follow its spikes by 1-8 iterations; StableAdamW clips the
+    update by it). About 1 in steady training; at most ``sqrt((1 - b2^t) / (1 - b2))`` (4.5 at
+    b2 0.95), reached when this gradient dwarfs every earlier one, so a tensor's first steps
+    cannot reach a high value. Against the second moment before the step instead, one element
+    whose gradient was zero so far would dominate the mean (it reached 2.5e5 at attempt 10 of
+    a healthy run, ``tests/stability``)."""
 
 
 def upcoming_ratios(
@@ -99,11 +98,11 @@ def _surprise(
     if betas is None or not all(k in state for k in ADAM_KEYS):
         return torch.full((1,), math.nan, device=grad.device)
     b2 = float(betas[1])
+    step = float(state.get("step", 0)) + 1
     g2 = _strided(grad, stride).square()
-    v_new = _strided(state["exp_avg_sq"], stride) * b2 + g2 * (1 - b2)
+    v_hat = (_strided(state["exp_avg_sq"], stride) * b2 + g2 * (1 - b2)) / (1 - b2**step)
     eps = float(group["eps"])
-    rms = (g2 / v_new.clamp_min(eps * eps)).mean().sqrt()
-    return (rms * math.sqrt(1 - b2)).reshape(1)
+    return (g2 / v_hat.clamp_min(eps * eps)).mean().sqrt().reshape(1)
 
 
 def _update(
