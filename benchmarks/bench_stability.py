@@ -15,8 +15,9 @@ session with ``stability=False`` and with it on, interleaved round by round, tim
 process's CPU time per step (other jobs' load left out; the load averages are printed before and
 after). Run: ``PYTHONPATH=. python benchmarks/bench_stability.py [--rounds N]``.
 
-Measured 2026-12-07 22:05 UTC on the shared 2-core CPU (load average 13.6 before, 11.6 after),
-one thread, 5 rounds:
+Measured 2026-12-07 22:25 UTC on the shared 2-core CPU (load average 3.9 before and after),
+one thread, 5 rounds (the outcome table was the same at 22:05 under load 13.6, before the
+second-moment lag's bias correction):
 
 ======================================= ===== ===== ================================ ============
 case                                    event first mechanism named (lead)           twin alarms
@@ -28,9 +29,9 @@ loss_spike_lr_growth                    191   185   grad_norm_surge 185 (6)     
 no_warmup (event from step 1)           2     0     first_step_update_large 0 (2)    0
 ======================================= ===== ===== ================================ ============
 
-CPU time per step: bare 13.9 ms median (12.8 min), stability off 14.5 (14.2), on 15.6 (15.0);
-paired on / bare 1.135x, off / bare 1.028x, on / off 1.059x (about 1 ms a step on this 14 ms
-step). Earlier measurements (wall clock, before the quiet-phase mechanism and the per-layer
+CPU time per step: bare 12.9 ms median (12.2 min), stability off 13.6 (13.1), on 14.6 (12.9);
+paired on / bare 1.114x, off / bare 1.019x, on / off 1.106x: about 1 ms a step on this 13 ms
+step (at 22:05, load 13.6: 13.9 / 14.5 / 15.6 ms, on / off 1.059x). Earlier measurements (wall clock, before the quiet-phase mechanism and the per-layer
 entropy):
 
 Cost on this 2-block GPT (a 25-45 ms step: the worst case for a fixed per-step cost), 5 rounds:
