@@ -7,28 +7,32 @@ Markov chain over 64 tokens), AdamW, CPU, one thread. Each case is run under
 plus the quick-start non-finite check; the event is defined on the run itself (the first loss
 above 1.5x the running minimum from step 10 on, or non-finite:
 ``tests/stability/gpt.py:event_step``), the lead is the event's step minus the first warning's
-attempt (attempts and steps coincide: one backward per step).
+attempt (attempts and steps coincide: one backward per step), and the mechanism's lead the
+event's step minus the attempt of the warning that names the case's mechanism.
 
 Cost: the same GPT (its attention twin, 60 steps per sample) stepped bare, under the default
-session with ``stability=False`` and with it on, interleaved round by round; the rows are each
-contender's min / median / paired ratio against bare, and the stability check's own share is
-the "stability on" paired ratio over the "stability off" one. Run:
-``PYTHONPATH=. python benchmarks/bench_stability.py [--rounds N]``.
+session with ``stability=False`` and with it on, interleaved round by round, timed as this
+process's CPU time per step (other jobs' load left out; the load averages are printed before and
+after). Run: ``PYTHONPATH=. python benchmarks/bench_stability.py [--rounds N]``.
 
-Measured 2026-12-07 on the shared 2-core CPU (load average 12-15), one thread:
+Measured 2026-12-07 22:25 UTC on the shared 2-core CPU (load average 3.9 before and after),
+one thread, 5 rounds (the outcome table was the same at 22:05 under load 13.6, before the
+second-moment lag's bias correction):
 
-==================================== ===== ============= ==== ============
-case                                 event first warning lead twin alarms
-==================================== ===== ============= ==== ============
-attention_logit_growth (lr 0.3)      113   89            24   0
-attention_logit_growth (lr 0.15)     159   86            73   0
-attention_logit_growth (lr 0.2)      108   89            19   0
-output_logit_divergence              112   98 (surge)    14   0
-loss_spike_lr_growth                 191   185 (surge)   6    0
-no_warmup (event from step 1)        2     0             2    0
-==================================== ===== ============= ==== ============
+======================================= ===== ===== ================================ ============
+case                                    event first mechanism named (lead)           twin alarms
+======================================= ===== ===== ================================ ============
+attention_logit_growth (lr 0.3)         113   89    attention_logit_growth 89 (24)   0
+output_logit_divergence                 112   98    output_logit_divergence 104 (8)  0
+adam_after_a_quiet_phase                210   205   adam_second_moment_stale 205 (5) 0
+loss_spike_lr_growth                    191   185   grad_norm_surge 185 (6)          0
+no_warmup (event from step 1)           2     0     first_step_update_large 0 (2)    0
+======================================= ===== ===== ================================ ============
 
-The table was measured again after the two cost fixes below, with the same numbers.
+CPU time per step: bare 12.9 ms median (12.2 min), stability off 13.6 (13.1), on 14.6 (12.9);
+paired on / bare 1.114x, off / bare 1.019x, on / off 1.106x: about 1 ms a step on this 13 ms
+step (at 22:05, load 13.6: 13.9 / 14.5 / 15.6 ms, on / off 1.059x). Earlier measurements (wall clock, before the quiet-phase mechanism and the per-layer
+entropy):
 
 Cost on this 2-block GPT (a 25-45 ms step: the worst case for a fixed per-step cost), 5 rounds:
 before the fixes, stability on / off 1.121x paired (on / bare 1.170x); after them, on / bare
@@ -59,11 +63,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import statistics
+import time
 
 import torch
 
 import torchlens_nb as tl
-from benchmarks._timing import interleaved, paired_ratio, ratio_rows
 from tests.stability import gpt
 from tests.stability.cases import CASES, NO_WARMUP, run_case
 
@@ -79,8 +85,9 @@ def outcomes() -> list[dict[str, object]]:
                 "case": case.name,
                 "event": bad.event,
                 "first_warning": bad.first_warning,
-                "mechanism_at": named,
                 "lead": bad.lead,
+                "mechanism": case.mechanism,
+                "mechanism_at": named,
                 "mechanism_lead": None if named is None or bad.event is None else bad.event - named,
                 "twin": case.twin.name,
                 "twin_event": twin.event,
@@ -91,10 +98,11 @@ def outcomes() -> list[dict[str, object]]:
 
 
 def cost(rounds: int) -> list[dict[str, object]]:
+    """CPU time per step (this process's, ``time.process_time``: other jobs' load left out) of
+    the attention case's twin, 60 steps, bare / session with ``stability=False`` / with it on,
+    interleaved round by round (the order reversed every other round); median over rounds and
+    the paired (per-round) ratio against bare and on against off."""
     setup = CASES[0].twin.twin("cost", steps=60)
-
-    def bare() -> None:
-        gpt.train(setup)
 
     def session(stability: bool):
         def attach(model: torch.nn.Module, optimizer: torch.optim.Optimizer):
@@ -102,24 +110,32 @@ def cost(rounds: int) -> list[dict[str, object]]:
             s.register_nonfinite_grad_check()
             return s
 
-        return lambda: gpt.train(setup, attach)
+        return attach
 
-    timings = interleaved(
-        [("bare", bare), ("stability off", session(False)), ("stability on", session(True))],
-        rounds=rounds,
-        warmup=1,
-    )
-    rows = ratio_rows(timings, "bare", case="gpt 2-block, 60 steps")
-    off = next(t for t in timings if t.name == "stability off")
-    on = next(t for t in timings if t.name == "stability on")
-    rows.append(
+    contenders = {"bare": None, "stability off": session(False), "stability on": session(True)}
+    per_step: dict[str, list[float]] = {name: [] for name in contenders}
+    gpt.train(setup, session(True))  # warm-up
+    for index in range(rounds):
+        names = list(contenders) if index % 2 == 0 else list(reversed(contenders))
+        for name in names:
+            start = time.process_time()
+            gpt.train(setup, contenders[name])
+            per_step[name].append((time.process_time() - start) / setup.steps)
+
+    def paired(name: str, base: str) -> float:
+        return statistics.median(a / b for a, b in zip(per_step[name], per_step[base]))
+
+    return [
         {
-            "case": "gpt 2-block, 60 steps",
-            "contender": "stability's own share (on / off, paired)",
-            "paired_ratio": paired_ratio(on, off),
+            "case": "gpt 2-block, 60 steps (CPU ms/step)",
+            "contender": name,
+            "median_ms": 1e3 * statistics.median(values),
+            "min_ms": 1e3 * min(values),
+            "paired_vs_bare": paired(name, "bare"),
+            "paired_vs_off": paired(name, "stability off") if name == "stability on" else None,
         }
-    )
-    return rows
+        for name, values in per_step.items()
+    ]
 
 
 def keep_cost(rounds: int) -> list[dict[str, object]]:
@@ -154,9 +170,6 @@ def gpt2_cost(rounds: int, steps: int = 16) -> list[dict[str, object]]:
     probes and samples the update (1 in ``steps`` instead of 1 in 10 and 1 in 50): an upper
     bound. The session's own time is what it measured in its callbacks (the forward probe's time
     inside the forward is not in it, but is in the step times)."""
-    import statistics
-    import time
-
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -205,6 +218,11 @@ def gpt2_cost(rounds: int, steps: int = 16) -> list[dict[str, object]]:
     ]
 
 
+def _load() -> str:
+    """``uptime``'s load averages over 1, 5 and 15 minutes (the machine's other jobs)."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def _print(rows: list[dict[str, object]]) -> None:
     keys = list(dict.fromkeys(k for row in rows for k in row))
     print(" | ".join(keys))
@@ -234,7 +252,9 @@ def main() -> None:
             return
         _print(outcomes())
         print()
+        print(f"load average before: {_load()}")
         _print(cost(args.rounds))
+        print(f"load average after: {_load()}")
 
 
 if __name__ == "__main__":

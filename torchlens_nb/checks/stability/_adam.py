@@ -21,6 +21,7 @@ indexing a few thousand elements per tensor.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -36,19 +37,39 @@ def _strided(tensor: torch.Tensor, stride: int) -> torch.Tensor:
     return (flat[::stride] if stride > 1 else flat).float()
 
 
+@dataclass
+class Upcoming:
+    """Per parameter with a gradient (in ``params``' order), device 1-element values."""
+
+    positions: list[int] = field(default_factory=list)
+    """Index of each parameter in ``params``."""
+    moved: list[torch.Tensor] = field(default_factory=list)
+    """``||u||`` of the update about to be applied."""
+    weights: list[torch.Tensor] = field(default_factory=list)
+    """``||w||``."""
+    matrices: list[bool] = field(default_factory=list)
+    """2-D or more: a weight, not a bias or a norm's gain."""
+    surprise: list[torch.Tensor] = field(default_factory=list)
+    """How far Adam's second moment lags the gradient (Adam with state; NaN otherwise): the RMS
+    of ``g / sqrt(v_hat')``, ``v_hat'`` the bias-corrected second moment this step writes
+    (Wortsman et al. 2023, Stable and low-precision training for large-scale vision-language
+    models, section 3.4: loss spikes follow its spikes by 1-8 iterations; StableAdamW clips the
+    update by it). About 1 in steady training; at most ``sqrt((1 - b2^t) / (1 - b2))`` (4.5 at
+    b2 0.95), reached when this gradient dwarfs every earlier one, so a tensor's first steps
+    cannot reach a high value. Against the second moment before the step instead, one element
+    whose gradient was zero so far would dominate the mean (it reached 2.5e5 at attempt 10 of
+    a healthy run, ``tests/stability``)."""
+
+
 def upcoming_ratios(
     optimizer: torch.optim.Optimizer, params: list[torch.Tensor]
-) -> tuple[list[torch.Tensor], list[torch.Tensor], list[bool]] | None:
-    """Per parameter (in ``params``' order, those with a gradient): the device 1-element
-    ``||u||`` and ``||w||`` of the update the optimizer is about to apply, and whether it is a
-    matrix (2-D or more: a weight, not a bias or a norm's gain). None for an optimizer this does
-    not model (not Adam-like and not SGD)."""
+) -> Upcoming | None:
+    """The update the optimizer is about to apply, per parameter with a gradient (see
+    :class:`Upcoming`). None for an optimizer this does not model (not Adam-like and not SGD)."""
     groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
-    moved: list[torch.Tensor] = []
-    weights: list[torch.Tensor] = []
-    matrices: list[bool] = []
+    upcoming = Upcoming()
     with torch.no_grad():
-        for param in params:
+        for position, param in enumerate(params):
             group = groups.get(id(param))
             grad = param.grad
             if group is None or grad is None or grad.is_sparse:
@@ -57,10 +78,31 @@ def upcoming_ratios(
             update = _update(optimizer, group, param, grad, stride)
             if update is None:
                 return None
-            moved.append(torch.linalg.vector_norm(update).reshape(1))
-            weights.append(torch.linalg.vector_norm(_strided(param, stride)).reshape(1))
-            matrices.append(param.dim() >= 2)
-    return moved, weights, matrices
+            upcoming.positions.append(position)
+            upcoming.moved.append(torch.linalg.vector_norm(update).reshape(1))
+            upcoming.weights.append(torch.linalg.vector_norm(_strided(param, stride)).reshape(1))
+            upcoming.matrices.append(param.dim() >= 2)
+            upcoming.surprise.append(_surprise(optimizer, group, param, grad, stride))
+    return upcoming
+
+
+def _surprise(
+    optimizer: torch.optim.Optimizer,
+    group: dict[str, Any],
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    stride: int,
+) -> torch.Tensor:
+    state = optimizer.state.get(param, {})
+    betas = group.get("betas")
+    if betas is None or not all(k in state for k in ADAM_KEYS):
+        return torch.full((1,), math.nan, device=grad.device)
+    b2 = float(betas[1])
+    step = float(state.get("step", 0)) + 1
+    g2 = _strided(grad, stride).square()
+    v_hat = (_strided(state["exp_avg_sq"], stride) * b2 + g2 * (1 - b2)) / (1 - b2**step)
+    eps = float(group["eps"])
+    return (g2 / v_hat.clamp_min(eps * eps)).mean().sqrt().reshape(1)
 
 
 def _update(

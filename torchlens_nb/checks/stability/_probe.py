@@ -7,15 +7,17 @@ module (one Python call each per forward, about 1 us) open and close it. While o
 ``F.softmax``) and ``F.scaled_dot_product_attention``; per-submodule pre/post hooks, added for
 that forward and removed after it, keep the stack of running modules so each attention is named
 by the module that computed it. A softmax over a square last pair of dimensions (self-attention:
-``(B, H, T, T)``) records its input's finite max (the mask's ``-inf`` entries ignored); an SDPA
-call records ``max(q @ k^T) * scale`` (one extra matmul on probed forwards). The root's output
+``(B, H, T, T)``) records its input's finite max (the mask's ``-inf`` entries ignored) and the
+smallest over heads of the mean attention entropy; an SDPA call records the same of
+``q @ k^T * scale`` with its causal or explicit mask (one extra matmul on probed forwards). The root's output
 (a tensor, or an object with a tensor ``.logits``) gives log Z = logsumexp over its last
 dimension: its mean and max. The output of each block (a numbered container entry such as
 ``blocks.0``, or a top-level module) gives its RMS, for the dashboard's timeline (one reduction
 per block on probed forwards). Everything stays on the device; the check reads it with one host
 read at the attempt's step site.
 
-Not seen: a fused attention kernel other than SDPA (flash-attn's own), cross-attention whose
+Not seen: a fused attention kernel other than SDPA (flash-attn's own), SDPA with fewer key
+heads than query heads (grouped-query attention), cross-attention whose
 query and key lengths differ, forwards without grad (evaluation), models whose output is not
 the logits, and a ``torch.compile``'d module (a function mode switched on for one forward in
 ten would change what Dynamo guards on; the probe stays off there, :attr:`ForwardProbe.is_off`).
@@ -44,7 +46,9 @@ class ProbeReading:
     """One probed forward's device values, named."""
 
     attention: list[tuple[str, torch.Tensor]] = field(default_factory=list)
-    """(module name, 1-element max pre-softmax logit) per attention call, in call order."""
+    """(module name, ``[max pre-softmax logit, min entropy]``) per attention call, in call
+    order; the entropy (nats) is the mean over batch and queries of each head's attention
+    distribution, its minimum over heads (Zhai et al. 2023 track it per layer)."""
     log_z: torch.Tensor | None = None
     """``[mean, max]`` of logsumexp over the output's last dimension."""
     activations: list[tuple[str, torch.Tensor]] = field(default_factory=list)
@@ -69,7 +73,9 @@ class _AttentionMode(TorchFunctionMode):
         if func in _SOFTMAX and args and isinstance(args[0], torch.Tensor):
             self._probe.record_softmax(args[0])
         elif func is F.scaled_dot_product_attention and len(args) >= 2:
-            self._probe.record_sdpa(args[0], args[1], kwargs.get("scale"))
+            mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+            is_causal = args[5] if len(args) > 5 else kwargs.get("is_causal", False)
+            self._probe.record_sdpa(args[0], args[1], kwargs.get("scale"), mask, bool(is_causal))
         return func(*args, **kwargs)
 
 
@@ -170,8 +176,7 @@ class ForwardProbe:
         if self._open is None or scores.dim() < 3 or scores.shape[-1] != scores.shape[-2]:
             return
         with torch.no_grad():
-            finite = scores.detach().float().nan_to_num(nan=0.0, neginf=0.0, posinf=0.0)
-            self._open.attention.append((self._where(), finite.amax().reshape(1)))
+            self._open.attention.append((self._where(), _summary(scores.detach().float())))
 
     def record_rms(self, name: str, output: Any) -> None:
         if isinstance(output, (tuple, list)) and output:
@@ -184,15 +189,39 @@ class ForwardProbe:
             rms = output.detach().float().square().mean().sqrt()
             self._open.activations.append((name, rms.reshape(1)))
 
-    def record_sdpa(self, query: Any, key: Any, scale: float | None) -> None:
+    def record_sdpa(
+        self, query: Any, key: Any, scale: float | None, mask: Any, is_causal: bool
+    ) -> None:
         if self._open is None or not isinstance(query, torch.Tensor):
             return
         if not isinstance(key, torch.Tensor) or query.shape[-1] != key.shape[-1]:
             return
+        if query.shape[:-2] != key.shape[:-2]:  # grouped-query attention: not seen
+            return
         factor = scale if scale is not None else query.shape[-1] ** -0.5
         with torch.no_grad():
-            scores = query.detach().float() @ key.detach().float().transpose(-1, -2)
-            self._open.attention.append((self._where(), (scores.amax() * factor).reshape(1)))
+            scores = query.detach().float() @ key.detach().float().transpose(-1, -2) * factor
+            rows, cols = scores.shape[-2:]
+            if is_causal:
+                causal = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).tril()
+                scores = scores.masked_fill(~causal, float("-inf"))
+            if isinstance(mask, torch.Tensor):
+                scores = (
+                    scores.masked_fill(~mask, float("-inf"))
+                    if mask.dtype == torch.bool
+                    else scores + mask.float()
+                )
+            self._open.attention.append((self._where(), _summary(scores)))
+
+
+def _summary(scores: torch.Tensor) -> torch.Tensor:
+    """``[finite max, min over heads of the mean entropy]`` of ``(..., H, Tq, Tk)`` logits whose
+    masked entries are ``-inf`` (a fully masked row contributes 0 nats)."""
+    finite = scores.nan_to_num(nan=0.0, neginf=0.0, posinf=0.0)
+    log_p = scores.log_softmax(-1)
+    entropy = -(log_p.exp() * log_p).nan_to_num(nan=0.0).sum(-1)  # 0 * -inf -> 0
+    per_head = entropy.reshape(-1, *entropy.shape[-2:]).mean(dim=(0, 2))
+    return torch.stack([finite.amax(), per_head.amin()])
 
 
 def _is_block(name: str) -> bool:

@@ -8,11 +8,12 @@ before the optimizer writes):
 * per-block gradient norms (a block is the parameters under one numbered container entry,
   ``blocks.3``, else a top-level module) against their running medians, every attempt where the
   session reads gradient norms (another check needs them), else on probed attempts;
-* on one attempt in ``probe_every`` (:mod:`._probe`): the max pre-softmax attention logit per
-  layer and the final logits' log Z;
-* on one attempt in ``adam_every``, on the first, and on any attempt whose gradient norm surged
-  or whose lr rose 2x since the last sample (:mod:`._adam`): the update/weight ratio of the
-  update the optimizer is about to take;
+* on one attempt in ``probe_every`` (:mod:`._probe`): the max pre-softmax attention logit and
+  the least mean attention entropy over heads per layer, and the final logits' log Z;
+* on one attempt in ``adam_every``, on the first, and on any attempt where a block's gradient
+  norm is 3x its median or the lr rose 2x since the last sample (:mod:`._adam`): the
+  update/weight ratio of the update the optimizer is about to take, and how far Adam's second
+  moment lags the gradient;
 * before the first write, that first update's ratio (no warmup: Adam's first step moves every
   element by the lr).
 
@@ -21,9 +22,15 @@ signals where one is common in healthy runs: ``attention_logit_growth`` is a max
 :data:`ATTENTION_LOGIT_HIGH` while the loss EMA is :data:`RISE` above its minimum;
 ``output_logit_divergence`` / ``grad_norm_surge`` is a block's gradient norm :data:`SURGE` x its
 median on 2 of 3 attempts while the loss is 10% above its running median (named for the output
-logits when log Z rose too); ``adam_update_surge`` is an upcoming update ratio
-:data:`UPDATE_SURGE` x the run's median and above :data:`UPDATE_RATIO_HIGH`;
-``first_step_update_large`` is a first update ratio above :data:`FIRST_STEP_RATIO_HIGH`. A loss
+logits when log Z turned upward: :meth:`StabilityCheck._is_log_z_rising`);
+``adam_update_surge`` is an upcoming update ratio :data:`UPDATE_SURGE` x the run's median and
+above :data:`UPDATE_RATIO_HIGH`; ``adam_second_moment_stale`` is the second moment's lag above
+:data:`STALE` on the median tensor (one batch far larger than the recent ones: Adam moves every
+weight by about the lr along it, and its momentum carries it over the next steps);
+``first_step_update_large`` is a first update ratio above :data:`FIRST_STEP_RATIO_HIGH`. The least
+attention entropy (Zhai et al. 2023's entropy collapse) is reported with the logit growth, never
+judged alone: the healthy twins of ``tests/stability`` reach 0.18-0.2 nats (attention to the
+current token is what their task needs), the logit-growth runs 0.00-0.04. A loss
 spike or rise without a mechanism is an info hint (``loss_spike``, ``loss_rising``): a GAN's or
 an RL loop's loss moves on its own. Remedies are what the measurement suggests, never certain.
 
@@ -51,7 +58,7 @@ from ..scans._norms import device_norms, read_host
 from ..session._check import Check
 from ..session._evidence import Attempt
 from ..session._params import Roster
-from ._adam import ratio, upcoming_ratios
+from ._adam import Upcoming, ratio, upcoming_ratios
 from ._probe import ForwardProbe, ProbeReading
 from ._spike_keep import Keep, SpikeKeeper
 
@@ -60,6 +67,7 @@ Mechanism = Literal[
     "output_logit_divergence",
     "grad_norm_surge",
     "adam_update_surge",
+    "adam_second_moment_stale",
     "first_step_update_large",
     "loss_spike",
     "loss_rising",
@@ -80,6 +88,8 @@ ATTENTION_LOGIT_HIGH = 100.0
 healthy runs of the reproductions stay below 40 (``tests/stability``)."""
 SURGE = 3.0
 """A block's gradient norm over its running median that counts as a surge."""
+LOG_Z_RETURN = 1.05
+"""log Z's mean over the lowest it fell to after its peak that counts as turning upward."""
 SURGE_LOSS = 1.1
 """Loss over its running median that corroborates a gradient surge."""
 UPDATE_SURGE = 4.0
@@ -91,6 +101,11 @@ FIRST_STEP_RATIO_HIGH = 1.0
 median weight matrix (biases and norm gains left out: a LayerNorm's gain of ones would hide the
 matrices' ratio). AdamW at lr 1e-3 on 0.02-std weights: 0.027-0.038; lr 3e-2 without warmup:
 about 1.5 (``tests/stability``)."""
+STALE = 3.0
+"""How far Adam's second moment lags the gradient (:class:`._adam.Upcoming`: about 1 in steady
+training, at most 4.5 at b2 0.95), median over tensors, that counts as stale. Measured on
+``tests/stability`` sampled at every attempt from attempt 20: 4.09 at the full batch after a
+quiet phase, at most 1.11 on the stable twins (1.34 on the no-warmup run)."""
 QUIET_ATTEMPTS = 10
 """Attempts before ``adam_update_surge`` is judged (Adam's bias-corrected first steps are
 sign-like and large by design)."""
@@ -108,6 +123,11 @@ REMEDY: dict[Mechanism, str] = {
     "adam_update_surge": "The measurement suggests Adam is about to take a step far larger "
     "than its usual (after a quiet phase its second moment decayed, Molybog et al. 2023): "
     "clipping, a larger eps, a higher beta2, or a lower lr.",
+    "adam_second_moment_stale": "The measurement suggests one batch far outside the recent "
+    "gradients: after a quiet phase Adam's second moment decayed (Molybog et al. 2023), and its "
+    "momentum will carry this batch's direction for the next steps. Skipping the batch (PaLM "
+    "skips the batches before a spike), update clipping (StableAdamW / Adafactor, Wortsman et "
+    "al. 2023) or a lower lr.",
     "first_step_update_large": "The measurement suggests the first steps will replace the "
     "initialisation: a linear warmup of the lr over the first hundreds of steps.",
     "loss_spike": "A loss spike without a mechanism this check watches: look at the batch of "
@@ -119,6 +139,7 @@ SEVERITY: dict[Mechanism, Literal["warning", "info"]] = {
     "output_logit_divergence": "warning",
     "grad_norm_surge": "warning",
     "adam_update_surge": "warning",
+    "adam_second_moment_stale": "warning",
     "first_step_update_large": "warning",
     "loss_spike": "info",
     "loss_rising": "info",
@@ -197,6 +218,8 @@ class StabilityCheck(Check):
         self._surges: deque[set[str]] = deque(maxlen=3)
         self._attention: list[tuple[int, str, float]] = []
         """(attempt, layer, max logit) of the largest layer per probe."""
+        self._entropy: list[tuple[int, str, float]] = []
+        """(attempt, layer, entropy) of the layer whose head has the least mean entropy."""
         self._log_z: list[tuple[int, float, float]] = []
         """(attempt, mean, max) per probe."""
         self._updates = _Median(least=3)
@@ -259,7 +282,7 @@ class StabilityCheck(Check):
         sample_update = optimizer is not None and (
             self._is_first
             or attempt.index % self.options["adam_every"] == 0
-            or bool(surged)
+            or bool(self._surges and self._surges[-1])
             or (
                 lr is not None
                 and bool(self._last_sampled_lr)
@@ -275,8 +298,10 @@ class StabilityCheck(Check):
         if reading is not None:
             self._note_reading(attempt.index, reading, values)
         if "update" in layout:
-            moved, weights, matrices, owners = layout["update"]
-            self._note_update(attempt.index, moved, weights, matrices, lr)
+            upcoming, moved, weights, surprise = layout["update"]
+            self._note_update(attempt.index, upcoming, moved, weights, lr)
+            self._note_surprise(attempt.index, upcoming, surprise)
+            owners = [self.roster.optimized[p] for p in upcoming.positions]
             self.timeline.add(
                 "update_ratio", attempt.index, self._block_ratios(owners, moved, weights)
             )
@@ -319,11 +344,9 @@ class StabilityCheck(Check):
         if optimizer is not None:
             params = [tensors_list[i] for i in self.roster.optimized]
             upcoming = upcoming_ratios(optimizer, params)
-            if upcoming is not None and upcoming[0]:
-                moved, weights, matrices = upcoming
-                tensors.extend(moved + weights)
-                tail.append(("update", matrices, len(moved) * 2))
-                owners = [i for i, p in zip(self.roster.optimized, params) if _has_dense_grad(p)]
+            if upcoming is not None and upcoming.moved:
+                tensors.extend(upcoming.moved + upcoming.weights + upcoming.surprise)
+                tail.append(("update", upcoming, len(upcoming.moved) * 3))
         values = read_host(tensors) if tensors else []
         cursor = sum(t.numel() for t in reading.tensors()) if reading is not None else 0
         for key, order, count in tail:
@@ -332,8 +355,13 @@ class StabilityCheck(Check):
             if key == "norms":
                 layout["norms"] = dict(zip(order, chunk))
             else:
-                half = count // 2
-                layout["update"] = (chunk[:half], chunk[half:], order, owners)
+                third = count // 3
+                layout["update"] = (
+                    order,
+                    chunk[:third],
+                    chunk[third : 2 * third],
+                    chunk[2 * third :],
+                )
         return values, layout
 
     def _block_norms(self, step_norms: dict[int, float]) -> dict[str, float]:
@@ -380,7 +408,8 @@ class StabilityCheck(Check):
 
     def _note_reading(self, index: int, reading: ProbeReading, values: list[float]) -> None:
         if reading.attention:
-            maxes = values[: len(reading.attention)]
+            maxes = values[0 : 2 * len(reading.attention) : 2]
+            entropies = values[1 : 2 * len(reading.attention) : 2]
             per_layer: dict[str, float] = {}
             for (layer, _), value in zip(reading.attention, maxes):
                 per_layer[layer] = max(per_layer.get(layer, -math.inf), value)
@@ -388,25 +417,45 @@ class StabilityCheck(Check):
             best = max(range(len(maxes)), key=lambda i: maxes[i])
             self._attention.append((index, reading.attention[best][0], maxes[best]))
             del self._attention[:-HISTORY]
+            least = min(range(len(entropies)), key=lambda i: entropies[i])
+            self._entropy.append((index, reading.attention[least][0], entropies[least]))
+            del self._entropy[:-HISTORY]
         if reading.log_z is not None:
-            start = len(reading.attention)
+            start = 2 * len(reading.attention)
             self._log_z.append((index, values[start], values[start + 1]))
             del self._log_z[:-HISTORY]
         if reading.activations:
-            start = len(reading.attention) + (2 if reading.log_z is not None else 0)
+            start = 2 * len(reading.attention) + (2 if reading.log_z is not None else 0)
             rms = values[start : start + len(reading.activations)]
             self.timeline.add(
                 "activation_rms", index, dict(zip((n for n, _ in reading.activations), rms))
             )
 
+    def _note_surprise(self, index: int, upcoming: Upcoming, surprise: list[float]) -> None:
+        """``adam_second_moment_stale``: the median over tensors of how far Adam's second moment
+        lags the gradient (:class:`._adam.Upcoming`) above :data:`STALE`, judged from
+        :data:`WARM_ATTEMPTS` on. The whole model's gradient outgrew what the second moment has
+        seen, not one tensor's (a single bias's gradient jumps in healthy runs)."""
+        seen = [(s, p) for s, p in zip(surprise, upcoming.positions) if math.isfinite(s)]
+        if index < WARM_ATTEMPTS or not seen:
+            return
+        typical = statistics.median(s for s, _ in seen)
+        if typical > STALE:
+            value, position = max(seen)
+            block = self._block(self.roster.optimized[position])
+            self._record(
+                "adam_second_moment_stale", index, block, {"lag": typical, "lag_max": value}
+            )
+
     def _note_update(
         self,
         index: int,
+        upcoming: Upcoming,
         moved: list[float],
         weights: list[float],
-        matrices: list[bool],
         lr: float | None,
     ) -> None:
+        matrices = upcoming.matrices
         total = ratio(
             math.sqrt(math.fsum(m * m for m in moved)),
             math.sqrt(math.fsum(w * w for w in weights)),
@@ -459,6 +508,20 @@ class StabilityCheck(Check):
             and self._ema > RISE * self._ema_min
         )
 
+    def _is_log_z_rising(self) -> bool:
+        """The output logits' log Z turned upward: its max 1.2x the median of the earlier probes,
+        or its mean :data:`LOG_Z_RETURN` x the lowest it fell to after its peak (a model's log Z
+        rises while it learns, then settles; measured on ``tests/stability``: 7.8 -> 7.1 -> 7.6
+        before the output logits diverged, 8.1 -> 6.8 with no rise in the final-norm twin)."""
+        if len(self._log_z) < 3:
+            return False
+        if self._log_z[-1][2] > 1.2 * statistics.median(z for _, _, z in self._log_z[:-1]):
+            return True
+        means = [m for _, m, _ in self._log_z]
+        peak = max(range(len(means)), key=means.__getitem__)
+        low = min(means[peak:])
+        return means[-1] > LOG_Z_RETURN * low
+
     def _judge(self, index: int, surged: set[str], norms: dict[str, float]) -> None:
         rising = self._is_rising()
         if self._attention and self._attention[-1][2] > ATTENTION_LOGIT_HIGH and rising:
@@ -472,6 +535,8 @@ class StabilityCheck(Check):
                     "max_logit": value,
                     "above_since_attempt": first,
                     "trend": [[a, v] for a, _, v in self._attention[-8:]],
+                    "min_entropy": self._entropy[-1][2] if self._entropy else None,
+                    "min_entropy_layer": self._entropy[-1][1] if self._entropy else "",
                     "loss_ema": self._ema,
                     "loss_ema_min": self._ema_min,
                 },
@@ -484,9 +549,7 @@ class StabilityCheck(Check):
         )
         if surged and loss_high:
             block = max(surged, key=lambda b: norms[b] / (self._blocks[b].median() or 1.0))
-            log_z_up = len(self._log_z) >= 3 and self._log_z[-1][2] > 1.2 * statistics.median(
-                z for _, _, z in self._log_z[:-1]
-            )
+            log_z_up = self._is_log_z_rising()
             mechanism: Mechanism = "output_logit_divergence" if log_z_up else "grad_norm_surge"
             self._record(
                 mechanism,
@@ -554,7 +617,13 @@ def _message(mechanism: Mechanism, e: dict[str, Any]) -> str:
             f"Attention logit growth in {e['layer']}: its max pre-softmax logit is "
             f"{e['max_logit']:.3g} (above {ATTENTION_LOGIT_HIGH:g} since attempt "
             f"{e['above_since_attempt']}; trend {trend}) while the loss EMA is "
-            f"{e['loss_ema']:.4g}, {e['loss_ema'] / e['loss_ema_min']:.2f}x its minimum ({at})."
+            f"{e['loss_ema']:.4g}, {e['loss_ema'] / e['loss_ema_min']:.2f}x its minimum ({at})"
+            + (
+                f"; the least mean attention entropy is {e['min_entropy']:.2g} nats, in "
+                f"{e['min_entropy_layer']}."
+                if e.get("min_entropy") is not None
+                else "."
+            )
         )
     if mechanism in ("output_logit_divergence", "grad_norm_surge"):
         what = (
@@ -578,6 +647,14 @@ def _message(mechanism: Mechanism, e: dict[str, Any]) -> str:
             f"weights' norm, {e['update_ratio'] / e['median_ratio']:.1f}x the run's usual "
             f"({cause}; {at})."
         )
+    if mechanism == "adam_second_moment_stale":
+        return (
+            f"Adam's second moment is stale: the gradient is {e['lag']:.3g}x the RMS it expects "
+            f"(median over tensors; {e['lag_max']:.3g}x in {e['layer']}, about 1 in steady "
+            "training), so "
+            f"this step moves every weight by about the lr along this batch's direction and the "
+            f"momentum carries it over the next steps ({at})."
+        )
     if mechanism == "first_step_update_large":
         return (
             f"The first update will move a typical weight matrix by {e['update_ratio']:.3g} of "
@@ -594,11 +671,6 @@ def _message(mechanism: Mechanism, e: dict[str, Any]) -> str:
         f"The loss EMA rose to {e['loss_ema']:.4g}, {e['loss_ema'] / e['loss_ema_min']:.2f}x "
         f"its minimum ({at})."
     )
-
-
-def _has_dense_grad(param: torch.Tensor) -> bool:
-    """Whether ``upcoming_ratios`` measures ``param`` (it skips those without a dense grad)."""
-    return param.grad is not None and not param.grad.is_sparse
 
 
 def _first_lr(optimizer: torch.optim.Optimizer | None) -> float | None:
