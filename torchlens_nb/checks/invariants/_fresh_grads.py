@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -58,6 +59,9 @@ from ..gradients._update_ratio import UpdateSample
 from ..session._evidence import Attempt
 from ..session._params import Roster
 from ._invariant import Declared, InvariantCheck
+
+own_version: Callable[[torch.Tensor], int] = operator.attrgetter("_version")
+"""A plain gradient's version counter (the default ``version_of``)."""
 
 MAX_OPENERS = 16
 """Distinct parameters that opened a backward, recorded at S-C by themselves; past this many
@@ -70,8 +74,17 @@ class FreshGradsCheck(InvariantCheck):
     name = "fresh_grads"
     site = "S-A"
 
-    def __init__(self, roster: Roster, *, action: Action, declared: Declared) -> None:
+    def __init__(
+        self,
+        roster: Roster,
+        *,
+        action: Action,
+        declared: Declared,
+        version_of: Callable[[torch.Tensor], int] = own_version,
+    ) -> None:
         super().__init__(roster, action, {}, declared)
+        self._version_of = version_of
+        """A gradient's version counter: its own, or (FSDP2 shards) its local tensor's."""
         self._record: dict[int, tuple[weakref.ref[torch.Tensor], int]] | None = None
         self._stale: tuple[int, weakref.ref[torch.Tensor], int] | None = None
         """A candidate: (index, the gradient it accumulated onto, its version then)."""
@@ -111,8 +124,8 @@ class FreshGradsCheck(InvariantCheck):
         if held is None or zeroed or self.declared.carries_grads:
             return
         grad = param.grad
-        if grad is not None and grad is held[0]() and grad._version == held[1] + 1:
-            self._stale = (index, held[0], grad._version)
+        if grad is not None and grad is held[0]() and self._version_of(grad) == held[1] + 1:
+            self._stale = (index, held[0], held[1] + 1)
 
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         self.evaluations += 1
@@ -139,18 +152,19 @@ class FreshGradsCheck(InvariantCheck):
         assert self._stale is not None
         index, held, version = self._stale
         grad = param.grad
-        if grad is None or grad is not held() or grad._version != version + 1:
+        if grad is None or grad is not held() or self._version_of(grad) != version + 1:
             self._stale = None
         else:
-            self._stale = (index, held, grad._version)
+            self._stale = (index, held, version + 1)
 
     def on_written(self, attempt: Attempt, sample: UpdateSample | None) -> Finding | None:
-        tensors = self.roster.tensors
+        tensors, version_of = self.roster.tensors, self._version_of
+        is_sharded = self.roster.is_sharded
         record = {}
         for index in self._watched():
             grad = tensors[index].grad
             if grad is not None:
-                record[index] = (weakref.ref(grad), grad._version)
+                record[index] = (weakref.ref(grad), version_of(grad))
         self._record = record
         self._zeroed = set()
         if self._is_value_watched:
@@ -160,7 +174,7 @@ class FreshGradsCheck(InvariantCheck):
                     for i in self._hooked
                     if i in record
                 }
-        if self._stack is not None and len(self._hooked) < MAX_OPENERS:
+        if self._stack is not None and len(self._hooked) < MAX_OPENERS and not is_sharded:
             self._hook_openers()
         return None
 

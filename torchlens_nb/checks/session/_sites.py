@@ -278,13 +278,17 @@ class GradSites:
         if not self._is_open:
             self._is_open = True
             self._is_fresh = self._starts_fresh(index, param)
-            if self.on_open is not None:
-                self.on_open(index, param)
+            self._open(index, param)
             if self._is_fresh:
                 if self.on_reset is not None:
                     self.on_reset()
                 self.forget()  # the gradients the records hold were reset: stop pinning them
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+
+    def _open(self, index: int, param: torch.Tensor) -> None:
+        """A backward opened on ``param``: tell :attr:`on_open`."""
+        if self.on_open is not None:
+            self.on_open(index, param)
 
     def _starts_fresh(self, index: int, param: torch.Tensor) -> bool:
         """Whether ``param``'s gradient was reset since the last backward it arrived in: it is
