@@ -52,6 +52,27 @@ def _fsdp2(planted: bool, rank: int) -> tuple[Any, torch.optim.Optimizer, Callab
     return model, optimizer, step
 
 
+def _fsdp2_accumulating(
+    planted: bool, rank: int
+) -> tuple[Any, torch.optim.Optimizer, Callable[[int], None]]:
+    """FSDP2 with two micro-batches per step, each reduce-scattered and added onto the shard's
+    gradient, reset with ``zero_grad(set_to_none=False)`` (zeros kept, not freed) of a
+    ``foreach=True`` optimizer: one ``torch._foreach_zero_``, which bumps no version counter
+    of a DTensor."""
+    model = mlp()
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+
+    def step(i: int) -> None:
+        if not planted:
+            optimizer.zero_grad(set_to_none=False)
+        for micro in range(2):
+            (model(batch(rank, 2 * i + micro)).square().mean() / 2).backward()
+        optimizer.step()
+
+    return model, optimizer, step
+
+
 def _all_reduce(
     planted: bool, rank: int
 ) -> tuple[Any, torch.optim.Optimizer, Callable[[int], None]]:
@@ -91,7 +112,13 @@ def _independent(
     return model, optimizer, step
 
 
-SETUPS = {"ddp": _ddp, "fsdp2": _fsdp2, "all_reduce": _all_reduce, "independent": _independent}
+SETUPS = {
+    "ddp": _ddp,
+    "fsdp2": _fsdp2,
+    "fsdp2_accumulating": _fsdp2_accumulating,
+    "all_reduce": _all_reduce,
+    "independent": _independent,
+}
 
 
 def _scenario(name: str, planted: bool, rank: int) -> dict[str, Any]:

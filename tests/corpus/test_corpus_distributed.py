@@ -26,12 +26,16 @@ def test_ddp_healthy_is_clean_and_its_forgotten_zero_grad_is_caught(runs: Any) -
         assert "grads_not_reset" in result["serious"]
 
 
-def test_fsdp2_healthy_is_quiet_and_its_forgotten_zero_grad_is_caught(runs: Any) -> None:
-    for result in runs["fsdp2:healthy"]:
+@pytest.mark.parametrize("setup", ["fsdp2", "fsdp2_accumulating"])
+def test_fsdp2_healthy_is_quiet_and_its_forgotten_zero_grad_is_caught(
+    runs: Any, setup: str
+) -> None:
+    healthy, planted = runs[f"{setup}:healthy"], runs[f"{setup}:planted"]
+    for result in healthy:
         assert result["serious"] == [] and result["warnings"] == []
-    for result in runs["fsdp2:planted"]:
+    for result in planted:
         assert "grads_not_reset" in result["serious"]
-    for result in runs["fsdp2:healthy"] + runs["fsdp2:planted"]:
+    for result in healthy + planted:
         assert "fresh_grads:sharded_params" not in result["unavailable"]
         assert {"step_moves:sharded_params", "outside_writes:sharded_params"} <= set(
             result["unavailable"]

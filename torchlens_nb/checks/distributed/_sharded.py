@@ -34,9 +34,12 @@ So a session on an FSDP2 model (:class:`ShardedGradSites`):
   onto the one it held (``sharded_param.grad._local_tensor += new_sharded_grad``,
   ``_fsdp_collectives.foreach_reduce``). The gradient the step reads is that DTensor; the
   accumulation bumps its LOCAL tensor's ``_version`` by one (the DTensor's own does not move),
-  so a forgotten ``zero_grad`` reads exactly as in one process: the same gradient object,
-  local version + 1 (measured, gloo, ``tests/corpus/test_corpus_distributed.py``). The first
-  such call after a backward opened (its first unsharded arrival) is the opener.
+  so a forgotten ``zero_grad`` reads as in one process: the same gradient object, one
+  accumulation more (``_dtensor.shard_version``; measured, gloo,
+  ``tests/corpus/test_corpus_distributed.py``). The first such call after a backward opened
+  (its first unsharded arrival) is the opener; at that first arrival, before the
+  reduce-scatter, ``before_reduce`` lets the check read a held shard that no counter shows
+  was reset (``torch._foreach_zero_`` bumps none).
 
 Limits: reset detection (``PendingBackward.is_fresh``) sees ``zero_grad(set_to_none=True)``
 (the shard's gradient is None at the next arrival) and ``set_requires_gradient_sync(False)``
@@ -49,6 +52,7 @@ tensors at S-D, which under FSDP2 are the reduced shards.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -76,6 +80,8 @@ class ShardedGradSites(GradSites):
         arrival: accumulation without a reduce continues that tensor."""
         self._is_reduced_open = False
         """This backward's first reduced shard has been passed to :attr:`on_open`."""
+        self.before_reduce: Callable[[], None] | None = None
+        """Called at the first local arrival of each backward, before its reduce-scatter."""
 
     def _is_watched(self, index: int) -> bool:
         return index in self._awaiting or super()._is_watched(index)
@@ -128,6 +134,8 @@ class ShardedGradSites(GradSites):
         """The first unsharded arrival opens a backward; the fresh-gradients check is opened
         by the first reduced shard after it (:meth:`_on_reduced`)."""
         self._is_reduced_open = False
+        if self.before_reduce is not None:
+            self.before_reduce()
 
     def _on_reduced(self, index: int, shard: torch.Tensor) -> None:
         if not self.is_enabled or self._is_reduced_open or self.on_open is None:

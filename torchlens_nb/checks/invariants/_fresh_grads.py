@@ -38,7 +38,18 @@ gradients and not others (only the parameter that opens the backward is compared
 opened by a parameter that opened none before (its first time is not compared); a
 ``zero_grad(set_to_none=False)`` between the other network's backward and a backward that opens
 on another parameter reads as not reset. ``session.paused()`` keeps the record: a pause declares
-writes to the weights, not to the gradients. Declared exception:
+writes to the weights, not to the gradients.
+
+On FSDP2 shards (``distributed/_sharded.py``) the check reads the sharded gradient the step will
+use: the backward is opened on it by the post-accumulate-grad hook FSDP2 calls after its
+reduce-scatter, and versions are ``_dtensor.shard_version`` (FSDP2 accumulates with
+``grad._local_tensor += ...``: one bump of the local counter; ``grad.zero_()`` bumps the
+DTensor's own). The shards of one reduce-scatter are views of one buffer sharing one counter, so
+a later backward of the attempt is compared with the version the previous one left at S-D
+(``on_backward``), not at its opener. A reset that bumps no counter (``torch._foreach_zero_``,
+``zero_grad(set_to_none=False)`` of an optimizer built with ``foreach=True``; ``.data``) is read
+at the first local arrival of the next backward (``before_reduce``; no tensor hook fires on a
+sharded parameter): this rank's shard all zeros is a reset. Declared exception:
 ``expect_grads_carried_over()``.
 """
 
@@ -55,13 +66,12 @@ import torch
 
 from ...report import Finding, Where
 from ...report._checks import Action
+from ..distributed._dtensor import local_tensor, shard_version
 from ..gradients._update_ratio import UpdateSample
 from ..session._evidence import Attempt
+from ..session._ledger import StepLedger
 from ..session._params import Roster
 from ._invariant import Declared, InvariantCheck
-
-own_version: Callable[[torch.Tensor], int] = operator.attrgetter("_version")
-"""A plain gradient's version counter (the default ``version_of``)."""
 
 MAX_OPENERS = 16
 """Distinct parameters that opened a backward, recorded at S-C by themselves; past this many
@@ -74,17 +84,12 @@ class FreshGradsCheck(InvariantCheck):
     name = "fresh_grads"
     site = "S-A"
 
-    def __init__(
-        self,
-        roster: Roster,
-        *,
-        action: Action,
-        declared: Declared,
-        version_of: Callable[[torch.Tensor], int] = own_version,
-    ) -> None:
+    def __init__(self, roster: Roster, *, action: Action, declared: Declared) -> None:
         super().__init__(roster, action, {}, declared)
-        self._version_of = version_of
-        """A gradient's version counter: its own, or (FSDP2 shards) its local tensor's."""
+        self._version_of: Callable[[torch.Tensor], int] = (
+            shard_version if roster.is_sharded else operator.attrgetter("_version")
+        )
+        """A gradient's version counter (a DTensor's: ``_dtensor.shard_version``)."""
         self._record: dict[int, tuple[weakref.ref[torch.Tensor], int]] | None = None
         self._stale: tuple[int, weakref.ref[torch.Tensor], int] | None = None
         """A candidate: (index, the gradient it accumulated onto, its version then)."""
@@ -145,6 +150,21 @@ class FreshGradsCheck(InvariantCheck):
             Where(module=info.module),
         )
 
+    def on_backward(self, ledger: StepLedger) -> Finding | None:
+        """S-D: the candidate's version as the backward left it, so that the next backward's
+        opener compares with its own accumulation only. Under FSDP2 the shards of one
+        reduce-scatter are views of one buffer that share a version counter: every shard added
+        onto after the opener bumped it too (measured: 4 parameters, +4 per backward)."""
+        stale = self._stale
+        if stale is not None:
+            index, held, _ = stale
+            grad = self.roster.tensors[index].grad
+            if grad is None or grad is not held():
+                self._stale = None
+            else:
+                self._stale = (index, held, self._version_of(grad))
+        return None
+
     def _follow(self, param: torch.Tensor) -> None:
         """A later backward of the attempt opened on the candidate's parameter: a version that
         moved by more than this accumulation since the last one was reset in between (a
@@ -202,17 +222,30 @@ class FreshGradsCheck(InvariantCheck):
         """About to add ``incoming`` onto parameter ``index``'s gradient: if it is the recorded
         tensor at the recorded version, only its values can tell whether it was reset through
         ``.data``."""
+        self._look_untouched(index)
+
+    def before_reduce(self) -> None:
+        """FSDP2: a backward started and its reduce-scatter has not added onto the shards
+        yet: each recorded gradient that looks untouched is read now (a reset by
+        ``torch._foreach_zero_``, the optimizer's ``zero_grad(set_to_none=False)`` with
+        ``foreach=True``, or through ``.data``, bumps no counter of a DTensor)."""
+        for index in self._record or ():
+            self._look_untouched(index)
+
+    def _look_untouched(self, index: int) -> None:
+        """If ``index``'s gradient is the recorded tensor at the recorded version, read whether
+        it is all zeros (this rank's shard of a DTensor): a host sync, on this path only."""
         record = self._record
         held = None if record is None else record.get(index)
         if held is None:
             return
         grad = self.roster.tensors[index].grad
-        if grad is None or grad is not held[0]() or grad._version != held[1]:
+        if grad is None or grad is not held[0]() or self._version_of(grad) != held[1]:
             return
         self._is_value_watched = True
         was_nonzero = self._nonzero.get(index)
         with torch.no_grad():
-            if (was_nonzero is None or bool(was_nonzero)) and not bool(grad.any()):
+            if (was_nonzero is None or bool(was_nonzero)) and not bool(local_tensor(grad).any()):
                 self._zeroed.add(index)  # non-zero at the step (or not known), zeros now
 
     def _watched(self) -> Sequence[int]:

@@ -33,14 +33,13 @@ from ...report._checks import Action, CheckReport, SessionOverhead
 from ..dashboard._feed import DashboardFeed, LiveView
 from ..dashboard._live import open_live_view
 from ..distributed._distributed import RankContext
-from ..distributed._dtensor import local_tensor
 from ..distributed._grad_reduce import GradReduceWatch
 from ..gradients._change import ChangeCheck
 from ..gradients._magnitude import MagnitudeCheck
 from ..gradients._nonfinite import NonfiniteGradCheck
 from ..gradients._update_ratio import UpdateRatioCheck
 from ..gradients._watchdog import NoAcceptedStepsCheck
-from ..invariants._fresh_grads import FreshGradsCheck, own_version
+from ..invariants._fresh_grads import FreshGradsCheck
 from ..invariants._frozen import FrozenCheck
 from ..invariants._invariant import Declared, declared_params
 from ..invariants._replicas import ReplicaCheck
@@ -335,26 +334,23 @@ class ChecksSession:
 
     def register_invariant_checks(self, *, action: Action = "warn", replica_every: int = 1) -> None:
         """The per-step invariants (on by default): ``optimizer_roster``, ``fresh_grads``,
-        ``step_moves``, ``outside_writes``, and ``replicas`` under DDP every ``replica_every``
-        steps. Call it to change their action (``"raise"`` stops the step before it writes
-        where the site allows). Each module of ``torchlens_nb/checks`` (``_roster.py``,
-        ``_fresh_grads.py``, ``_step_moves.py``, ``_writes.py``, ``_replicas.py``) says what
-        its check costs and cannot see. The watched FSDP2 shards get only the roster check;
-        what cannot run on the set-up (``fresh_grads``, ``step_moves`` and ``outside_writes`` on
-        shards, ``replicas`` in a multi-rank group without DDP) is an ``unavailable`` entry."""
+        ``step_moves``, ``outside_writes``, and ``replicas`` every ``replica_every`` steps under
+        DDP or once the loop is seen all-reducing a gradient itself (``_grad_reduce.py``). Call
+        it to change their action (``"raise"`` stops the step before it writes where the site
+        allows). Each module of ``torchlens_nb/checks`` (``_roster.py``, ``_fresh_grads.py``,
+        ``_step_moves.py``, ``_writes.py``, ``_replicas.py``) says what its check costs and
+        cannot see. FSDP2 shards get the roster and fresh-gradients checks; what cannot run on
+        the set-up (``step_moves`` and ``outside_writes`` on shards, ``replicas`` in a multi-rank
+        group without DDP whose loop never all-reduced a gradient) is an ``unavailable``
+        entry."""
         self._check_open()
         check_int("replica_every", replica_every, low=1, expect=">= 1 steps")
         engine, declared = self._engine, self._declared
         roster = engine.roster
         roster_check = RosterCheck(roster, action=action, declared=declared)
         checks: list[Check] = [roster_check]
-        fresh = FreshGradsCheck(
-            roster,
-            action=action,
-            declared=declared,
-            version_of=_local_version if roster.is_sharded else own_version,
-        )
-        engine.observe_backward_open(fresh.on_open)
+        fresh = FreshGradsCheck(roster, action=action, declared=declared)
+        engine.observe_backward_open(fresh.on_open, before_reduce=fresh.before_reduce)
         checks.append(fresh)
         if not roster.is_sharded:
             checks += [
@@ -911,12 +907,6 @@ def _arm_on_grad_reduce(ranks: RankContext, replicas: ReplicaCheck, group: Any) 
     """The loop all-reduced a gradient over ``group``: compare the replicas there."""
     if ranks.replicated(group):
         replicas.arm()
-
-
-def _local_version(grad: torch.Tensor) -> int:
-    """A gradient's version counter; a DTensor's is its local shard's (FSDP2 accumulates with
-    ``grad._local_tensor += ...``, which leaves the DTensor's own counter as it was)."""
-    return local_tensor(grad)._version
 
 
 def _learning_rates(optimizer: torch.optim.Optimizer) -> list[Any]:
