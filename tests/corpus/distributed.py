@@ -1,7 +1,8 @@
 """Data-parallel loops on 2 gloo ranks (launched by ``tests.distributed.ranks.launch``): DDP as
 the PyTorch DDP tutorial writes it (github:pytorch/examples distributed/ddp/example.py), FSDP2
 (``fully_shard``, distributed/FSDP2/example.py) and a hand-written ``all_reduce`` of the
-gradients (the "average_gradients" loop of the PyTorch distributed tutorial), and ranks that
+gradients (``average_gradients`` of the PyTorch distributed tutorial,
+github:pytorch/tutorials intermediate_source/dist_tuto.rst), and ranks that
 each train their own model and all-reduce only the loss they log. Each returns the session's
 findings, unavailable entries and status per rank; ``planted`` forgets
 ``optimizer.zero_grad()`` (or, for the hand-written loop, skips the average every other step:
@@ -83,10 +84,10 @@ def _all_reduce(
         optimizer.zero_grad()
         model(batch(rank, i)).square().mean().backward()
         if not planted or i % 2 == 0:  # the twin skips the average every other step
-            for p in model.parameters():
+            for p in model.parameters():  # the tutorial's average_gradients, as written there
                 assert p.grad is not None
-                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-                p.grad /= dist.get_world_size()
+                dist.all_reduce(p.grad.data, op=dist.ReduceOp.SUM)
+                p.grad.data /= dist.get_world_size()
         optimizer.step()
 
     return model, optimizer, step

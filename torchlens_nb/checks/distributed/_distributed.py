@@ -120,7 +120,9 @@ class RankContext:
     @classmethod
     def detect(cls, model: torch.nn.Module, distributed: bool | None) -> RankContext:
         """``distributed=None``: active for a ``DistributedDataParallel`` or FSDP2
-        (``fully_shard``) model in an initialized group of more than one rank; ``True`` forces it (every rank must then run the session),
+        (``fully_shard``) model in an initialized group of more than one rank, and for any
+        other model once the loop is seen all-reducing a gradient (:meth:`replicated`);
+        ``True`` forces it (every rank must then run the session),
         ``False`` keeps the session rank-local (no collective; a NaN on another rank is not
         seen before this rank writes)."""
         dist = torch.distributed
