@@ -58,7 +58,7 @@ from typing import Any
 
 import torch
 
-from ..session._sites import GradSites
+from ..session._sites import GradSites, unhook
 from ._dtensor import local_tensor
 
 
@@ -126,9 +126,9 @@ class ShardedGradSites(GradSites):
         """A post-accumulate-grad hook on the sharded parameter (FSDP2 calls it after the
         reduce-scatter wrote the shard's gradient)."""
         assert self._stack is not None
-        hook = partial(self._on_reduced, index)
-        handle = self._roster.tensors[index].register_post_accumulate_grad_hook(hook)
-        self._stack.callback(handle.remove)
+        shard, hook = self._roster.tensors[index], partial(self._on_reduced, index)
+        self._stack.callback(unhook, shard, hook)  # first: an interrupt leaves no hook
+        shard.register_post_accumulate_grad_hook(hook)
 
     def _open(self, index: int, param: torch.Tensor) -> None:
         """The first unsharded arrival opens a backward; the fresh-gradients check is opened

@@ -203,7 +203,7 @@ class GradSites:
             self._unhookable.add(index)
             return
         hook = partial(self._on_grad_arrival, index)
-        self._stack.callback(_unhook, tensor, hook)  # first: an interrupt leaves no hook
+        self._stack.callback(unhook, tensor, hook)  # first: an interrupt leaves no hook
         self._handles[index] = tensor.register_post_accumulate_grad_hook(hook)
 
     @property
@@ -444,7 +444,9 @@ class GradSites:
         self.forget()
 
 
-def _unhook(tensor: torch.Tensor, hook: object) -> None:
+def unhook(tensor: torch.Tensor, hook: object) -> None:
+    """Remove ``hook`` from ``tensor``'s post-accumulate-grad hooks if it is there (safe to
+    put on an exit stack before the hook is registered)."""
     hooks = tensor._post_accumulate_grad_hooks
     if hooks:
         remove_hook(hooks, hook)
