@@ -92,11 +92,16 @@ class RankContext:
     world_size: int = 1
     group: Any = None
     is_active: bool = False
-    """True when the session runs the S-B agreement (a DDP model in an initialized group)."""
+    """True when the session runs the S-B agreement (a DDP or FSDP2 model in an initialized
+    group, or a loop seen all-reducing its gradients itself: :meth:`replicated`)."""
+    watches_grad_reduce: bool = False
+    """A multi-rank group, no DDP or FSDP2, ``distributed`` not False: the session watches for
+    the loop's own ``all_reduce`` of a gradient (``_grad_reduce.py``)."""
     bucket_view: bool = False
     """The DDP module was built with ``gradient_as_bucket_view=True``."""
-    wrapper: Literal["ddp", "fsdp2"] | None = None
-    """How the model is distributed: DDP replicas or FSDP2 shards (``_sharded.py``)."""
+    wrapper: Literal["ddp", "fsdp2", "all_reduce"] | None = None
+    """How the model is distributed: DDP replicas, FSDP2 shards (``_sharded.py``), or replicas
+    whose gradients the loop all-reduces itself (seen at its first such call)."""
     agreements: int = 0
     agree_ns: int = 0
     remote_findings: dict[tuple[int, ...], Finding] = dataclasses.field(default_factory=dict)
@@ -115,7 +120,9 @@ class RankContext:
     @classmethod
     def detect(cls, model: torch.nn.Module, distributed: bool | None) -> RankContext:
         """``distributed=None``: active for a ``DistributedDataParallel`` or FSDP2
-        (``fully_shard``) model in an initialized group of more than one rank; ``True`` forces it (every rank must then run the session),
+        (``fully_shard``) model in an initialized group of more than one rank, and for any
+        other model once the loop is seen all-reducing a gradient (:meth:`replicated`);
+        ``True`` forces it (every rank must then run the session),
         ``False`` keeps the session rank-local (no collective; a NaN on another rank is not
         seen before this rank writes)."""
         dist = torch.distributed
@@ -145,7 +152,28 @@ class RankContext:
             if distributed is not None
             else (is_ddp or is_fsdp2) and context.world_size > 1
         )
+        context.watches_grad_reduce = (
+            distributed is not False and context.wrapper is None and context.world_size > 1
+        )
         return context
+
+    def replicated(self, group: Any) -> bool:
+        """The loop all-reduced a parameter's gradient over ``group`` (None: the default
+        group) itself: the model is replicated there, as under DDP. The session goes active on
+        that group from this step's S-B on (every rank of it calls the same ``all_reduce`` in
+        the same step, so every rank goes active at the same agreement; every rank must run
+        the session, as under DDP). Returns whether the replicas can be compared: not in a
+        group of one, nor on another group than the one ``distributed=True`` already agrees
+        on."""
+        dist = torch.distributed
+        if group is dist.group.WORLD:
+            group = None
+        size = dist.get_world_size(group)
+        if size < 2 or (self.is_active and group is not self.group):
+            return False
+        self.group, self.rank, self.world_size = group, dist.get_rank(group), size
+        self.wrapper, self.is_active = "all_reduce", True
+        return True
 
     def agree(self, violation: Finding | None) -> Finding | None:
         """S-B: one ``all_reduce`` of one :data:`ROW_WIDTH` int64 row per rank (its raise flag
@@ -158,6 +186,8 @@ class RankContext:
         spread another rank's value into it): a rank with flag 1 defers to the rank(s) with
         flag 2 and reports ``check_raised_on_other_rank``.
         """
+        if not self.is_active:
+            return violation  # rank-local until the loop's own gradient all_reduce is seen
         dist = torch.distributed
         device = "cuda" if dist.get_backend(self.group) == "nccl" else "cpu"
         local = self.read_counters()

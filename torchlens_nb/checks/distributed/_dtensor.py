@@ -31,6 +31,19 @@ def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if is_dtensor(tensor) else tensor  # type: ignore[attr-defined]
 
 
+def shard_version(grad: torch.Tensor) -> int:
+    """A version counter of a DTensor gradient that moves by exactly one per FSDP2
+    accumulation and never by exactly one for a reset: its local tensor's counter (FSDP2 adds
+    with ``grad._local_tensor += ...``, which bumps it and leaves the DTensor's own) plus
+    ``2**32`` times the DTensor's own counter (``grad.zero_()`` and other in-place ops through
+    the DTensor bump that one and leave the local one as it was). ``torch._foreach_zero_`` and
+    ``grad.data.zero_()`` bump neither (measured, torch 2.13): only the values tell those.
+    A plain tensor's is its ``_version``."""
+    if is_dtensor(grad):
+        return grad._local_tensor._version + (grad._version << 32)  # type: ignore[attr-defined]
+    return grad._version
+
+
 def is_fsdp2_module(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a ``fully_shard``-ed module (never imports torch.distributed.fsdp)."""
     cls = _loaded("torch.distributed.fsdp", "FSDPModule")

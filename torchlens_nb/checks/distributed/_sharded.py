@@ -28,6 +28,19 @@ So a session on an FSDP2 model (:class:`ShardedGradSites`):
   own S-A evidence is non-finite raises even when its shard is finite (the reduce-scatter put
   the value into another rank's shard), every rank raises before any rank writes.
 
+* opens the fresh-gradients check (``invariants/_fresh_grads.py``) on the SHARDED parameter,
+  from its post-accumulate-grad hook: FSDP2 calls it after the reduce-scatter, once it has either
+  set a new DTensor gradient (the shard held None: ``zero_grad()``) or added the reduced shard
+  onto the one it held (``sharded_param.grad._local_tensor += new_sharded_grad``,
+  ``_fsdp_collectives.foreach_reduce``). The gradient the step reads is that DTensor; the
+  accumulation bumps its LOCAL tensor's ``_version`` by one (the DTensor's own does not move),
+  so a forgotten ``zero_grad`` reads as in one process: the same gradient object, one
+  accumulation more (``_dtensor.shard_version``; measured, gloo,
+  ``tests/corpus/test_corpus_distributed.py``). The first such call after a backward opened
+  (its first unsharded arrival) is the opener; at that first arrival, before the
+  reduce-scatter, ``before_reduce`` lets the check read a held shard that no counter shows
+  was reset (``torch._foreach_zero_`` bumps none).
+
 Limits: reset detection (``PendingBackward.is_fresh``) sees ``zero_grad(set_to_none=True)``
 (the shard's gradient is None at the next arrival) and ``set_requires_gradient_sync(False)``
 accumulation; after ``zero_grad(set_to_none=False)`` an attempt the loop skipped is merged into
@@ -39,12 +52,13 @@ tensors at S-D, which under FSDP2 are the reduced shards.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
 
-from ..session._sites import GradSites
+from ..session._sites import GradSites, unhook
 from ._dtensor import local_tensor
 
 
@@ -64,6 +78,10 @@ class ShardedGradSites(GradSites):
         self._last: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
         """Roster index -> (weak reference to the unsharded gradient, its version) at its last
         arrival: accumulation without a reduce continues that tensor."""
+        self._is_reduced_open = False
+        """This backward's first reduced shard has been passed to :attr:`on_open`."""
+        self.before_reduce: Callable[[], None] | None = None
+        """Called at the first local arrival of each backward, before its reduce-scatter."""
 
     def _is_watched(self, index: int) -> bool:
         return index in self._awaiting or super()._is_watched(index)
@@ -95,12 +113,35 @@ class ShardedGradSites(GradSites):
             super()._hook(index)
             return
         module, attr = owner
+        if self.on_open is not None:
+            self._hook_reduced(index)
         self._awaiting.add(index)
         entries = self._waiting.setdefault(id(module), [])
         entries.append((index, attr))
         if len(entries) == 1:
             handle = module.register_forward_pre_hook(partial(self._on_forward, entries))
             self._stack.callback(handle.remove)
+
+    def _hook_reduced(self, index: int) -> None:
+        """A post-accumulate-grad hook on the sharded parameter (FSDP2 calls it after the
+        reduce-scatter wrote the shard's gradient)."""
+        assert self._stack is not None
+        shard, hook = self._roster.tensors[index], partial(self._on_reduced, index)
+        self._stack.callback(unhook, shard, hook)  # first: an interrupt leaves no hook
+        shard.register_post_accumulate_grad_hook(hook)
+
+    def _open(self, index: int, param: torch.Tensor) -> None:
+        """The first unsharded arrival opens a backward; the fresh-gradients check is opened
+        by the first reduced shard after it (:meth:`_on_reduced`)."""
+        self._is_reduced_open = False
+        if self.before_reduce is not None:
+            self.before_reduce()
+
+    def _on_reduced(self, index: int, shard: torch.Tensor) -> None:
+        if not self.is_enabled or self._is_reduced_open or self.on_open is None:
+            return
+        self._is_reduced_open = True
+        self.on_open(index, shard)
 
     def _on_forward(
         self, entries: list[tuple[int, str]], module: torch.nn.Module, _args: Any

@@ -38,7 +38,18 @@ gradients and not others (only the parameter that opens the backward is compared
 opened by a parameter that opened none before (its first time is not compared); a
 ``zero_grad(set_to_none=False)`` between the other network's backward and a backward that opens
 on another parameter reads as not reset. ``session.paused()`` keeps the record: a pause declares
-writes to the weights, not to the gradients. Declared exception:
+writes to the weights, not to the gradients.
+
+On FSDP2 shards (``distributed/_sharded.py``) the check reads the sharded gradient the step will
+use: the backward is opened on it by the post-accumulate-grad hook FSDP2 calls after its
+reduce-scatter, and versions are ``_dtensor.shard_version`` (FSDP2 accumulates with
+``grad._local_tensor += ...``: one bump of the local counter; ``grad.zero_()`` bumps the
+DTensor's own). The shards of one reduce-scatter are views of one buffer sharing one counter, so
+a later backward of the attempt is compared with the version the previous one left at S-D
+(``on_backward``), not at its opener. A reset that bumps no counter (``torch._foreach_zero_``,
+``zero_grad(set_to_none=False)`` of an optimizer built with ``foreach=True``; ``.data``) is read
+at the first local arrival of the next backward (``before_reduce``; no tensor hook fires on a
+sharded parameter): this rank's shard all zeros is a reset. Declared exception:
 ``expect_grads_carried_over()``.
 """
 
@@ -46,16 +57,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from ...report import Finding, Where
 from ...report._checks import Action
+from ..distributed._dtensor import local_tensor, shard_version
 from ..gradients._update_ratio import UpdateSample
 from ..session._evidence import Attempt
+from ..session._ledger import StepLedger
 from ..session._params import Roster
 from ._invariant import Declared, InvariantCheck
 
@@ -72,6 +86,10 @@ class FreshGradsCheck(InvariantCheck):
 
     def __init__(self, roster: Roster, *, action: Action, declared: Declared) -> None:
         super().__init__(roster, action, {}, declared)
+        self._version_of: Callable[[torch.Tensor], int] = (
+            shard_version if roster.is_sharded else operator.attrgetter("_version")
+        )
+        """A gradient's version counter (a DTensor's: ``_dtensor.shard_version``)."""
         self._record: dict[int, tuple[weakref.ref[torch.Tensor], int]] | None = None
         self._stale: tuple[int, weakref.ref[torch.Tensor], int] | None = None
         """A candidate: (index, the gradient it accumulated onto, its version then)."""
@@ -111,8 +129,8 @@ class FreshGradsCheck(InvariantCheck):
         if held is None or zeroed or self.declared.carries_grads:
             return
         grad = param.grad
-        if grad is not None and grad is held[0]() and grad._version == held[1] + 1:
-            self._stale = (index, held[0], grad._version)
+        if grad is not None and grad is held[0]() and self._version_of(grad) == held[1] + 1:
+            self._stale = (index, held[0], held[1] + 1)
 
     def on_attempt(self, attempt: Attempt) -> Finding | None:
         self.evaluations += 1
@@ -132,6 +150,21 @@ class FreshGradsCheck(InvariantCheck):
             Where(module=info.module),
         )
 
+    def on_backward(self, ledger: StepLedger) -> Finding | None:
+        """S-D: the candidate's version as the backward left it, so that the next backward's
+        opener compares with its own accumulation only. Under FSDP2 the shards of one
+        reduce-scatter are views of one buffer that share a version counter: every shard added
+        onto after the opener bumped it too (measured: 4 parameters, +4 per backward)."""
+        stale = self._stale
+        if stale is not None:
+            index, held, _ = stale
+            grad = self.roster.tensors[index].grad
+            if grad is None or grad is not held():
+                self._stale = None
+            else:
+                self._stale = (index, held, self._version_of(grad))
+        return None
+
     def _follow(self, param: torch.Tensor) -> None:
         """A later backward of the attempt opened on the candidate's parameter: a version that
         moved by more than this accumulation since the last one was reset in between (a
@@ -139,18 +172,19 @@ class FreshGradsCheck(InvariantCheck):
         assert self._stale is not None
         index, held, version = self._stale
         grad = param.grad
-        if grad is None or grad is not held() or grad._version != version + 1:
+        if grad is None or grad is not held() or self._version_of(grad) != version + 1:
             self._stale = None
         else:
-            self._stale = (index, held, grad._version)
+            self._stale = (index, held, version + 1)
 
     def on_written(self, attempt: Attempt, sample: UpdateSample | None) -> Finding | None:
-        tensors = self.roster.tensors
+        tensors, version_of = self.roster.tensors, self._version_of
+        is_sharded = self.roster.is_sharded
         record = {}
         for index in self._watched():
             grad = tensors[index].grad
             if grad is not None:
-                record[index] = (weakref.ref(grad), grad._version)
+                record[index] = (weakref.ref(grad), version_of(grad))
         self._record = record
         self._zeroed = set()
         if self._is_value_watched:
@@ -160,7 +194,7 @@ class FreshGradsCheck(InvariantCheck):
                     for i in self._hooked
                     if i in record
                 }
-        if self._stack is not None and len(self._hooked) < MAX_OPENERS:
+        if self._stack is not None and len(self._hooked) < MAX_OPENERS and not is_sharded:
             self._hook_openers()
         return None
 
@@ -188,17 +222,30 @@ class FreshGradsCheck(InvariantCheck):
         """About to add ``incoming`` onto parameter ``index``'s gradient: if it is the recorded
         tensor at the recorded version, only its values can tell whether it was reset through
         ``.data``."""
+        self._look_untouched(index)
+
+    def before_reduce(self) -> None:
+        """FSDP2: a backward started and its reduce-scatter has not added onto the shards
+        yet: each recorded gradient that looks untouched is read now (a reset by
+        ``torch._foreach_zero_``, the optimizer's ``zero_grad(set_to_none=False)`` with
+        ``foreach=True``, or through ``.data``, bumps no counter of a DTensor)."""
+        for index in self._record or ():
+            self._look_untouched(index)
+
+    def _look_untouched(self, index: int) -> None:
+        """If ``index``'s gradient is the recorded tensor at the recorded version, read whether
+        it is all zeros (this rank's shard of a DTensor): a host sync, on this path only."""
         record = self._record
         held = None if record is None else record.get(index)
         if held is None:
             return
         grad = self.roster.tensors[index].grad
-        if grad is None or grad is not held[0]() or grad._version != held[1]:
+        if grad is None or grad is not held[0]() or self._version_of(grad) != held[1]:
             return
         self._is_value_watched = True
         was_nonzero = self._nonzero.get(index)
         with torch.no_grad():
-            if (was_nonzero is None or bool(was_nonzero)) and not bool(grad.any()):
+            if (was_nonzero is None or bool(was_nonzero)) and not bool(local_tensor(grad).any()):
                 self._zeroed.add(index)  # non-zero at the step (or not known), zeros now
 
     def _watched(self) -> Sequence[int]:

@@ -1,19 +1,26 @@
-"""Replicas agree (DistributedDataParallel): every rank holds the same weights and, before the
-step, the same reduced gradients.
+"""Replicas agree (DistributedDataParallel, or a loop that all-reduces its gradients itself):
+every rank holds the same weights and, before the step, the same reduced gradients.
 
 At the S-B agreement the session already makes (one ``all_reduce`` per step,
 ``_distributed.RankContext.agree``), each rank adds a fingerprint to its row: the 2-norm of
 every optimizer parameter (the weights the previous step wrote) and of every gradient the step
-is about to apply (after DDP's all-reduce and any clipping; -1 for a missing gradient),
+is about to apply (after the all-reduce, DDP's or the loop's own, and any clipping; -1 for a
+missing gradient),
 reduced on the device in one batched kernel and carried as float64 bits. Every rank then reads
-every rank's fingerprint from the same table and reaches the same verdict. Healthy DDP replicas
+every rank's fingerprint from the same table and reaches the same verdict. Healthy replicas
 are bitwise equal (same averaged gradients, same update), so any difference beyond
 :data:`RELATIVE_TOLERANCE` is the finding ``replicas_disagree`` (critical): the first parameter
 that disagrees (weights first: they diverged at an earlier step), the attempt, and the value
 on each rank. A gradient that disagrees is seen before any rank writes it.
 
 Catches: a step that calls the raw module (``ddp.module(x)``: no all-reduce), a gradient
-bucket lost on one rank, a rank-dependent clipping coefficient, replicas whose weights drifted.
+bucket lost on one rank, a rank-dependent clipping coefficient, replicas whose weights drifted
+(a hand-written loop that skips its average on some steps: issue 42).
+
+Without DDP the comparison starts at the first step whose gradients the loop all-reduces
+itself (``distributed/_grad_reduce.py``): until then it is not armed, its fingerprint is not
+sent, and a report made before is an ``unavailable`` entry (``replicas_not_compared``): ranks
+that never all-reduce a gradient may differ on purpose (model or pipeline parallel).
 Cost: one norm per parameter and per gradient per ``every`` steps, and ``16 x P`` more bytes
 per rank in the agreement (P optimizer parameters). Cannot see: a difference that keeps every
 norm (a permutation of a tensor's values, a sign flip), and parameters outside the optimizer.
@@ -28,7 +35,7 @@ from typing import Any
 import torch
 
 from ..._validate import check_int
-from ...report import Finding, Where
+from ...report import Finding, Unavailable, Where
 from ...report._checks import Action
 from ..session._evidence import Attempt
 from ..session._params import Roster
@@ -44,9 +51,20 @@ class ReplicaCheck(InvariantCheck):
     name = "replicas"
     site = "S-B"
 
-    def __init__(self, roster: Roster, *, every: int, action: Action, declared: Declared) -> None:
+    def __init__(
+        self,
+        roster: Roster,
+        *,
+        every: int,
+        action: Action,
+        declared: Declared,
+        waiting: str | None = None,
+    ) -> None:
         check_int("every", every, low=1, expect=">= 1 steps", hint="every=1 checks each step")
         super().__init__(roster, action, {"every": every}, declared)
+        self._waiting = waiting
+        """Why the replicas are not compared yet (the ``unavailable`` reason until
+        :meth:`arm`); None: armed."""
         self._calls = 0
         self._indices: tuple[int, ...] = ()
         self._attempt: int | None = None
@@ -55,8 +73,9 @@ class ReplicaCheck(InvariantCheck):
             "critical",
             _message,
             remedy="Call the DistributedDataParallel wrapper, not its .module, in the step; "
-            "move or cast the model before wrapping it; make clipping and any comm hook the "
-            "same on every rank. tl.debug.ChecksSession(..., distributed=True) on every rank "
+            "move or cast the model before wrapping it; a loop that averages the gradients "
+            "itself all-reduces every gradient at every step; make clipping and any comm hook "
+            "the same on every rank. tl.debug.ChecksSession(..., distributed=True) on every rank "
             "and session.report(gather=True) show each rank's evidence.",
         )
 
@@ -64,9 +83,21 @@ class ReplicaCheck(InvariantCheck):
         self._attempt = attempt.index
         return None
 
+    def arm(self) -> None:
+        """Compare from the next agreement on (the loop's own gradient all-reduce was seen)."""
+        self._waiting = None
+
+    def unavailable(self) -> list[Unavailable]:
+        if self._waiting is None:
+            return []
+        return [Unavailable(self.name, self._waiting, code="replicas_not_compared")]
+
     def payload(self) -> torch.Tensor | None:
-        """This rank's fingerprint (float64, on the parameters' device), None when not due.
-        Every rank calls it at the same agreement, so every rank is due at the same ones."""
+        """This rank's fingerprint (float64, on the parameters' device), None when not due or
+        not armed. Every rank calls it at the same agreement, so every rank is due at the same
+        ones."""
+        if self._waiting is not None:
+            return None
         self._calls += 1
         if (self._calls - 1) % self.options["every"]:
             return None

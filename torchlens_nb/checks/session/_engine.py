@@ -191,9 +191,19 @@ class Engine:
         registered by the caller."""
         self._defaults[check.name] = check
 
-    def observe_backward_open(self, callback: Callable[[int, torch.Tensor], None]) -> None:
-        """Call ``callback(index, param)`` at the first gradient arrival of every backward."""
+    def observe_backward_open(
+        self,
+        callback: Callable[[int, torch.Tensor], None],
+        *,
+        before_reduce: Callable[[], None] | None = None,
+    ) -> None:
+        """Call ``callback(index, param)`` at the first gradient arrival of every backward
+        (FSDP2: at the first shard the reduce-scatter wrote, with the sharded parameter), and
+        under FSDP2 ``before_reduce()`` at the first local arrival, before any shard is
+        written (``distributed/_sharded.py``)."""
         self._sites.on_open = callback
+        if isinstance(self._sites, ShardedGradSites):
+            self._sites.before_reduce = before_reduce
 
     def install(self, stack: contextlib.ExitStack) -> None:
         """Install S-A on every roster parameter and S-B / S-C on the optimizer; every handle

@@ -33,6 +33,7 @@ from ...report._checks import Action, CheckReport, SessionOverhead
 from ..dashboard._feed import DashboardFeed, LiveView
 from ..dashboard._live import open_live_view
 from ..distributed._distributed import RankContext
+from ..distributed._grad_reduce import GradReduceWatch
 from ..gradients._change import ChangeCheck
 from ..gradients._magnitude import MagnitudeCheck
 from ..gradients._nonfinite import NonfiniteGradCheck
@@ -175,10 +176,13 @@ class ChecksSession:
             loss_scale,
             raise_violation=self._raise,
             on_progress=self._progress,
-            agree=self._ranks.agree if self._ranks.is_active else None,
+            agree=self._ranks.agree
+            if self._ranks.is_active or self._ranks.watches_grad_reduce
+            else None,
         )
-        if self._ranks.is_active:
-            self._ranks.read_counters = functools.partial(counters, self._engine)
+        self._ranks.read_counters = functools.partial(counters, self._engine)
+        self._grad_reduce: GradReduceWatch | None = None
+        """Watches for the loop's own gradient all_reduce (``_grad_reduce.py``), if it may."""
         self._subject = (
             f"{type(model).__name__} with {type(real).__name__} "
             f"({len(roster.optimized)} parameters)"
@@ -332,25 +336,26 @@ class ChecksSession:
 
     def register_invariant_checks(self, *, action: Action = "warn", replica_every: int = 1) -> None:
         """The per-step invariants (on by default): ``optimizer_roster``, ``fresh_grads``,
-        ``step_moves``, ``outside_writes``, and ``replicas`` under DDP every ``replica_every``
-        steps. Call it to change their action (``"raise"`` stops the step before it writes
-        where the site allows). Each module of ``torchlens_nb/checks`` (``_roster.py``,
-        ``_fresh_grads.py``, ``_step_moves.py``, ``_writes.py``, ``_replicas.py``) says what
-        its check costs and cannot see. The watched FSDP2 shards get only the roster check;
-        what cannot run on the set-up (``fresh_grads``, ``step_moves`` and ``outside_writes`` on
-        shards, ``replicas`` in a multi-rank group without DDP) is an ``unavailable`` entry."""
+        ``step_moves``, ``outside_writes``, and ``replicas`` every ``replica_every`` steps under
+        DDP or once the loop is seen all-reducing a gradient itself (``_grad_reduce.py``). Call
+        it to change their action (``"raise"`` stops the step before it writes where the site
+        allows). Each module of ``torchlens_nb/checks`` (``_roster.py``, ``_fresh_grads.py``,
+        ``_step_moves.py``, ``_writes.py``, ``_replicas.py``) says what its check costs and
+        cannot see. FSDP2 shards get the roster and fresh-gradients checks; what cannot run on
+        the set-up (``step_moves`` and ``outside_writes`` on shards, ``replicas`` in a multi-rank
+        group without DDP whose loop never all-reduced a gradient) is an ``unavailable``
+        entry."""
         self._check_open()
         check_int("replica_every", replica_every, low=1, expect=">= 1 steps")
         engine, declared = self._engine, self._declared
         roster = engine.roster
         roster_check = RosterCheck(roster, action=action, declared=declared)
-        roster_check.not_running = _invariants_not_running(roster.is_sharded, self._ranks)
         checks: list[Check] = [roster_check]
+        fresh = FreshGradsCheck(roster, action=action, declared=declared)
+        engine.observe_backward_open(fresh.on_open, before_reduce=fresh.before_reduce)
+        checks.append(fresh)
         if not roster.is_sharded:
-            fresh = FreshGradsCheck(roster, action=action, declared=declared)
-            engine.observe_backward_open(fresh.on_open)
             checks += [
-                fresh,
                 StepMovesCheck(
                     roster,
                     action=action,
@@ -360,11 +365,27 @@ class ChecksSession:
                 ),
                 WritesCheck(roster, action=action, declared=declared),
             ]
-        if self._ranks.is_active and self._ranks.wrapper == "ddp":
-            replicas = ReplicaCheck(roster, every=replica_every, action=action, declared=declared)
-            self._ranks.payload = replicas.payload
-            self._ranks.on_payloads = replicas.compare
+        ranks, self._grad_reduce = self._ranks, None
+        if (ranks.is_active and ranks.wrapper == "ddp") or ranks.watches_grad_reduce:
+            replicas = ReplicaCheck(
+                roster,
+                every=replica_every,
+                action=action,
+                declared=declared,
+                waiting=None if ranks.wrapper == "ddp" else _waiting_for_grad_reduce(ranks),
+            )
+            ranks.payload = replicas.payload
+            ranks.on_payloads = replicas.compare
             checks.append(replicas)
+            if ranks.watches_grad_reduce:
+                self._grad_reduce = GradReduceWatch(
+                    roster,
+                    lambda: engine.backwards,
+                    functools.partial(_arm_on_grad_reduce, ranks, replicas),
+                )
+        roster_check.not_running = _invariants_not_running(
+            roster.is_sharded, ranks, has_replicas=ReplicaCheck.name in {c.name for c in checks}
+        )
         for check in checks:
             engine.add_default(check)
 
@@ -490,6 +511,8 @@ class ChecksSession:
             fresh = self._engine.checks.get(FreshGradsCheck.name)
             if isinstance(fresh, FreshGradsCheck):
                 fresh.install(stack)
+            if self._grad_reduce is not None:
+                self._grad_reduce.install(stack)
         except BaseException:
             self._roll_back()
             raise
@@ -876,10 +899,11 @@ def _is_integral(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _invariants_not_running(is_sharded: bool, ranks: RankContext) -> list[Unavailable]:
-    """The invariants that cannot run on this set-up, each named (issue 42: an FSDP2 loop with
-    a forgotten zero_grad, and a hand-written all_reduce loop whose replicas drifted apart by
-    0.094, were reported clean)."""
+def _invariants_not_running(
+    is_sharded: bool, ranks: RankContext, *, has_replicas: bool
+) -> list[Unavailable]:
+    """The invariants that cannot run on this set-up, each named (issue 42: an FSDP2 loop and
+    a hand-written all_reduce loop were reported clean without naming what did not run)."""
     missing = []
     if is_sharded:
         missing += [
@@ -890,25 +914,41 @@ def _invariants_not_running(is_sharded: bool, ranks: RankContext) -> list[Unavai
                 code="sharded_params",
             )
             for name, what in (
-                (FreshGradsCheck.name, "whether gradients are reset between steps"),
                 (StepMovesCheck.name, "whether each step moves what it was given a gradient for"),
                 (WritesCheck.name, "whether anything writes the weights between steps"),
             )
         ]
-    dist = torch.distributed
-    is_multi_rank = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    if is_multi_rank and ranks.wrapper is None:
+    if ranks.world_size > 1 and ranks.wrapper != "fsdp2" and not has_replicas:
         missing.append(
             Unavailable(
                 ReplicaCheck.name,
-                "the model is not a DistributedDataParallel or FSDP2 module in this "
-                f"{dist.get_world_size()}-rank group: whether the ranks' replicas stay equal is "
-                "not compared (a hand-written all_reduce loop); wrap the model in "
-                "DistributedDataParallel, or compare the weights across ranks yourself.",
+                f"distributed=False keeps this session rank-local: whether the "
+                f"{ranks.world_size} ranks' replicas stay equal is not compared; leave "
+                "distributed unset (every rank running the session) to compare them.",
                 code="replicas_not_compared",
             )
         )
     return missing
+
+
+def _waiting_for_grad_reduce(ranks: RankContext) -> str:
+    """The ``unavailable`` reason of a replica check that waits for the loop's own
+    gradient all_reduce."""
+    return (
+        f"no torch.distributed.all_reduce of a parameter's gradient was seen in this "
+        f"{ranks.world_size}-rank group, and the model is not a DistributedDataParallel "
+        "module: the ranks may hold different weights on purpose (model or pipeline "
+        "parallel), so whether replicas stay equal is not compared. A loop that averages "
+        "the gradients itself is compared from its first all_reduce of a param.grad; one "
+        "that all-reduces a flattened copy is not seen (wrap the model in "
+        "DistributedDataParallel, or compare the weights across ranks yourself)."
+    )
+
+
+def _arm_on_grad_reduce(ranks: RankContext, replicas: ReplicaCheck, group: Any) -> None:
+    """The loop all-reduced a gradient over ``group``: compare the replicas there."""
+    if ranks.replicated(group):
+        replicas.arm()
 
 
 def _learning_rates(optimizer: torch.optim.Optimizer) -> list[Any]:

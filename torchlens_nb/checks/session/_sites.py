@@ -203,7 +203,7 @@ class GradSites:
             self._unhookable.add(index)
             return
         hook = partial(self._on_grad_arrival, index)
-        self._stack.callback(_unhook, tensor, hook)  # first: an interrupt leaves no hook
+        self._stack.callback(unhook, tensor, hook)  # first: an interrupt leaves no hook
         self._handles[index] = tensor.register_post_accumulate_grad_hook(hook)
 
     @property
@@ -278,13 +278,17 @@ class GradSites:
         if not self._is_open:
             self._is_open = True
             self._is_fresh = self._starts_fresh(index, param)
-            if self.on_open is not None:
-                self.on_open(index, param)
+            self._open(index, param)
             if self._is_fresh:
                 if self.on_reset is not None:
                     self.on_reset()
                 self.forget()  # the gradients the records hold were reset: stop pinning them
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+
+    def _open(self, index: int, param: torch.Tensor) -> None:
+        """A backward opened on ``param``: tell :attr:`on_open`."""
+        if self.on_open is not None:
+            self.on_open(index, param)
 
     def _starts_fresh(self, index: int, param: torch.Tensor) -> bool:
         """Whether ``param``'s gradient was reset since the last backward it arrived in: it is
@@ -440,7 +444,9 @@ class GradSites:
         self.forget()
 
 
-def _unhook(tensor: torch.Tensor, hook: object) -> None:
+def unhook(tensor: torch.Tensor, hook: object) -> None:
+    """Remove ``hook`` from ``tensor``'s post-accumulate-grad hooks if it is there (safe to
+    put on an exit stack before the hook is registered)."""
     hooks = tensor._post_accumulate_grad_hooks
     if hooks:
         remove_hook(hooks, hook)
