@@ -36,22 +36,23 @@ def test_a_planned_run_takes_the_length_its_plan_gives_once_step_1_is_timed() ->
 
 
 def test_a_quick_step_keeps_every_full_length_and_a_slow_one_gets_its_share() -> None:
-    budget = Budget(200, seconds=30.0, slow_step_s=0.25)
+    budget = Budget(200, seconds=30.0, slow_step_s=1.0)
     assert [budget.steps(run) for run in ("overfit", "ratio", "probe")] == [200, 10, 20]
     plan = budget.plan("overfit", "overfit_one_batch (Adam)")
     assert plan is not None and plan(0.01) == 200  # a zoo-sized step: not shortened
     assert not budget.is_shortened and budget.note() is None
     assert budget.plan("ratio", "update_ratio") is None  # timed once only
 
-    slow = Budget(200, seconds=30.0, slow_step_s=0.25, step_s=0.5, measured_by="overfit")
+    slow = Budget(200, seconds=30.0, slow_step_s=1.0, step_s=1.5, measured_by="overfit")
     assert slow.is_shortened
-    # 30 s / 0.5 s = 60 steps: overfit half (30), update_ratio and the probe a quarter (15,
-    # kept to their full 10 and 20 = 15)
-    assert [slow.steps(run) for run in ("overfit", "ratio", "probe")] == [30, 10, 15]
+    # 30 s / 1.5 s = 20 steps: overfit half (10), update_ratio and the probe a quarter (5)
+    assert [slow.steps(run) for run in ("overfit", "ratio", "probe")] == [10, 5, 5]
     note = slow.note()
-    assert note is not None and "30 of 200 steps" in note and "a step of 0.5 s" in note
+    assert note is not None and "10 of 200 steps" in note and "a step of 1.5 s" in note
+    # a slow step whose full plan (20 + 10 + 2 x 20 steps, 84 s) fits the budget: full length
+    assert not Budget(20, seconds=100.0, slow_step_s=1.0, step_s=1.2).is_shortened
 
-    gpt2_small = Budget(200, seconds=30.0, slow_step_s=0.25, step_s=9.0, measured_by="overfit")
+    gpt2_small = Budget(200, seconds=30.0, slow_step_s=1.0, step_s=9.0, measured_by="overfit")
     assert [gpt2_small.steps(run) for run in ("overfit", "ratio", "probe")] == [2, 2, 2]
 
 
