@@ -268,8 +268,11 @@ def _overfit(run: TriageRun) -> Report:
     attempts = _overfit_attempts(run)
     for index, (label, make, lr) in enumerate(attempts):
         if index and budget.is_shortened:
-            skipped = ", ".join(label for label, _, _ in attempts[index:])
-            run.overfit_notes.append(f"nothing after it: {skipped} not tried within the budget")
+            skipped = "; ".join(label for label, _, _ in attempts[index:])
+            run.overfit_notes.append(
+                f"{attempts[index - 1][0]} only, for {budget.steps('overfit')} steps (the "
+                f"budget); not tried: {skipped}"
+            )
             break
         if label.endswith(f"x{OVERFIT_LR_SCALES[-1]:g})") and (
             best is None or best[0].verdict != "decreasing"
@@ -303,14 +306,17 @@ def _overfit(run: TriageRun) -> Report:
             best = (report, trained)
         if report.verdict == "memorised":
             break
-        run.overfit_notes.append(f"{label}: {report.verdict}")
+        if not budget.is_shortened:  # a shortened run's verdict is _within_budget's
+            run.overfit_notes.append(f"{label}: {report.verdict}")
     assert best is not None
     report, trained = best
     run.overfit_memorised = report.verdict == "memorised"
     if report.verdict in ("memorised", "decreasing"):
         run.trained = trained
     if budget.is_shortened and report.verdict != "memorised":
-        return _within_budget(report, budget.overfit_steps_full)
+        report = _within_budget(report, budget.overfit_steps_full)
+        if report.status == "pass":  # it trains: random_input_test reads what it learnt
+            run.trained = trained
     return report
 
 
@@ -369,6 +375,11 @@ def _overfit_rank(report: OverfitReport) -> tuple[int, float]:
     return order.get(report.verdict, 4), share if math.isfinite(share) else math.inf
 
 
+DEFAULT_NOISE_TRIALS = 3
+"""random_input_test's noise draws (its default)."""
+SHORTENED_NOISE_TRIALS = 1
+"""One noise draw when the budget is shortened: each draw is a forward of the model (a third of
+a step on GPT-2 small), and the draws are averaged, not compared."""
 UNBACKED_NOISE_CODES = frozenset({"loss_same_as_noise", "real_worse_than_noise"})
 """random_input_test's comparisons that mean something only on a copy that memorised the batch:
 on one that did not (a VAE whose summed loss fell 6%), real and noise score alike anyway."""
@@ -377,7 +388,10 @@ on one that did not (a VAE whose summed loss fell 6%), real and noise score alik
 def _random_input(run: TriageRun) -> Report:
     model, run.trained = run.trained or run.model, None  # the trained copy is freed after this
     run.random_input_on_trained = model is not run.model
-    report = random_input_test(model, run.batch, run.loss_fn, loss_kind=run.loss_kind)
+    trials = SHORTENED_NOISE_TRIALS if run.budget.is_shortened else DEFAULT_NOISE_TRIALS
+    report = random_input_test(
+        model, run.batch, run.loss_fn, loss_kind=run.loss_kind, trials=trials
+    )
     if run.overfit_memorised:
         return report
     unbacked = [

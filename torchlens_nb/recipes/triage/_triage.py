@@ -486,19 +486,24 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
     shortened = budget.note()
     if shortened is not None:
         notes.append(shortened)
-    if "overfit_one_batch" in names:
+    if "overfit_one_batch" in names and shortened is None:
         notes.append(
             f"overfit_one_batch trains {budget.steps('overfit')} steps with your optimizer at "
             f"your lr, then at 10x, then Adam at lr={OVERFIT_LR:g}, stopping at the first that "
             "memorises (it asks whether the model can fit one batch)"
         )
+    if "overfit_one_batch" in names:
         notes += [f"overfit_one_batch tried {note}" for note in run.overfit_notes]
     if "random_input_test" in names:
-        notes.append(
-            "random_input_test ran on the copy overfit_one_batch trained"
-            if run.random_input_on_trained
-            else "random_input_test ran on the untrained copy (overfit_one_batch did not fit)"
-        )
+        if not run.random_input_on_trained:
+            why = "'s shortened run did not train" if shortened else " did not fit"
+            on = f"the untrained copy (overfit_one_batch{why})"
+        elif shortened is not None:
+            on = f"the copy overfit_one_batch trained for {budget.steps('overfit')} steps"
+        else:
+            on = "the copy overfit_one_batch trained"
+        draws = " with one noise draw (the budget)" if shortened is not None else ""
+        notes.append(f"random_input_test ran on {on}{draws}")
     if "update_ratio" in names and run.optimizer is not None:
         notes.append(
             f"update_ratio judged {run.optimizer.label} over {budget.steps('ratio')} steps"
