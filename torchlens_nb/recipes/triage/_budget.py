@@ -99,7 +99,7 @@ class Budget:
             f"{self.step_s:.2g} s (timed on {self.measured_by}'s second step) would make the "
             f"full plan take {self.step_s * self.full_plan_steps:.0f} s, so overfit_one_batch "
             f"made one attempt of {self.steps('overfit')} of {self.overfit_steps_full} steps "
-            "(a memorisation verdict needs the full run: not judged), update_ratio ran "
+            "(a loss that has not memorised by then is not judged), update_ratio ran "
             f"{self.steps('ratio')} of {STEP_SIZE_STEPS} steps and the step-size probe "
             f"{self.steps('probe')} of {PROBE_STEPS} a run (its run at your lr is "
             "overfit_one_batch's when that attempt used your optimizer)"
