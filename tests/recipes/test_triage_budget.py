@@ -99,11 +99,11 @@ def test_a_shortened_healthy_run_says_so_in_its_rows_notes_and_unavailable() -> 
     assert (
         "overfit_one_batch tried Adam lr=0.0003 (yours x1) only, for 2 steps (the budget); not "
         "tried: Adam lr=0.003 (yours x10); Adam lr=0.03 (yours x100); Adam lr=0.003"
-        in (report.disclosures)
+        in report.disclosures
     )
     assert (
-        "random_input_test ran on the untrained copy (overfit_one_batch's shortened run did not train) with one "
-        "noise draw (the budget)" in report.disclosures
+        "random_input_test ran on the untrained copy (overfit_one_batch's shortened run did "
+        "not train) with one noise draw (the budget)" in report.disclosures
     )
     assert len(report.reports["random_input_test"].noise_losses) == 1
     assert report.status == "incomplete"  # never pass on runs that judged nothing
