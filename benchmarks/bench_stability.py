@@ -70,6 +70,7 @@ import time
 import torch
 
 import torchlens_nb as tl
+from benchmarks._timing import interleaved, ratio_rows
 from tests.stability import gpt
 from tests.stability.cases import CASES, NO_WARMUP, run_case
 

@@ -39,6 +39,7 @@ from .._batches import (
     trainable_copy,
 )
 from .._live import live_sink
+from ._planned import StepPlan, planned_steps
 
 ZERO_FRACTION = 0.05
 """The loss counts as "about zero" at 5% of its initial value. Measured (tests/recipes/
@@ -129,6 +130,7 @@ def memorise_batch(
     make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
     floor: float | None = 0.0,
     label: str | None = None,
+    plan: StepPlan | None = None,
 ) -> tuple[OverfitReport, nn.Module]:
     """:func:`overfit_one_batch` (validation included) returning the trained copy too, for
     checks that need a model that has learnt the batch (``tl.recipes.triage`` runs
@@ -138,7 +140,8 @@ def memorise_batch(
     optimizer first; ``label`` names it in the report). ``floor`` is the lowest value the loss
     can take (label smoothing's entropy; 0 for a plain loss): the fractions of
     :func:`_verdict` are measured above it. None: the floor is unknown (a custom loss), so a
-    loss that keeps falling without reaching 5% of its start is not judged (info)."""
+    loss that keeps falling without reaching 5% of its start is not judged (info). ``plan``
+    may cut ``steps`` once the second step is timed (:func:`planned_steps`)."""
     check_model(model)
     check_loss_fn(loss_fn)
     check_int("steps", steps, low=1, high=MAX_REPEATS, hint="the default is 200")
@@ -162,7 +165,7 @@ def memorise_batch(
                 module.eval()
         params: list[torch.Tensor] = [p for p in clone.parameters() if p.requires_grad]
         optimizer = make_optimizer(params) if make_optimizer else torch.optim.Adam(params, lr=lr)
-        for _ in range(steps):
+        for _ in planned_steps(steps, plan):
             optimizer.zero_grad(set_to_none=True)
             raw = call_model(clone, inputs)
             output = primary_output(raw)

@@ -48,13 +48,14 @@ from ..training._gradients import gradient_flow
 from ..training._overfit import memorise_batch
 from ..training._update_ratio import update_ratio
 from ..training._weights import weight_distribution
+from ._budget import STEP_SIZE_STEPS, Budget
 from ._loop_state import HeldState, loop_findings
 from ._optimizer_spec import OptimizerSpec
 from ._output_vs_loss import loss_as_fixed, output_vs_loss
 from ._padding import padding_dependency
 from ._registration import unregistered_findings
 from ._saturation import with_saturating_stack
-from ._step_size import PROBE_STEPS, probe_and_judge
+from ._step_size import PROBE_STEPS, ProbeRun, probe_and_judge
 
 CHECKS: tuple[str, ...] = (
     "training_setup",
@@ -85,44 +86,6 @@ whether the architecture can fit one batch. Measured in 200 steps: at 1e-3 an 8-
 a 2-layer GPT-2 (n_embd 32, 4x16 tokens) only reach 20% and 8% of their initial loss
 ("decreasing": a false warning); at 3e-3 they reach 1.6% and 0.6%, the 20-64-64-10 zoo MLP
 0.05%, and every zoo bug keeps its verdict (tests/recipes/test_triage.py)."""
-STEP_SIZE_STEPS = 10
-"""update_ratio trains 10 steps. Measured on the 20-64-64-10 MLP with Adam: at lr 0.3 (1000x
-too high) the median log10 ratio is -0.6 to -0.8 over 10 steps but -1.6 to -1.9 over 50
-(weights inflated by the first steps shrink the ratio back), while lr 3e-4 stays at -2.4 to
--2.7 either way."""
-
-
-LARGE_MODEL_PARAMS = 20_000_000
-"""Above 20M parameters triage shortens its training runs (:class:`Budget`): GPT-2 small
-(124M) took 273 s on 2 CPU threads with the full 200 + 10 + 20 steps."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How many steps each training check runs; shortened for large models (said in a note)."""
-
-    overfit_steps: int
-    ratio_steps: int = STEP_SIZE_STEPS
-    probe_steps: int = PROBE_STEPS
-    shortened_for: int | None = None
-    """The parameter count that made triage shorten the runs (None: full length)."""
-
-    @classmethod
-    def for_model(cls, model: nn.Module, steps: int) -> Budget:
-        count = sum(p.numel() for p in model.parameters())
-        if count <= LARGE_MODEL_PARAMS:
-            return cls(steps)
-        return cls(min(steps, 30), ratio_steps=3, probe_steps=6, shortened_for=count)
-
-    def note(self, steps: int) -> str | None:
-        if self.shortened_for is None:
-            return None
-        return (
-            f"shortened for a model of {self.shortened_for / 1e6:.0f}M parameters (> "
-            f"{LARGE_MODEL_PARAMS / 1e6:.0f}M): overfit_one_batch ran {self.overfit_steps} of "
-            f"{steps} steps (a falling loss is all it can show: no memorisation verdict), "
-            f"update_ratio {self.ratio_steps} steps, the step-size probe {self.probe_steps}"
-        )
 
 
 class Skipped(Exception):
@@ -148,8 +111,6 @@ class TriageRun:
     num_classes: int | None
     loss_kind: LossKind | None
     on_overfit: Callable[[OverfitReport], None]
-    budget: Budget | None = None
-    """Shortened runs for a large model (None: ``steps`` and the module's constants)."""
     setup: SetupReport | None = None
     """training_setup's report, read from the caller's model and optimizer before the run."""
     trained: nn.Module | None = None
@@ -170,6 +131,15 @@ class TriageRun:
     step_loss_fn: Any = None
     """The loss update_ratio judges the step size with when output_vs_loss found an output
     form the fix removes (``loss_as_fixed``); None: ``loss_fn``."""
+    yours_run: ProbeRun | None = None
+    """overfit_one_batch's run with your optimizer at your lr (the probe reuses it when the
+    budget is shortened)."""
+    budget: Budget = dataclasses.field(init=False)
+    """The training runs' lengths (``_budget``): ``steps`` and the constants, or shorter once
+    a slow step was timed."""
+
+    def __post_init__(self) -> None:
+        self.budget = Budget(self.steps)
 
 
 def _batch_size(run: TriageRun) -> int | None:
@@ -288,20 +258,26 @@ def _overfit_attempts(run: TriageRun) -> list[tuple[str, Any, float]]:
 
             attempts.append((label, make, spec.lr * scale))
     attempts.append((f"Adam lr={OVERFIT_LR:g}", None, OVERFIT_LR))
-    budget = run.budget or Budget(run.steps)
-    if budget.shortened_for is not None:
-        return attempts[:1]  # a large model: one shortened run, with your optimizer if given
     return attempts
 
 
 def _overfit(run: TriageRun) -> Report:
     """overfit_one_batch with your optimizer at your lr, then 10x, then Adam at
-    ``OVERFIT_LR``, each for the full budget, stopping at the first that memorises; the
-    verdict is the best run's (a setup that memorises with any of them can fit the batch)."""
-    budget = run.budget or Budget(run.steps)
+    ``OVERFIT_LR``, each for the full length, stopping at the first that memorises; the
+    verdict is the best run's (a setup that memorises with any of them can fit the batch).
+    A shortened budget (``_budget``) makes one attempt, judged by :func:`_within_budget`."""
+    budget = run.budget
     floor = _overfit_floor(run)
     best: tuple[OverfitReport, nn.Module] | None = None
-    for label, make, lr in _overfit_attempts(run):
+    attempts = _overfit_attempts(run)
+    for index, (label, make, lr) in enumerate(attempts):
+        if index and budget.is_shortened:
+            skipped = "; ".join(label for label, _, _ in attempts[index:])
+            run.overfit_notes.append(
+                f"{attempts[index - 1][0]} only, for {budget.steps('overfit')} steps (the "
+                f"budget); not tried: {skipped}"
+            )
+            break
         if label.endswith(f"x{OVERFIT_LR_SCALES[-1]:g})") and (
             best is None or best[0].verdict != "decreasing"
         ):
@@ -311,38 +287,89 @@ def _overfit(run: TriageRun) -> Report:
                 run.model,
                 run.batch,
                 run.loss_fn,
-                steps=budget.overfit_steps,
+                steps=budget.steps("overfit"),
                 lr=lr,
                 sinks=[run.on_overfit],
                 make_optimizer=make,
                 floor=floor,
                 label=label,
+                plan=budget.plan("overfit", f"overfit_one_batch ({label})"),
             )
         except (TypeError, ValueError, RuntimeError) as exc:
             if make is None:
                 raise
             run.overfit_notes.append(f"{label} could not train the copy ({exc})")
             continue
-        if label.endswith("(yours x1)") and (
-            report.verdict == "memorised"
-            or any(f.code == "loss_still_falling" for f in report.findings)
-        ):
-            run.fits_at_your_lr = True
+        if label.endswith("(yours x1)"):
+            run.yours_run = ProbeRun(1.0, report.losses)
+            if report.verdict == "memorised" or any(
+                f.code == "loss_still_falling" for f in report.findings
+            ):
+                run.fits_at_your_lr = True
         if best is None or _overfit_rank(report) < _overfit_rank(best[0]):
             best = (report, trained)
         if report.verdict == "memorised":
             break
-        run.overfit_notes.append(f"{label}: {report.verdict}")
+        if not budget.is_shortened:  # a shortened run's verdict is _within_budget's
+            run.overfit_notes.append(f"{label}: {report.verdict}")
     assert best is not None
     report, trained = best
     run.overfit_memorised = report.verdict == "memorised"
     if report.verdict in ("memorised", "decreasing"):
         run.trained = trained
-    decreasing = next((f for f in report.findings if f.code == "loss_not_near_zero"), None)
-    if budget.shortened_for is not None and report.verdict == "decreasing" and decreasing:
-        note = f"a run shortened to {budget.overfit_steps} steps shows the loss falling, no more"
-        return _downgraded(report, decreasing, note, "pass")
+    if budget.is_shortened and report.verdict != "memorised":
+        report = _within_budget(report, budget.overfit_steps_full)
+        if report.status == "pass":  # it trains: random_input_test reads what it learnt
+            run.trained = trained
     return report
+
+
+VERDICT_CODES = frozenset({"loss_not_near_zero", "cannot_overfit", "loss_diverged"})
+"""overfit_one_batch's findings that judge memorisation, which a shortened run cannot do."""
+
+
+def _within_budget(report: OverfitReport, full: int) -> OverfitReport:
+    """A shortened run's verdict on what it showed. A non-finite loss, or no gradient at the
+    first step, stays as found. Otherwise memorisation is not judged (an ``unavailable``
+    entry): the check passes when the loss trains by the step-size probe's rule (1% lower at
+    the end, no spike above 1.5x the start) and is inconclusive otherwise, never
+    ``cannot_overfit`` from a few steps."""
+    if not all(math.isfinite(v) for v in report.losses):
+        return report
+    losses = report.losses
+    trains = ProbeRun(1.0, losses).outcome == "trains"
+    message = (
+        f"the loss went {losses[0]:.4g} -> {losses[-1]:.4g} (peak {max(losses):.4g}) in "
+        f"{len(losses)} steps, shortened from {full} by the time budget: "
+        + (
+            "it trains; whether it memorises the batch was not judged."
+            if trains
+            else "inconclusive within the budget (too few steps to judge)."
+        )
+    )
+    kept = [f for f in report.findings if f.code not in VERDICT_CODES]
+    findings = (
+        Finding("shortened_run", "info", message, fields={"steps": len(report.losses)}),
+        *kept,
+    )
+    status = recipe_status(list(findings))
+    if status == "pass" and not trains:
+        status = "inconclusive"
+    return dataclasses.replace(
+        report,
+        status=status,
+        lead=message if status in ("pass", "inconclusive") else worst_finding(findings).message,
+        findings=findings,
+        unavailable=(
+            *report.unavailable,
+            Unavailable(
+                "memorisation verdict",
+                f"the run was shortened to {len(report.losses)} of {full} steps by the time "
+                "budget; run tl.recipes.overfit_one_batch with steps= for the verdict",
+                "shortened",
+            ),
+        ),
+    )
 
 
 def _overfit_rank(report: OverfitReport) -> tuple[int, float]:
@@ -352,6 +379,11 @@ def _overfit_rank(report: OverfitReport) -> tuple[int, float]:
     return order.get(report.verdict, 4), share if math.isfinite(share) else math.inf
 
 
+DEFAULT_NOISE_TRIALS = 3
+"""random_input_test's noise draws (its default)."""
+SHORTENED_NOISE_TRIALS = 1
+"""One noise draw when the budget is shortened: each draw is a forward of the model (a third of
+a step on GPT-2 small), and the draws are averaged, not compared."""
 UNBACKED_NOISE_CODES = frozenset({"loss_same_as_noise", "real_worse_than_noise"})
 """random_input_test's comparisons that mean something only on a copy that memorised the batch:
 on one that did not (a VAE whose summed loss fell 6%), real and noise score alike anyway."""
@@ -360,7 +392,10 @@ on one that did not (a VAE whose summed loss fell 6%), real and noise score alik
 def _random_input(run: TriageRun) -> Report:
     model, run.trained = run.trained or run.model, None  # the trained copy is freed after this
     run.random_input_on_trained = model is not run.model
-    report = random_input_test(model, run.batch, run.loss_fn, loss_kind=run.loss_kind)
+    trials = SHORTENED_NOISE_TRIALS if run.budget.is_shortened else DEFAULT_NOISE_TRIALS
+    report = random_input_test(
+        model, run.batch, run.loss_fn, loss_kind=run.loss_kind, trials=trials
+    )
     if run.overfit_memorised:
         return report
     unbacked = [
@@ -386,26 +421,44 @@ def _update_ratio(run: TriageRun) -> Report:
             "the model returns a tuple and your loss unpacks it, but update_ratio hands the loss "
             "only its first tensor"
         )
+    budget = run.budget
     loss_fn = run.step_loss_fn or run.loss_fn
-    report = update_ratio(
+
+    def ratio() -> UpdateRatioReport:
+        return update_ratio(
+            run.model,
+            run.batch,
+            loss_fn,
+            steps=budget.steps("ratio"),
+            lr=spec.lr if spec.lr is not None else 1e-3,  # the rebuilt optimizer sets its own
+            optimizer=spec.build,
+        )
+
+    report = probe_and_judge(
         run.model,
         run.batch,
         loss_fn,
-        steps=(run.budget or Budget(run.steps)).ratio_steps,
-        lr=spec.lr if spec.lr is not None else 1e-3,  # the rebuilt optimizer sets its own
-        optimizer=spec.build,
+        spec,
+        ratio,
+        lambda: budget.steps("probe"),
+        yours=run.yours_run if budget.is_shortened and run.step_loss_fn is None else None,
+        plan=budget.plan("probe", "the step-size probe"),
+        fits_at_your_lr=run.fits_at_your_lr,
+        is_shortened=lambda: budget.is_shortened,
     )
-    probe = (run.budget or Budget(run.steps)).probe_steps
-    judged = probe_and_judge(
-        run.model, run.batch, loss_fn, spec, report, probe, run.fits_at_your_lr
-    )
-    if run.step_loss_fn is None:
-        return judged
+    if run.step_loss_fn is not None:
+        undone = (
+            "the step size was judged with output_vs_loss's output-form bug undone (the loss "
+            "given the logits the fixed model will output), as the fixed model will train"
+        )
+        report = dataclasses.replace(report, disclosures=(*report.disclosures, undone))
+    if not budget.is_shortened:
+        return report
     note = (
-        "the step size was judged with output_vs_loss's output-form bug undone (the loss given "
-        "the logits the fixed model will output), as the fixed model will train"
+        f" (runs shortened by the time budget: update_ratio {budget.steps('ratio')} of "
+        f"{STEP_SIZE_STEPS} steps, the probe {budget.steps('probe')} of {PROBE_STEPS})"
     )
-    return dataclasses.replace(judged, disclosures=(*judged.disclosures, note))
+    return dataclasses.replace(report, lead=report.lead.rstrip(".") + note + ".")
 
 
 def _data_sanity(run: TriageRun) -> Report:
@@ -443,8 +496,7 @@ def _gradient_flow(run: TriageRun) -> Report:
         del raw, output, loss
     if not detached:
         report = gradient_flow(run.model, run.batch, run.loss_fn)
-        large = (run.budget or Budget(run.steps)).shortened_for is not None
-        return with_saturating_stack(report, run.model, run.batch, run.loss_fn, large=large)
+        return with_saturating_stack(report, run.model, run.batch, run.loss_fn)
     finding = Finding(
         "loss_detached",
         "critical",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,6 +40,7 @@ from .._batches import (
     to_device,
     trainable_copy,
 )
+from ..training._planned import StepPlan, planned_steps
 from ._optimizer_spec import OptimizerSpec
 
 PROBE_STEPS = 20
@@ -92,7 +94,13 @@ class ProbeRun:
 
 
 def _probe(
-    model: nn.Module, batch: Any, loss_fn: Any, spec: OptimizerSpec, scale: float, steps: int
+    model: nn.Module,
+    batch: Any,
+    loss_fn: Any,
+    spec: OptimizerSpec,
+    scale: float,
+    steps: int,
+    plan: StepPlan | None = None,
 ) -> ProbeRun:
     inputs, targets = split_batch(first_batch(batch))
     clone = trainable_copy(model, "triage")
@@ -103,7 +111,7 @@ def _probe(
     losses: list[float] = []
     with preserved_rng_state():
         clone.train()
-        for _ in range(steps):
+        for _ in planned_steps(steps, plan):
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(loss_input(call_model(clone, inputs)), targets)
             losses.append(loss_value(loss))
@@ -115,18 +123,38 @@ def _probe(
 
 
 def probe_step_size(
-    model: nn.Module, batch: Any, loss_fn: Any, spec: OptimizerSpec, steps: int = PROBE_STEPS
+    model: nn.Module,
+    batch: Any,
+    loss_fn: Any,
+    spec: OptimizerSpec,
+    steps: int | Callable[[], int] = PROBE_STEPS,
+    *,
+    yours: ProbeRun | None = None,
+    plan: StepPlan | None = None,
+    is_shortened: Callable[[], bool] = lambda: False,
 ) -> tuple[ProbeRun, ...]:
     """Your lr first, then lr / 10 and lr / 100 while the smaller ones do not train, or lr x 10
-    when yours stalls. Cost: 1 to 3 runs of ``steps`` steps on a deep copy each."""
-    runs = [_probe(model, batch, loss_fn, spec, 1.0, steps)]
+    when yours stalls. Cost: 1 to 3 runs of ``steps`` steps on a deep copy each.
+
+    ``yours``: a run at your lr already made (triage's budget reuses overfit_one_batch's, which
+    trained your optimizer at your lr on the same batch), so only the other lrs are run.
+    ``steps`` may be a callable read before each run (a budget measured by the first);
+    ``plan`` (:func:`planned_steps`) may cut the first run once it has timed a step; once
+    ``is_shortened()``, a stall is not followed by lr x 10 (too few steps to judge a stall)."""
+
+    def length() -> int:
+        return steps() if callable(steps) else steps
+
+    runs = [
+        yours if yours is not None else _probe(model, batch, loss_fn, spec, 1.0, length(), plan)
+    ]
     if runs[0].outcome == "diverges":
         for scale in (0.1, 0.01):
-            runs.append(_probe(model, batch, loss_fn, spec, scale, steps))
+            runs.append(_probe(model, batch, loss_fn, spec, scale, length()))
             if runs[-1].outcome == "trains":
                 break
-    elif runs[0].outcome == "stalls":
-        runs.append(_probe(model, batch, loss_fn, spec, 10.0, steps))
+    elif runs[0].outcome == "stalls" and not is_shortened():
+        runs.append(_probe(model, batch, loss_fn, spec, 10.0, length()))
     return tuple(runs)
 
 
@@ -192,6 +220,7 @@ def judge_step_size(
     runs: tuple[ProbeRun, ...],
     spec: OptimizerSpec,
     fits_at_your_lr: bool = False,
+    shortened: bool = False,
 ) -> UpdateRatioReport:
     """``report`` (update_ratio's) with its ratio findings judged by the probe ``runs``: the
     verdict finding when the runs show one, the ratio rules of thumb as info hints.
@@ -199,9 +228,12 @@ def judge_step_size(
     ``fits_at_your_lr``: overfit_one_batch memorised the batch (or was still falling) with your
     optimizer at your lr over its longer run; a short probe that stalls then does not make the
     lr too low (faster is not the same as wrong: a healthy SGD 0.01 MLP memorises in 200 steps
-    while 10x moves the loss more in 20)."""
+    while 10x moves the loss more in 20). ``shortened``: the runs were cut by triage's time
+    budget, too short to call a stall slow (the zoo MLP's Adam 3e-4 moves its loss 0.5% in 2
+    steps, 10x 5%, and memorises in 200): a stall is then not judged; a divergence is."""
     verdict = _verdict(runs, spec.lr, spec.family)
-    if verdict is not None and verdict.code == "lr_too_low" and fits_at_your_lr:
+    stall_unjudged = shortened and runs[0].outcome == "stalls"
+    if verdict is not None and verdict.code == "lr_too_low" and (fits_at_your_lr or shortened):
         verdict = None
     frozen = _frozen_update(report)
     if frozen is not None and verdict is None:
@@ -215,6 +247,12 @@ def judge_step_size(
         lead = verdict.message
     elif status == "pass" and runs[0].outcome == "trains":
         lead = f"the step size trains: {runs[0].text(spec.lr)} with {spec.label}."
+    elif status == "pass" and stall_unjudged:
+        status = "inconclusive"
+        lead = (
+            f"not judged: {runs[0].text(spec.lr)} with {spec.label} in a run of "
+            f"{len(runs[0].losses)} steps, too few to tell a slow step size from a healthy one."
+        )
     elif status == "pass" and fits_at_your_lr:
         lead = (
             f"the short probe stalls ({runs[0].text(spec.lr)} with {spec.label}), but the "
@@ -265,11 +303,28 @@ def probe_and_judge(
     batch: Any,
     loss_fn: Any,
     spec: OptimizerSpec,
-    report: UpdateRatioReport,
-    steps: int = PROBE_STEPS,
+    ratio: Callable[[], UpdateRatioReport],
+    steps: int | Callable[[], int] = PROBE_STEPS,
+    *,
+    yours: ProbeRun | None = None,
+    plan: StepPlan | None = None,
     fits_at_your_lr: bool = False,
+    is_shortened: Callable[[], bool] = lambda: False,
 ) -> UpdateRatioReport:
-    """:func:`probe_step_size` then :func:`judge_step_size`, with grad mode on."""
+    """:func:`probe_step_size` (its first run may time a step for ``plan``), then ``ratio()``
+    (update_ratio's report, whose length may depend on that timing), then
+    :func:`judge_step_size` (``shortened=is_shortened()``), with grad mode on. ``yours`` is
+    disclosed as reused."""
     with torch.enable_grad():
-        runs = probe_step_size(model, batch, loss_fn, spec, steps)
-        return judge_step_size(report, runs, spec, fits_at_your_lr)
+        runs = probe_step_size(
+            model, batch, loss_fn, spec, steps, yours=yours, plan=plan, is_shortened=is_shortened
+        )
+        report = ratio()
+    judged = judge_step_size(report, runs, spec, fits_at_your_lr, shortened=is_shortened())
+    if yours is None:
+        return judged
+    note = (
+        f"the probe's run at your lr is overfit_one_batch's ({len(yours.losses)} steps of the "
+        "same optimizer, lr and batch, dropout off), reused to fit the time budget"
+    )
+    return dataclasses.replace(judged, disclosures=(*judged.disclosures, note))

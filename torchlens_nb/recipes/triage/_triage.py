@@ -36,7 +36,6 @@ from ._args import check_batch_and_loss, check_options
 from ._checks import (
     CHECKS,
     OVERFIT_LR,
-    Budget,
     Skipped,
     TriageRun,
     key_of,
@@ -141,7 +140,11 @@ def triage(
         ('output_vs_loss', 'double_softmax')
 
     Cost: about ``steps`` + ``STEP_SIZE_STEPS`` training steps of the model on the batch, one
-    forward and backward per batch example (the dependency check), a few forwards. Memory: up
+    forward and backward per batch example (the dependency check), a few forwards. A model
+    whose training step takes 1 s or more gets its training runs cut to a budget of 30 s
+    (``recipes/triage/_budget.py``; timed on the first run's second step): one overfit
+    attempt, judged on what it showed, with the memorisation verdict ``unavailable``, and each
+    shortened run said in its row and in ``disclosures``. Memory: up
     to three copies of the parameters at once (the working copy, overfit_one_batch's trained
     copy until random_input_test has read it, update_ratio's copy), plus Adam's state.
     """
@@ -172,7 +175,6 @@ def triage(
                 loss_kind,
                 on_overfit=lambda _: None,
                 setup=training_setup(model, choice) if "training_setup" in names else None,
-                budget=Budget.for_model(model, steps),
                 tuple_output=tuple_output,
                 held=held,
             )
@@ -340,6 +342,8 @@ def _frozen_judged(
     overfit = reports.get("overfit_one_batch")
     if not isinstance(overfit, OverfitReport) or overfit.verdict not in ("stuck", "decreasing"):
         return pairs
+    if any(u.code == "shortened" for u in overfit.unavailable):
+        return pairs  # a run shortened by the budget shows nothing about fitting the batch
     if any(f.code == "loss_still_falling" for f in overfit.findings):
         return pairs
     return [
@@ -482,25 +486,32 @@ def _disclosures(names: tuple[str, ...], run: TriageRun) -> tuple[str, ...]:
         "findings are ranked by written cause rules (torchlens_nb/recipes/triage/_rank.py): "
         "root cause first, the others name the finding they follow from",
     ]
-    budget = run.budget or Budget(run.steps)
-    shortened = budget.note(run.steps)
+    budget = run.budget
+    shortened = budget.note()
     if shortened is not None:
         notes.append(shortened)
-    if "overfit_one_batch" in names:
+    if "overfit_one_batch" in names and shortened is None:
         notes.append(
-            f"overfit_one_batch trains {budget.overfit_steps} steps with your optimizer at your "
-            f"lr, then at 10x, then Adam at lr={OVERFIT_LR:g}, stopping at the first that "
+            f"overfit_one_batch trains {budget.steps('overfit')} steps with your optimizer at "
+            f"your lr, then at 10x, then Adam at lr={OVERFIT_LR:g}, stopping at the first that "
             "memorises (it asks whether the model can fit one batch)"
         )
+    if "overfit_one_batch" in names:
         notes += [f"overfit_one_batch tried {note}" for note in run.overfit_notes]
     if "random_input_test" in names:
-        notes.append(
-            "random_input_test ran on the copy overfit_one_batch trained"
-            if run.random_input_on_trained
-            else "random_input_test ran on the untrained copy (overfit_one_batch did not fit)"
-        )
+        if not run.random_input_on_trained:
+            why = "'s shortened run did not train" if shortened else " did not fit"
+            on = f"the untrained copy (overfit_one_batch{why})"
+        elif shortened is not None:
+            on = f"the copy overfit_one_batch trained for {budget.steps('overfit')} steps"
+        else:
+            on = "the copy overfit_one_batch trained"
+        draws = " with one noise draw (the budget)" if shortened is not None else ""
+        notes.append(f"random_input_test ran on {on}{draws}")
     if "update_ratio" in names and run.optimizer is not None:
-        notes.append(f"update_ratio judged {run.optimizer.label} over {budget.ratio_steps} steps")
+        notes.append(
+            f"update_ratio judged {run.optimizer.label} over {budget.steps('ratio')} steps"
+        )
     if "causal_dependency" not in names:
         notes.append("causal_dependency runs when seq_dim= names the sequence axis")
     if "padding_dependency" not in names:
