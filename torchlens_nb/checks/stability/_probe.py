@@ -169,14 +169,17 @@ class ForwardProbe:
         self._open = None
 
     # ----- the mode's records ----------------------------------------------------------------------
+    # Every value is computed from detached tensors, so no graph is built without a
+    # ``with torch.no_grad():``, whose ``__exit__`` a Ctrl-C can interrupt and leave grad mode off
+    # (these run in a submodule's hook and in the mode, outside the root hooks' shield:
+    # tests/faults/test_interrupt_sweep_with.py found it in ``record_rms``).
     def _where(self) -> str:
         return self._stack[-1] if self._stack else "(root)"
 
     def record_softmax(self, scores: torch.Tensor) -> None:
         if self._open is None or scores.dim() < 3 or scores.shape[-1] != scores.shape[-2]:
             return
-        with torch.no_grad():
-            self._open.attention.append((self._where(), _summary(scores.detach().float())))
+        self._open.attention.append((self._where(), _summary(scores.detach().float())))
 
     def record_rms(self, name: str, output: Any) -> None:
         if isinstance(output, (tuple, list)) and output:
@@ -185,9 +188,8 @@ class ForwardProbe:
             return
         if not output.is_floating_point() or output.numel() == 0:
             return
-        with torch.no_grad():
-            rms = output.detach().float().square().mean().sqrt()
-            self._open.activations.append((name, rms.reshape(1)))
+        rms = output.detach().float().square().mean().sqrt()
+        self._open.activations.append((name, rms.reshape(1)))
 
     def record_sdpa(
         self, query: Any, key: Any, scale: float | None, mask: Any, is_causal: bool
@@ -199,19 +201,19 @@ class ForwardProbe:
         if query.shape[:-2] != key.shape[:-2]:  # grouped-query attention: not seen
             return
         factor = scale if scale is not None else query.shape[-1] ** -0.5
-        with torch.no_grad():
-            scores = query.detach().float() @ key.detach().float().transpose(-1, -2) * factor
-            rows, cols = scores.shape[-2:]
-            if is_causal:
-                causal = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).tril()
-                scores = scores.masked_fill(~causal, float("-inf"))
-            if isinstance(mask, torch.Tensor):
-                scores = (
-                    scores.masked_fill(~mask, float("-inf"))
-                    if mask.dtype == torch.bool
-                    else scores + mask.float()
-                )
-            self._open.attention.append((self._where(), _summary(scores)))
+        scores = query.detach().float() @ key.detach().float().transpose(-1, -2) * factor
+        rows, cols = scores.shape[-2:]
+        if is_causal:
+            causal = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).tril()
+            scores = scores.masked_fill(~causal, float("-inf"))
+        if isinstance(mask, torch.Tensor):
+            mask = mask.detach()
+            scores = (
+                scores.masked_fill(~mask, float("-inf"))
+                if mask.dtype == torch.bool
+                else scores + mask.float()
+            )
+        self._open.attention.append((self._where(), _summary(scores)))
 
 
 def _summary(scores: torch.Tensor) -> torch.Tensor:
