@@ -91,6 +91,19 @@ def _checks() -> tl.report.Report:
     return session.report()
 
 
+def _spike() -> tl.report.Report:
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    session.register_stability_check(action="collect", keep="every_step")
+    with session:
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(8, 4)).square().mean().backward()
+            optimizer.step()
+    return session.spike_forensics()
+
+
 def _recipe() -> tl.report.Report:
     return tl.recipes.class_balance(torch.tensor([0] * 30 + [1] * 2))
 
@@ -115,6 +128,7 @@ BUILDERS: tuple[Callable[[], tl.report.Report], ...] = (
     _grad_fn,
     _attention_sinks,
     _checks,
+    _spike,
     _recipe,
     _triage,
     _doctor,
