@@ -3,6 +3,8 @@ test that fails, the state is put back, and the next test runs on a clean proces
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -30,10 +32,17 @@ def test_the_next_test_finds_autograd_on_and_no_hook_left():
 """
 
 
-def test_a_planted_leak_fails_its_own_test_only(pytester: pytest.Pytester) -> None:
+def test_a_planted_leak_fails_its_own_test_only(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In a subprocess: an in-process run drops the modules it imported from sys.modules
+    # afterwards, torch._dynamo among them, whose C++ operator registrations stay, so this
+    # process's next lazy import of it failed ("Only a single TORCH_LIBRARY", in
+    # torch.optim's first use when this file ran first)
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
     pytester.makeconftest("from tests.conftest import leaves_the_process_as_it_found_it\n")
     pytester.makepyfile(test_planted=PLANTED)
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     # the leaking test passes its call and fails at its teardown; the next one passes
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(

@@ -230,6 +230,10 @@ def test_a_loss_the_session_cannot_derive_is_unavailable_until_loss_fn_gives_it(
         session.spike_forensics(loss_fn=lambda out, x: nn.functional.cross_entropy(out, y))
     with pytest.raises(DiagnosticArgumentError, match="attempt 0 was not kept"):
         session.spike_forensics(attempt=0)
+    with pytest.raises(DiagnosticArgumentError, match="attempt must be an int >= 0"):
+        session.spike_forensics("x")  # type: ignore[arg-type]
+    with pytest.raises(DiagnosticArgumentError, match="loss_fn must be callable"):
+        session.spike_forensics(loss_fn="cross_entropy")  # type: ignore[arg-type]
 
 
 def test_a_batch_refilled_in_place_is_not_taken_for_the_previous_one() -> None:

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_map
 
 from ..._hooks import remove_hook
+from ..._validate import check_int
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding, Table, Unavailable, Where
 from ...report._actions import live_action
@@ -75,9 +76,18 @@ def spike_forensics(
         loss_fn: ``loss_fn(output, *inputs, **kw_inputs)`` returning one loss per sample.
 
     Raises:
-        DiagnosticArgumentError: ``attempt`` is not the kept step, or ``loss_fn`` returned no
-            per-sample losses.
+        DiagnosticArgumentError: ``attempt`` is not an int >= 0 or not the kept step,
+            ``loss_fn`` is not callable, or it returned no per-sample losses.
     """
+    if attempt is not None:
+        attempt = check_int(
+            "attempt", attempt, low=0, hint="pass the attempt number a finding shows, or None"
+        )
+    if loss_fn is not None and not callable(loss_fn):
+        raise DiagnosticArgumentError(
+            f"loss_fn must be callable as loss_fn(output, *inputs) -> one loss per sample, got "
+            f"{type(loss_fn).__name__}; pass None to let the session derive the per-sample loss."
+        )
     kept = keeper.kept if keeper is not None else None
     if attempt is not None and (kept is None or kept.attempt != attempt):
         held = f"attempt {kept.attempt}" if kept is not None else "no step"
