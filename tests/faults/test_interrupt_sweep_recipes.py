@@ -2,8 +2,9 @@
 
 ``overfit_one_batch`` trains a deep copy with Adam, ``update_ratio`` trains one under its own
 checks session, ``gradient_flow`` traces one backward and runs ``with torch.no_grad():``
-forwards; ``eval_determinism``, ``autocast_coverage`` and ``init_loss`` run the caller's own
-model under hooks, modes or ``no_grad``. Each call is interrupted at the line events of the kit's files
+forwards; ``eval_determinism``, ``autocast_coverage``, ``init_loss`` and the dependency recipes
+(``batch_independence``, ``causal_dependency``: embedding taps) run the caller's own model under
+hooks, modes or ``no_grad``. Each call is interrupted at the line events of the kit's files
 (``tests/faults/_sweep.py``; a stride past the budget, ``TORCHLENS_NB_FULL_SWEEP=1`` sweeps every
 line). After each run the interrupt reached the caller as ``KeyboardInterrupt`` (or the recipe's
 interrupted report, or the call had finished) and nothing is left behind: grad mode, the
@@ -36,6 +37,13 @@ def _classifier() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     return model, (torch.randn(16, 8), torch.randint(0, 3, (16,)))
 
 
+def _token_model() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """Token ids through an embedding (the dependency recipes tap its output with hooks)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+    return model, (torch.randint(0, 10, (2, 5)), torch.randint(0, 3, (2, 5)))
+
+
 RECIPES: dict[str, tuple[Recipe, int]] = {
     "overfit_one_batch": (
         lambda m, b: tl.recipes.overfit_one_batch(m, b, nn.CrossEntropyLoss(), steps=5, live=False),
@@ -52,8 +60,13 @@ RECIPES: dict[str, tuple[Recipe, int]] = {
     "eval_determinism": (lambda m, b: tl.recipes.eval_determinism(m, b[0]), 150),
     "autocast_coverage": (lambda m, b: tl.recipes.autocast_coverage(m, b[0]), 150),
     "init_loss": (lambda m, b: tl.recipes.init_loss(m, b, nn.CrossEntropyLoss()), 150),
+    # every line (about 520 events each): at the stride of a 150 budget the embedding tap's leak, a hook
+    # registered and not yet handed to its ExitStack, was missed
+    "batch_independence": (lambda m, b: tl.recipes.batch_independence(m, b[0]), 1000),
+    "causal_dependency": (lambda m, b: tl.recipes.causal_dependency(m, b[0]), 1000),
 }
-"""Recipe -> (its call on a small classifier with a BatchNorm, budget of runs)."""
+"""Recipe -> (its call on a small classifier with a BatchNorm, budget of runs); the dependency
+recipes run on token ids (:func:`_token_model`), whose embedding they tap."""
 
 
 def _recipe_state(model: nn.Module) -> dict[str, Any]:
@@ -69,7 +82,7 @@ def _is_interrupted_report(result: Any) -> bool:
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_a_ctrl_c_at_every_line_of_a_training_recipe_leaves_nothing(recipe: str) -> None:
     call, budget = RECIPES[recipe]
-    model, batch = _classifier()
+    model, batch = _token_model() if recipe.endswith("dependency") else _classifier()
     result = sweep(
         lambda: call(model, batch),
         lambda: _recipe_state(model),

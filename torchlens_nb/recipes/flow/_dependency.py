@@ -19,14 +19,16 @@ written. Cost: one forward and one backward per output index.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..._hooks import add_forward_hooks
 from ..._validate import check_int, check_number
+from ...capture._installs import Undo, undoing
 from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError, InputFormError
 from ...report import Finding, Table
@@ -41,6 +43,8 @@ from .._batches import (
 )
 from .._model_state import preserved
 
+Tap = tuple[str, Any]
+"""(embedding module's name, its output) seen by :func:`_embedding_taps`."""
 MATRIX_MAX = 64
 """The report keeps the full output x input matrix up to 64 indices (4,096 numbers): above that
 the payload would outgrow a panel, and the leaks alone are kept."""
@@ -68,13 +72,14 @@ def _probed_tensor(x: Any) -> tuple[torch.Tensor, str | None]:
     )
 
 
-@contextlib.contextmanager
-def _embedding_tap(model: nn.Module, ids: torch.Tensor) -> Iterator[list[tuple[str, Any]]]:
-    """Collect the outputs of embedding modules that embed ``ids`` (token ids have no grad).
+def _embedding_taps(model: nn.Module, ids: torch.Tensor, x: Any) -> tuple[Any, list[Tap]]:
+    """The model's output on ``x`` and the outputs of the embedding modules that embed ``ids``
+    (token ids have no grad), collected by forward hooks removed afterwards whatever instant a
+    Ctrl-C arrives at (each removal registered before its hook: ``_hooks.add_forward_hooks``).
 
     A frozen embedding (``requires_grad=False``) outputs a tensor without grad: the hook hands
     the forward a leaf copy that requires grad instead, so the gradient still reaches the tap."""
-    taps: list[tuple[str, Any]] = []
+    taps: list[Tap] = []
 
     def hook(name: str, module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
         if (
@@ -89,14 +94,13 @@ def _embedding_tap(model: nn.Module, ids: torch.Tensor) -> Iterator[list[tuple[s
             return output
         return None
 
-    with contextlib.ExitStack() as stack:
+    def run(undo: Undo) -> Any:
         for name, module in model.named_modules():
             if isinstance(module, nn.Embedding):
-                handle = module.register_forward_hook(
-                    lambda m, a, o, name=name: hook(name, m, a, o)
-                )
-                stack.callback(handle.remove)
-        yield taps
+                add_forward_hooks(undo, module, post=partial(hook, name))
+        return primary_output(call_model(model, x))
+
+    return undoing(run), taps
 
 
 def _dependency_matrix(model: nn.Module, x: Any, dim: int, seed: int) -> tuple[torch.Tensor, str]:
@@ -119,8 +123,7 @@ def _dependency_matrix(model: nn.Module, x: Any, dim: int, seed: int) -> tuple[t
             output = primary_output(call_model(model, inputs))
             target, probed = leaf, "input"
         else:
-            with _embedding_tap(model, tensor) as taps:
-                output = primary_output(call_model(model, x))
+            output, taps = _embedding_taps(model, tensor, x)
             if not taps:
                 raise InputFormError(
                     "x holds integer ids and no nn.Embedding of the model embeds them; pass a "
