@@ -10,7 +10,7 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "torchlens_nb"
 
 # layer -> the layers of our own code it may import
-BASE = {"errors", "_jsonsafe", "_validate", "_version", "_hooks", "_interrupts"}
+BASE = {"errors", "_jsonsafe", "_validate", "_version", "_hooks", "_interrupts", "_undo"}
 """Layer-free modules every layer may import."""
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
@@ -19,6 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "_version": set(),
     "_hooks": set(),
     "_interrupts": set(),
+    "_undo": set(),
     "options": BASE | {"errors"},
     "capture": BASE | {"options"},
     "report": BASE,

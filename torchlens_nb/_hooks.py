@@ -3,7 +3,7 @@
 A ``RemovableHandle`` only exists once its ``register_*`` call returned, so a Ctrl-C between the
 registration and the line that keeps the handle leaves a hook nobody can remove. Removing by the
 hook's identity instead finds it wherever it got to, and does nothing when it is not there, so
-the removal can be registered *before* the hook and retried (``capture/_installs.py``,
+the removal can be registered *before* the hook and retried (``_undo.py``,
 ``tests/faults/test_interrupts.py``).
 """
 
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-if TYPE_CHECKING:  # capture imports this module
-    from .capture._installs import Undo
+if TYPE_CHECKING:
+    from ._undo import Undo
 
 
 def remove_hook(registry: dict[Any, Any], hook: object, *extra: dict[Any, Any]) -> None:
@@ -36,7 +36,7 @@ def add_forward_hooks(
     post: Callable[..., Any] | None = None,
 ) -> None:
     """Register ``pre`` as ``module``'s forward pre-hook and ``post`` as its forward hook, each
-    removal added to ``undo`` (``capture._installs.Undo``) *before* its registration: whatever
+    removal added to ``undo`` (``_undo.Undo``) *before* its registration: whatever
     instant an interrupt arrives at, the undo finds the hook registered or not and removes it.
     The pattern it replaces, ``handles = [m.register_forward_hook(h) for m in ...]`` then a
     ``finally`` over the handles, left a hook on the model when a Ctrl-C landed inside the list

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._undo import Undo
 from ..errors import (
     CaptureOptionsError,
     ForwardError,
@@ -19,7 +20,6 @@ from ..errors import (
 )
 from ..options import CaptureOptions
 from ._gc_pause import pause_gc
-from ._installs import Undo
 from ._modules import ModelNames, ModuleTracker
 from ._recorder import Recorder, Tripwire, _StopCapture
 from ._scope import enter_scope
@@ -129,7 +129,7 @@ def run_capture(
     """
     # One frame, no context managers: every install registers its undo in `undo` before it
     # runs, and the finally below finishes the undo whatever instant an interrupt arrives at
-    # (_installs). Warnings from here use stacklevel=4: warn, helper, run_capture, trace.
+    # (_undo). Warnings from here use stacklevel=4: warn, helper, run_capture, trace.
     undo = Undo()
     grad_enabled, is_complete = torch.is_grad_enabled(), False
     try:

@@ -38,7 +38,7 @@ import gc
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from ._installs import Undo, undoing
+from .._undo import Undo, undoing
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -48,7 +48,7 @@ _is_frozen_by_us = False
 
 
 def pause_gc(undo: Undo) -> None:
-    """Hold the pause until ``undo`` runs (its undo is registered first, see ``_installs``)."""
+    """Hold the pause until ``undo`` runs (its undo is registered first, see ``_undo``)."""
     token = object()
     undo.add(functools.partial(_leave, token))
     _enter(token)
@@ -80,7 +80,7 @@ def paused_gc() -> _Pause:
     """Hold the pause for the block, or for each call of a function decorated ``@paused_gc()``.
 
     The decorator form survives an interrupt at any instant of the call (the pause's end is
-    registered before it starts, and retried: ``_installs.undoing``); a ``with`` block cannot
+    registered before it starts, and retried: ``_undo.undoing``); a ``with`` block cannot
     guard its own ``__exit__``, so the tools use the decorator.
 
     Example:

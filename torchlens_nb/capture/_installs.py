@@ -1,24 +1,9 @@
-"""Installs that an interrupt cannot leave half done: each undo is registered before its install.
+"""Installs that an interrupt cannot leave half done: torch's mode stack and grad mode switched
+by C calls, whose undo (``torchlens_nb/_undo.py``) is registered before the switch.
 
-A Ctrl-C raises ``KeyboardInterrupt`` at the next point where CPython runs signal handlers (a
-Python function's entry, a loop's back edge, the return of a C call), so it can land between
-any two steps of an install (after ``register_module_forward_hook`` stored the hook, before the
-handle reached an ``ExitStack``) or of a removal (between the two dicts a ``RemovableHandle``
-deletes from). ``contextlib`` context managers do not survive that: an interrupt inside
-``__enter__`` skips ``__exit__``, and one at the entry of ``__exit__`` skips its body.
-
-So every undo here is *state-based and idempotent* (it looks at the registry and removes what is
-there, doing nothing when nothing is), and it is registered in an :class:`Undo` **before** the
-install it undoes runs: whatever instant an interrupt arrives at, the undo is already known and
-finds the install done, half done or not done. ``Undo.run`` retries an undo that was itself
-interrupted; the caller's ``finally`` retries ``run`` until it completes and then raises the
-first interrupt (``tests/faults/test_interrupts.py``: thousands of interrupts at random
-instants; ``tests/faults/test_interrupt_sweep_capture.py``: one at every line the kit runs in
-``tl.trace``, 1,056 lines, and in ``find_nan``, 2,182; no hook, mode or collector state left,
-each reaching the caller as ``KeyboardInterrupt``). A lock an undo takes must be taken in a
-``with`` block, never by ``acquire()`` then ``try``: CPython runs no signal handler between
-``acquire`` and the block's body, nor between its last call and ``__exit__``, while a lock an
-interrupt left held would make the retried undo wait forever (``_gc_pause`` holds none).
+``TorchFunctionMode.__enter__`` and ``torch.no_grad().__enter__`` are Python frames: an
+interrupt after they switched, before the ``with`` took hold, skips ``__exit__`` and leaves the
+mode pushed or grad mode off. The helpers here make each switch a C call next to its undo.
 """
 
 from __future__ import annotations
@@ -38,67 +23,11 @@ push_mode = torch._C._push_on_torch_function_stack
 _set_grad_enabled = torch._C._set_grad_enabled
 
 
-class Undo:
-    """Undo actions, run last-registered first; each one state-based and idempotent."""
-
-    __slots__ = ("_actions", "error")
-
-    def __init__(self) -> None:
-        self._actions: list[Callable[[], None]] = []
-        self.error: BaseException | None = None
-        """The first exception (an interrupt) that arrived while undoing; the caller raises it
-        once everything is undone."""
-
-    def add(self, action: Callable[[], None]) -> None:
-        """Register ``action``; call this *before* the install that ``action`` undoes."""
-        self._actions.append(action)
-
-    def run(self) -> bool:
-        """Run the pending actions; False when one was interrupted (call again to finish).
-
-        An action is dropped only after it returned, so an interrupted one runs again (it is
-        idempotent). The interrupt is kept in ``error``.
-        """
-        actions = self._actions
-        try:
-            while actions:
-                actions[-1]()
-                actions.pop()
-        except BaseException as exc:
-            if self.error is None:
-                self.error = exc
-            return False
-        return True
-
-
 def pop_mode(mode: object) -> None:
     """Take ``mode`` off this thread's torch-function mode stack if it is on top of it."""
     depth = _stack_len()
     if depth and _stack_at(depth - 1) is mode:
         _stack_pop()
-
-
-def undoing(body: Callable[[Undo], T]) -> T:
-    """``body(undo)`` with a fresh :class:`Undo`, then every undo it registered, whatever instant
-    an interrupt arrives at; the first interrupt seen while undoing is raised once all is undone.
-
-    For a diagnostic that changes process or model state around a run (``investigate``'s
-    replay): ``body`` registers each restore before the change it undoes. An interrupt at this
-    function's entry comes before ``body`` changed anything; one inside ``body`` or inside an
-    undo reaches the loop below, which retries until every undo has returned.
-    """
-    undo = Undo()
-    try:
-        return body(undo)
-    finally:
-        while True:  # no signal check between here and the first call inside the try
-            try:
-                if undo.run():
-                    break
-            except BaseException as exc:  # one that arrived at run's first line
-                undo.error = undo.error or exc
-        if undo.error is not None:
-            raise undo.error
 
 
 def without_grad(function: Callable[..., T], *args: Any) -> T:

@@ -153,7 +153,7 @@ class ModuleTracker:
         of every module that had some when the capture started (``ModelNames.hooked``).
 
         ``remove_hooks`` undoes it from any point (registered before this runs, see
-        ``_installs``): it looks the hooks up by identity, so a hook whose handle an interrupt
+        ``_undo``): it looks the hooks up by identity, so a hook whose handle an interrupt
         lost is found too.
         """
         for module in self.names.hooked:

@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._installs import Undo, pop_mode, push_mode
+from .._undo import Undo
+from ._installs import pop_mode, push_mode
 from ._modules import ModuleTracker
 from ._recorder import Recorder
 from ._tensors import arg_tensors, tensors_in
@@ -98,7 +99,7 @@ def enter_scope(recorder: Recorder, tracker: ModuleTracker, undo: Undo) -> None:
 
     The tracker's marker hooks are registered for this capture only (their first check is the
     thread); an enclosing capture of this thread is suspended and paused until this one ends. Each step's undo goes to ``undo``
-    before the step runs (``_installs``): ``undo.run()`` ends the scope, whatever instant an
+    before the step runs (``_undo``): ``undo.run()`` ends the scope, whatever instant an
     interrupt stopped the steps at.
     """
     undo.add(functools.partial(_release, recorder))

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .._undo import Undo
 from ..errors import BackwardError, OpNotFoundError
 from ._backward import BackwardPass, log_backward
 from ._blind_spots import BlindSpot, blind_spots
 from ._gc_pause import pause_gc
-from ._installs import Undo
 from ._op import Op
 from ._recording import ModuleCall, Recording
 from ._selectors import canonical_address
@@ -91,7 +91,7 @@ class Trace:
         """Build every op and the tables above from the recording (once, under the gc pause).
 
         An interrupt leaves nothing half done: the pause is undone by an ``Undo`` registered
-        before it (``_installs``: a ``paused_gc()`` block interrupted in its exit kept the
+        before it (``_undo``: a ``paused_gc()`` block interrupted in its exit kept the
         objects frozen), each op is committed at once (``Recording.build``) and the tables are
         set before ``ops``, so the next read builds the rest.
         """

@@ -19,9 +19,9 @@ from typing import Any, ParamSpec, TypeVar
 import torch
 from torch import nn
 
+from .._undo import Undo, undoing
 from .._validate import check_int
 from ..capture import Trace, call_arguments, trace, validate_model
-from ..capture._installs import Undo, undoing
 from ..errors import DiagnosticArgumentError, InputFormError, ModelCopyError
 
 _TRACE_KWARGS = frozenset({"save", "capture"})
@@ -90,7 +90,7 @@ def _reset_fresh_cuda_generators() -> None:
 def keep_model_state(model: nn.Module, undo: Undo) -> None:
     """Register in ``undo`` the restore of ``model``'s buffers and every global RNG stream, as
     they are now (what :func:`preserved_model_state` restores, for a caller that runs under
-    ``capture._installs.undoing``: an interrupt at any instant still restores them)."""
+    ``_undo.undoing``: an interrupt at any instant still restores them)."""
     undo.add(_buffers_restorer(model))
     undo.add(rng_restorer())
 
@@ -117,7 +117,7 @@ def keep_torch_switches(undo: Undo) -> None:
 def with_torch_switches_kept(function: Callable[[], T]) -> T:
     """``function()``, then torch's process-wide switches (:func:`keep_torch_switches`: grad
     mode, anomaly mode, the default dtype) put back as they were, whatever instant an interrupt
-    arrives at (``capture._installs.undoing``).
+    arrives at (``_undo.undoing``).
 
     For a recipe whose analyses run ``with torch.no_grad():`` many times over: an interrupt at
     the first line of that block's ``__exit__`` (a Python frame in ``torch/autograd/grad_mode.py``)

@@ -18,7 +18,7 @@ from typing import Literal
 
 from torch import nn
 
-from ..capture._installs import Undo
+from .._undo import Undo
 from ..debug._isolation import rng_restorer
 
 
@@ -38,7 +38,7 @@ def preserved(
 
     A Ctrl-C at any instant leaves nothing changed: the restores are registered in an ``Undo``
     before anything changes and run to completion in the ``finally`` (retried when an interrupt
-    lands inside one; ``capture._installs.undoing``'s loop, inlined because a call's entry is a
+    lands inside one; ``_undo.undoing``'s loop, inlined because a call's entry is a
     point where CPython runs the handler). The restore loop of the ``finally`` it replaces left
     the model in eval mode when the interrupt landed on its first line
     (``tests/faults/test_interrupt_sweep_recipes.py``, ``gradient_flow``).

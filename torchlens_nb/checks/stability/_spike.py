@@ -5,7 +5,8 @@ holds and re-runs the model's forward, through ``torch.func.functional_call`` on
 weights moved back to the model's device, on this step's batch and on the previous step's:
 
 * activations: the RMS of every submodule's output (forward hooks on the model for the two
-  re-runs only, removed after them, also when the forward raises);
+  re-runs only, removed after them, also when the forward raises or a Ctrl-C lands anywhere:
+  ``tests/faults/test_interrupt_sweep_spike.py``);
 * gradients: the norm of each module's parameters' gradient of the mean per-sample loss
   (``torch.autograd.grad`` on the re-run's own leaves: nothing is written to ``.grad``);
 * samples: the per-sample loss of this step's batch, from ``loss_fn(output, *inputs)`` when
@@ -16,26 +17,27 @@ weights moved back to the model's device, on this step's batch and on the previo
   step site from the optimizer's state.
 
 The model, the optimizer and the loop are untouched: the parameters are never swapped in
-place, the RNG is forked around the re-runs (dropout draws there do not shift the loop's
+place, the RNG is restored after the re-runs (dropout draws there do not shift the loop's
 stream), the session's probe and keeper skip the re-runs. Cost: two forwards and two backwards
 of the model on the kept batches, when called.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_map
 
-from ..._hooks import remove_hook
+from ..._hooks import add_forward_hooks
+from ..._undo import Undo, undoing
 from ..._validate import check_int
 from ...errors import DiagnosticArgumentError
 from ...report import Exit, Finding, Table, Unavailable, Where
@@ -43,6 +45,10 @@ from ...report._actions import live_action
 from ...report._base import Severity
 from ...report._spike import CARRY, JUMP, LAYER_COLUMNS, SAMPLE_COLUMNS, SpikeReport, SpikeStatus
 from ._spike_keep import ARM_MAX_BYTES, Forward, KeptStep, SpikeKeeper, update_norms
+
+_set_grad_enabled = torch._C._set_grad_enabled
+"""Grad mode switched by a C call (``with torch.enable_grad():`` is a Python frame whose
+``__exit__`` an interrupt can skip)."""
 
 LossFn = Callable[..., torch.Tensor]
 """``loss_fn(output, *inputs, **kw_inputs)`` -> one loss per sample (first dimension)."""
@@ -99,11 +105,21 @@ def spike_forensics(
     model = keeper.model if keeper is not None else None
     if keeper is None or kept is None or model is None:
         return _not_kept(keeper, off_reason, is_released=keeper is not None and model is None)
-    with keeper.explaining():
+
+    def explain(undo: Undo) -> SpikeReport:
+        # every restore registered before its change: a Ctrl-C at any instant leaves the
+        # keeper, the probe, grad mode (also around update_norms' `with torch.no_grad():`), the
+        # RNG and the model's hooks as they were
+        keeper.explain(undo)
+        undo.add(partial(_set_grad_enabled, torch.is_grad_enabled()))
+        undo.add(_rng_restorer(kept.device))
+        _set_grad_enabled(True)
         now = _rerun(model, kept.device, kept.weights, kept.forwards, loss_fn)
         before_weights = kept.previous_weights or kept.weights
         before = _rerun(model, kept.device, before_weights, kept.previous, loss_fn)
-    return _report(kept, now, before if kept.previous is not None else None)
+        return _report(kept, now, before if kept.previous is not None else None)
+
+    return undoing(explain)
 
 
 def spike_followup(
@@ -143,31 +159,28 @@ def _rerun(
     counts: dict[str, int] = {}
     grads: dict[str, torch.Tensor] = {}
     losses: list[tuple[Any, torch.Tensor]] = []
-    with contextlib.ExitStack() as hooks:
+
+    def forward_all(undo: Undo) -> None:
         for name, module in model.named_modules():
-            if module is not model:  # removal registered first: an interrupt leaves none
-                record = _recorder(name, sums, counts)
-                hooks.callback(remove_hook, module._forward_hooks, record)
-                module.register_forward_hook(record)
-        forked = [device] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=forked), torch.enable_grad():
-            for position, (args, kwargs) in enumerate(forwards):
-                args, kwargs = tree_map(_to(device), (args, kwargs))
-                output = torch.func.functional_call(model, leaves, args, kwargs)
-                per_sample, run.loss_kind, run.loss_missing = _per_sample(
-                    output, args, kwargs, loss_fn
-                )
-                if per_sample is None:
-                    continue
-                trainable = {n: t for n, t in leaves.items() if t.requires_grad}
-                found = torch.autograd.grad(
-                    per_sample.sum(), list(trainable.values()), allow_unused=True
-                )
-                for n, g in zip(trainable, found):
-                    if g is not None:
-                        grads[n] = grads[n] + g if n in grads else g.detach()
-                label = (lambda i: i) if len(forwards) == 1 else (lambda i, p=position: f"{p}:{i}")
-                losses.extend((label(i), v) for i, v in enumerate(per_sample.detach()))
+            if module is not model:
+                add_forward_hooks(undo, module, post=_recorder(name, sums, counts))
+        for position, (args, kwargs) in enumerate(forwards):
+            args, kwargs = tree_map(_to(device), (args, kwargs))
+            output = torch.func.functional_call(model, leaves, args, kwargs)
+            per_sample, run.loss_kind, run.loss_missing = _per_sample(output, args, kwargs, loss_fn)
+            if per_sample is None:
+                continue
+            trainable = {n: t for n, t in leaves.items() if t.requires_grad}
+            found = torch.autograd.grad(
+                per_sample.sum(), list(trainable.values()), allow_unused=True
+            )
+            for n, g in zip(trainable, found):
+                if g is not None:
+                    grads[n] = grads[n] + g if n in grads else g.detach()
+            label = (lambda i: i) if len(forwards) == 1 else (lambda i, p=position: f"{p}:{i}")
+            losses.extend((label(i), v) for i, v in enumerate(per_sample.detach()))
+
+    undoing(forward_all)  # the hooks are off the model before the next re-run
     total = len(losses) or 1
     module_sq: dict[str, torch.Tensor] = {}
     for n, g in grads.items():
@@ -184,6 +197,21 @@ def _rerun(
         run.grad[name] = math.sqrt(value)
     run.samples = list(zip([label for label, _ in losses], values[len(sums) + len(module_sq) :]))
     return run
+
+
+def _rng_restorer(device: torch.device) -> Callable[[], None]:
+    """Save the CPU stream (and ``device``'s when it is CUDA) now; the returned action puts them
+    back and may run any number of times (an ``Undo`` action): dropout draws in the re-runs do
+    not shift the loop's stream."""
+    cpu = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+    def restore() -> None:
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state(cuda, device)
+
+    return restore
 
 
 def _to(device: torch.device) -> Callable[[Any], Any]:

@@ -39,8 +39,9 @@ from __future__ import annotations
 import contextlib
 import math
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -48,6 +49,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..._hooks import remove_hook
 from ..._interrupts import shielded
+from ..._undo import Undo
 from ._adam import ADAM_KEYS, _update
 from ._probe import ForwardProbe
 
@@ -266,20 +268,19 @@ class SpikeKeeper:
             return None, f"the previous step's batch is gone: {missing}"
         return forwards, None
 
-    @contextlib.contextmanager
-    def explaining(self) -> Iterator[None]:
-        """While the analysis re-runs forwards: the probe and this keeper see none of them."""
+    def explain(self, undo: Undo) -> None:
+        """Until ``undo`` runs, the analysis re-runs forwards: the probe and this keeper see
+        none of them (the restore is registered before the flags change)."""
         probe = self.probe
-        was_due = probe.is_due if probe is not None else False
+        undo.add(partial(self._explained, probe.is_due if probe is not None else False))
         self.is_explaining = True
         if probe is not None:
             probe.is_due = False
-        try:
-            yield
-        finally:
-            self.is_explaining = False
-            if probe is not None:
-                probe.is_due = was_due
+
+    def _explained(self, was_due: bool) -> None:
+        self.is_explaining = False
+        if self.probe is not None:
+            self.probe.is_due = was_due
 
 
 def _host(tensor: torch.Tensor) -> torch.Tensor:

@@ -24,8 +24,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from ..._undo import Undo, undoing
 from ...capture import Op, Trace, run_capture, validate_model
-from ...capture._installs import Undo, undoing
 from ...errors import DiagnosticArgumentError, ForwardError
 from ...options import CaptureOptions
 from ...report._lineage import CheckedBy, Finiteness

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._undo import Undo, undoing
 from ...capture import call_arguments, run_capture, validate_model
-from ...capture._installs import Undo, undoing
 from ...errors import BackwardError, DiagnosticArgumentError, ForwardError
 from ...options import CaptureOptions
 from ...report import Exit, Finding, Unavailable

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ...capture._installs import Undo
+from ..._undo import Undo
 from ...errors import DiagnosticArgumentError
 from ...report._investigation import LossSource
 from .._isolation import keep_model_state, keep_torch_switches
@@ -110,7 +110,7 @@ def keep_user_state(model: nn.Module, undo: Undo) -> None:
     buffers (BatchNorm running statistics), every global RNG stream (``keep_model_state``) and
     torch's grad mode, anomaly mode and default dtype (``keep_torch_switches``). Parameters are
     not copied: neither a forward nor a backward writes them. Cost: one copy of each buffer.
-    Under ``capture._installs.undoing`` all of it is restored whatever instant an interrupt
+    Under ``_undo.undoing`` all of it is restored whatever instant an interrupt
     arrives at.
     """
     flags = [(module, module.training) for module in model.modules()]

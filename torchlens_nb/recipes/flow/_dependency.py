@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from ..._hooks import add_forward_hooks
+from ..._undo import Undo, undoing
 from ..._validate import check_int, check_number
-from ...capture._installs import Undo, undoing
 from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError, InputFormError
 from ...report import Finding, Table

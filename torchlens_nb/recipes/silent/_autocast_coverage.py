@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..._hooks import add_forward_hooks
-from ...capture._installs import Undo, undoing
+from ..._undo import Undo, undoing
 from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError
 from ...report import Finding, Table, Where

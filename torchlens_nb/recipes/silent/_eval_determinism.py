@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from ..._hooks import add_forward_hooks
+from ..._undo import Undo, undoing
 from ..._validate import MAX_REPEATS, check_int
 from ...capture import iter_tensors
-from ...capture._installs import Undo, undoing
 from ...debug._isolation import keeps_torch_switches
 from ...report import Finding, Table, Where
 from ...report._recipes_data import recipe_status, worst_finding

@@ -22,8 +22,9 @@ import torch
 from torch import nn
 
 from ..._hooks import add_forward_hooks
+from ..._undo import Undo, undoing
 from ...capture import iter_tensors, trace
-from ...capture._installs import Undo, undoing, without_grad
+from ...capture._installs import without_grad
 from ...debug import grad_health, preserved_rng_state
 from ...debug._isolation import keeps_torch_switches
 from ...options import CaptureOptions
