@@ -21,6 +21,20 @@ def mlp(seed: int = 0) -> nn.Sequential:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
 
+def adamw_mlp_session(steps: int) -> tl.debug.ChecksSession:
+    """A default ``ChecksSession`` over ``steps`` AdamW steps of :func:`mlp` (a model without
+    attention), closed: its report is final."""
+    torch.manual_seed(0)
+    model = mlp()
+    optimizer = torch.optim.AdamW(model.parameters())
+    with tl.debug.ChecksSession(model, optimizer, scaler=None) as session:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            model(torch.randn(4, 8)).square().mean().backward()
+            optimizer.step()
+    return session
+
+
 class SmallCNN(nn.Module):
     """conv -> BatchNorm -> ReLU -> pool -> linear head, input (N, 3, 8, 8)."""
 

@@ -16,8 +16,9 @@ import json
 import pathlib
 import sys
 import tempfile
+import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from playwright.sync_api import Locator, Page
@@ -179,15 +180,37 @@ class LabNotebook:
         assert not errors, "\n".join(errors[0].get("traceback", []))
         return outputs
 
-    def output_panel(self, index: int) -> Locator:
-        """The panel (``.tln-panel``) that cell ``index`` displayed."""
+    def sample_while_running(
+        self, index: int, read: Callable[[], Iterable[str]], *, seconds: float, period_ms: int
+    ) -> set[str]:
+        """Start cell ``index`` and collect what ``read()`` returns every ``period_ms`` until
+        the cell finished (its execution count arrives with the ``execute_reply``; the
+        kernel's status word flips to idle for widget traffic on the control channel, so it
+        cannot tell) or ``seconds`` passed: what a live panel showed while its loop ran."""
+        self.page.evaluate(
+            f"(i) => {{ const nb = {_JS_NOTEBOOK}; nb.content.activeCellIndex = i;"
+            " void window.jupyterapp.commands.execute('notebook:run-cell'); }",
+            index,
+        )
+        has_finished = f"(i) => {_JS_NOTEBOOK}.content.model.cells.get(i).executionCount != null"
+        seen: set[str] = set()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.page.evaluate(has_finished, index):
+            seen.update(read())  # never waits for a redraw
+            self.page.wait_for_timeout(period_ms)  # a sampling period, not a wait for a state
+        return seen
+
+    def output_panel(self, index: int, *, wait: bool = True) -> Locator:
+        """The panel (``.tln-panel``) that cell ``index`` displayed (``wait=False``: the
+        locator now, for a panel that may not be there yet)."""
         panel = (
             self.page.locator(".jp-Notebook .jp-Cell")
             .nth(index)
             .locator(".jp-OutputArea-output .tln-panel")
             .first
         )
-        panel.wait_for(timeout=CELL_TIMEOUT_MS)
+        if wait:
+            panel.wait_for(timeout=CELL_TIMEOUT_MS)
         return panel
 
     def set_theme(self, theme: str) -> None:

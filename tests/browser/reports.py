@@ -16,6 +16,22 @@ import torch
 import torchlens_nb as tl
 from tests import models
 from torchlens_nb.report import Exit, Finding, Report, Table, Unavailable, Where
+from torchlens_nb.widgets._dashboard import live_message
+
+
+class LiveFeedRecorder:
+    """Stands in for ``LiveChecksWidget`` as a session's dashboard view: keeps each increment
+    as the widget would send it to the browser, and the final report."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+        self.final: Report | None = None
+
+    def push(self, message: dict) -> None:
+        self.messages.append(live_message(message))  # as LiveChecksWidget.push sends it
+
+    def finish(self, report: Report) -> None:
+        self.final = report
 
 
 def traced_ops_report() -> tuple[Report, torch.nn.Module]:

@@ -9,12 +9,8 @@ button: lab_checks_investigate.png and lab_checks_investigate_dark.png.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from playwright.sync_api import expect
-
-from tests.browser.lab import _JS_NOTEBOOK
 
 pytestmark = pytest.mark.slow
 
@@ -43,23 +39,11 @@ CELLS = [
 
 def test_dashboard_counts_up_while_the_cell_is_still_running(lab_notebook) -> None:
     nb = lab_notebook(CELLS, name="checks_live.ipynb")
-    page = nb.page
-    page.evaluate(
-        f"() => {{ const nb = {_JS_NOTEBOOK}; nb.content.activeCellIndex = 0;"
-        " void window.jupyterapp.commands.execute('notebook:run-cell'); }"
+    accepted = nb.output_panel(0, wait=False).locator('[data-counter="accepted"]')
+    seen_while_running = nb.sample_while_running(
+        0, accepted.all_inner_texts, seconds=60, period_ms=50
     )
-    has_finished = f"() => {_JS_NOTEBOOK}.content.model.cells.get(0).executionCount != null"
     panel = nb.output_panel(0)
-    accepted = panel.locator('[data-counter="accepted"]')
-    seen_while_running: set[str] = set()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        # the cell's execution count stays null until its execute_reply: the cell is running
-        # (the kernel's status word flips to idle for widget traffic on the control channel)
-        if page.evaluate(has_finished):
-            break
-        seen_while_running.update(accepted.all_inner_texts())  # never waits for a redraw
-        page.wait_for_timeout(50)  # a sampling period, not a wait for a state
     # the loop takes ~4 s and the feed sends up to 10 updates per second
     assert len(seen_while_running) >= 5, seen_while_running
     expect(panel.locator(".tln-ck-final")).to_have_text("Final report (completed).", timeout=30_000)

@@ -18,22 +18,11 @@ from playwright.sync_api import expect
 
 import torchlens_nb as tl
 from tests import models
+from tests.browser.reports import LiveFeedRecorder
 from tests.distributed import ranks
 from torchlens_nb import widgets
-from torchlens_nb.widgets._dashboard import live_message
 
 pytestmark = pytest.mark.browser
-
-
-class _Recorder:
-    def __init__(self) -> None:
-        self.messages: list[dict] = []
-
-    def push(self, message: dict) -> None:
-        self.messages.append(live_message(message))  # as LiveChecksWidget.push sends it
-
-    def finish(self, report) -> None:
-        self.final = report
 
 
 @pytest.fixture
@@ -44,7 +33,7 @@ def dead_layer_run(monkeypatch):
     monkeypatch.setattr(
         "torchlens_nb.checks.dashboard._live.live_dashboard", lambda report: recorder
     )
-    recorder = _Recorder()
+    recorder = LiveFeedRecorder()
     model = models.mlp()
     optimizer = torch.optim.AdamW(model.parameters())
     session = tl.debug.ChecksSession(model, optimizer, scaler=None)

@@ -9,12 +9,8 @@ Screenshots: tests/artifacts/lab_checks_timeline.png and lab_checks_timeline_dar
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from playwright.sync_api import expect
-
-from tests.browser.lab import _JS_NOTEBOOK
 
 pytestmark = pytest.mark.slow
 
@@ -39,22 +35,14 @@ CELLS = [
 
 def test_the_timeline_grows_while_the_cell_is_still_running(lab_notebook) -> None:
     nb = lab_notebook(CELLS, name="checks_timeline.ipynb")
-    page = nb.page
-    page.evaluate(
-        f"() => {{ const nb = {_JS_NOTEBOOK}; nb.content.activeCellIndex = 0;"
-        " void window.jupyterapp.commands.execute('notebook:run-cell'); }"
+    loss = nb.output_panel(0, wait=False).locator('svg[data-chart="loss"]')
+    spans_seen = nb.sample_while_running(
+        0,
+        lambda: [loss.first.get_attribute("viewBox") or ""] if loss.count() else [],
+        seconds=90,
+        period_ms=100,
     )
-    has_finished = f"() => {_JS_NOTEBOOK}.content.model.cells.get(0).executionCount != null"
     panel = nb.output_panel(0)
-    loss = panel.locator('svg[data-chart="loss"]')
-    spans_seen: set[str] = set()
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if page.evaluate(has_finished):  # the execution count arrives with the execute_reply
-            break
-        if loss.count():
-            spans_seen.add(loss.first.get_attribute("viewBox") or "")
-        page.wait_for_timeout(100)  # a sampling period, not a wait for a state
     # 60 steps over ~6 s, and the feed sends a timeline at most twice a second
     assert len(spans_seen) >= 3, spans_seen
     expect(panel.locator(".tln-ck-final")).to_have_text("Final report (completed).", timeout=30_000)

@@ -16,29 +16,18 @@ from playwright.sync_api import expect
 
 import torchlens_nb as tl
 from tests import models
+from tests.browser.reports import LiveFeedRecorder
 from tests.stability.cases import ATTENTION
 from tests.stability.gpt import train
 from torchlens_nb import widgets
-from torchlens_nb.widgets._dashboard import live_message
 
 pytestmark = pytest.mark.browser
-
-
-class _Recorder:
-    def __init__(self) -> None:
-        self.messages: list[dict] = []
-
-    def push(self, message: dict) -> None:
-        self.messages.append(live_message(message))  # as LiveChecksWidget.push sends it
-
-    def finish(self, report) -> None:
-        self.final = report
 
 
 @pytest.fixture(scope="module")
 def attention_run():
     """(snapshot report, increments that carry a timeline, final report); about 20 s."""
-    recorder = _Recorder()
+    recorder = LiveFeedRecorder()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("torchlens_nb.checks.dashboard._feed.MIN_INTERVAL_S", 0.0)
         patch.setattr("torchlens_nb.checks.dashboard._timeline.LIVE_INTERVAL_S", 0.0)
@@ -140,14 +129,7 @@ def test_the_final_timeline_draws_every_measured_metric_from_binary_arrays(
 
 
 def test_a_metric_the_session_did_not_measure_is_said_not_drawn(panel_page) -> None:
-    torch.manual_seed(0)
-    model = models.mlp()
-    optimizer = torch.optim.AdamW(model.parameters())
-    with tl.debug.ChecksSession(model, optimizer, scaler=None) as session:
-        for _ in range(3):
-            optimizer.zero_grad()
-            model(torch.randn(4, 8)).square().mean().backward()
-            optimizer.step()
+    session = models.adamw_mlp_session(steps=3)
     report = session.report()
     root = panel_page.mount(
         "checks", widgets.panel_payload(report), arrays=widgets.panel_arrays(report)

@@ -110,14 +110,7 @@ def test_the_payload_is_json_safe_and_its_arrays_match_the_summary(gpt_run) -> N
 
 
 def test_a_model_without_attention_says_the_logit_was_not_measured() -> None:
-    torch.manual_seed(0)
-    model = models.mlp()
-    optimizer = torch.optim.AdamW(model.parameters())
-    with tl.debug.ChecksSession(model, optimizer, scaler=None) as session:
-        for _ in range(3):
-            optimizer.zero_grad()
-            model(torch.randn(4, 8)).square().mean().backward()
-            optimizer.step()
+    session = models.adamw_mlp_session(steps=3)
     timeline = session.report().timeline
     # no check reads gradient norms each attempt: the stability check reads them on probed ones
     grad = timeline.map("grad_norm")
