@@ -22,6 +22,7 @@ import torch.optim.optimizer as optimizer_globals
 from torch import nn
 
 import torchlens_nb as tl
+from tests import models
 from tests.faults._sweep import sweep
 from tests.faults.test_interrupts import (
     _find_nan,
@@ -63,16 +64,24 @@ def _sketch_grad_fn(model: nn.Module) -> Call:
     return call
 
 
+def _trace_backward(model: nn.Module) -> Call:
+    x = torch.randn(2, 4)
+    return lambda: models.traced_backward(model, x)
+
+
 ENTRY_POINTS: dict[str, tuple[Callable[[], nn.Module], Callable[[nn.Module], Call], int]] = {
     "tl.trace": (_mlp, _trace, 3000),
     "find_nan": (_mlp, _find_nan, 3000),
     "LivenessProbe": (_mlp, _liveness_probe, 3000),
     "sketch_grad_fn": (_mlp, _sketch_grad_fn, 3000),
+    "trace.backward": (_mlp, _trace_backward, 3000),
     "nonfinite_origin": (_train_step_model, _nonfinite_origin, 400),
     "investigate": (_train_step_model, _investigate, 120),
 }
 """Entry point -> (model, the call, budget of runs). Measured line events per call: tl.trace
-1,056 and find_nan 2,182, all swept; investigate 8,967, every 75th (a run under the tracer
+1,056, find_nan 2,182 and tl.trace + trace.backward 1,903, all swept (the grad_fn nodes' hooks
+cannot be read from Python: a hook whose handle an interrupt lost is left inert, see
+``capture/_backward.py``); investigate 8,967, every 75th (a run under the tracer
 averages about 0.2 s: the full sweep is ``TORCHLENS_NB_FULL_SWEEP=1``)."""
 
 

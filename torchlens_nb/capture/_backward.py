@@ -8,12 +8,12 @@ references only (no copies, no host syncs); finiteness is judged later by the an
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .._undo import Undo, undoing
 from ..errors import BackwardError
 
 if TYPE_CHECKING:
@@ -83,11 +83,17 @@ def log_backward(
     nodes = _graph_nodes(loss.grad_fn)
     record.num_nodes = len(nodes)
 
+    live = [True]
+    """The hooks record only while this call runs: one whose handle a Ctrl-C lost (between
+    ``register_hook``'s return and the handle's registration) stays on the node, inert."""
+
     def make_hook(node: Any) -> Any:
         labels = tuple(labels_of.get(id(node), ()))
         name = type(node).__name__
 
         def hook(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
+            if not live:
+                return
             outs = _detached(grad_outputs) if save_grads else None
             ins = _detached(grad_inputs) if save_grads else None
             record.fires.append(GradFnFire(len(record.fires), name, labels, outs, ins))
@@ -97,9 +103,10 @@ def log_backward(
 
         return hook
 
-    with contextlib.ExitStack() as handles:
+    def run(undo: Undo) -> None:
+        undo.add(live.clear)
         for node in nodes:
-            handles.enter_context(node.register_hook(make_hook(node)))
+            undo.add(node.register_hook(make_hook(node)).remove)  # idempotent
         try:
             torch.autograd.backward(loss, grad_tensors=gradient, retain_graph=retain_graph)
         except RuntimeError as exc:
@@ -107,4 +114,6 @@ def log_backward(
                 f"autograd failed during trace.backward: {exc}. If this is a second backward "
                 "over the same graph, pass retain_graph=True to the first one."
             ) from exc
+
+    undoing(run)
     return record

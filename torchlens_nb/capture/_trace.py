@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._undo import Undo
+from .._undo import Undo, undoing
 from ..errors import BackwardError, OpNotFoundError
 from ._backward import BackwardPass, log_backward
 from ._blind_spots import BlindSpot, blind_spots
@@ -96,21 +96,11 @@ class Trace:
         set before ``ops``, so the next read builds the rest.
         """
         with _build_lock:
-            undo = Undo()
-            try:
-                pause_gc(undo)
-                self._build_tables()
-            finally:
-                # in this frame, as in run_capture: a helper called here could be interrupted at
-                # its first line, before its own try (the objects stayed frozen)
-                while True:
-                    try:
-                        if undo.run():
-                            break
-                    except BaseException as exc:  # one that arrived at run's first line
-                        undo.error = undo.error or exc
-                if undo.error is not None:
-                    raise undo.error
+            undoing(self._build_paused)
+
+    def _build_paused(self, undo: Undo) -> None:
+        pause_gc(undo)
+        self._build_tables()
 
     def _build_tables(self) -> None:
         recording = self._recording
