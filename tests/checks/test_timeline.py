@@ -190,3 +190,20 @@ def test_a_10000_attempt_live_timeline_stays_bounded() -> None:
     # 10,000 attempts: 157 columns of 64; 96 layers x 4 metrics x 157 x 4 B = 241,152 B raw
     assert sizes[10_000] < 4 / 3 * 4 * (4 * MAX_LAYERS + 2) * COLUMNS + 10_000
     print(f"live timeline bytes: {sizes}")
+
+
+def test_activations_are_disclosed_as_sampled_where_the_probe_read_them() -> None:
+    sampled = models.adamw_mlp_session(steps=3).report()
+    assert sampled.timeline is not None and sampled.timeline.map("activation_rms") is not None
+    activations = next(u for u in sampled.unavailable if u.check == "activations")
+    assert activations.code == "sampled" and "one attempt in probe_every" in activations.reason
+
+    torch.manual_seed(0)
+    model = models.mlp()
+    optimizer = torch.optim.AdamW(model.parameters())
+    with tl.debug.ChecksSession(model, optimizer, scaler=None, stability=False) as session:
+        optimizer.zero_grad()
+        model(torch.randn(4, 8)).square().mean().backward()
+        optimizer.step()
+    unseen = next(u for u in session.report().unavailable if u.check == "activations")
+    assert unseen.code == "not_observed"

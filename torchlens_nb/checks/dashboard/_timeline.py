@@ -93,6 +93,10 @@ class TimelineRecorder:
             row[column] = _larger(row[column], value if math.isfinite(value) else math.inf)
         self.version += 1
 
+    def has(self, metric: TimelineMetric) -> bool:
+        """Whether any layer's ``metric`` was recorded."""
+        return bool(self._cells[metric])
+
     def add_loss(self, attempt: int, loss: float) -> None:
         """Record one attempt's loss (the column keeps its min and max)."""
         if attempt < 0:

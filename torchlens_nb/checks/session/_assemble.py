@@ -41,11 +41,19 @@ PARAM_COLUMNS = (
     "update_scale_provenance",
 )
 
-_ALWAYS_UNAVAILABLE = Unavailable(
+_ACTIVATIONS_UNAVAILABLE = Unavailable(
     "activations",
     "the checks kit is capture-free: forward activations are not observed; "
     "tl.debug.RangeProbe / LivenessProbe on a tl.trace cover them",
     "not_observed",
+)
+_ACTIVATIONS_SAMPLED = Unavailable(
+    "activations",
+    "sampled only: the stability check read each block's output RMS (and the attention "
+    "logits, log Z) on its probed forwards, one attempt in probe_every; values inside the "
+    "activations (non-finite, out of range) are not checked: tl.debug.RangeProbe / "
+    "LivenessProbe on a tl.trace cover them",
+    "sampled",
 )
 
 
@@ -291,7 +299,9 @@ def _arrival_unavailable(engine: Engine) -> list[Unavailable]:
 
 
 def _mandatory_unavailable(engine: Engine, count: dict[str, Any]) -> list[Unavailable]:
-    entries = [_ALWAYS_UNAVAILABLE]
+    recorder = _recorder(engine)
+    sampled = recorder is not None and recorder.has("activation_rms")
+    entries = [_ACTIVATIONS_SAMPLED if sampled else _ACTIVATIONS_UNAVAILABLE]
     if "magnitude" not in engine.checks:
         entries.append(
             Unavailable(
