@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import statistics
 import time
@@ -93,6 +94,49 @@ def outcomes() -> list[dict[str, object]]:
                 "twin": case.twin.name,
                 "twin_event": twin.event,
                 "twin_alarms": len(twin.warnings),
+            }
+        )
+    return rows
+
+
+NO_WARMUP_GRID = {
+    "lr": (2.5e-2, 3e-2, 5e-2),
+    "betas": ((0.9, 0.95), (0.9, 0.999)),
+    "depth": (2, 4),
+    "post_ln": (False, True),
+    "batch": (16, 64),
+}
+"""The search for a no-warmup run whose loss event comes at least 5 steps after the warning:
+every lr warns at attempt 0 (the first update moves each element by the lr, 1.25-2.5x the
+0.02-std weights); Post-LN (Xiong et al. 2020), beta2 0.999 (Liu et al. 2020's poorly estimated
+early second moment), depth and batch are the literature's levers."""
+
+
+def no_warmup_search(
+    seeds: tuple[int, ...] = (0, 1, 2), steps: int = 100
+) -> list[dict[str, object]]:
+    """Each setting of :data:`NO_WARMUP_GRID` without warmup, on each seed (data and init), under
+    the session of ``run_case``: the first warning (code and attempt), the loss event from step
+    10 (the cases' rule) and from step 1 per seed, and the lowest loss reached."""
+    rows: list[dict[str, object]] = []
+    keys = list(NO_WARMUP_GRID)
+    for values in itertools.product(*NO_WARMUP_GRID.values()):
+        knobs = dict(zip(keys, values))
+        events_10, events_1, warned, lowest = [], [], set(), []
+        for seed in seeds:
+            setup = NO_WARMUP.unstable.twin("search", steps=steps, seed=seed, **knobs)
+            outcome = run_case(setup, event_after=10)
+            events_10.append(outcome.event)
+            events_1.append(gpt.event_step(list(outcome.losses), after=1))
+            warned.update(f"{code}@{at}" for code, at in outcome.warnings)
+            lowest.append(min(outcome.losses))
+        rows.append(
+            {
+                **{k: (v[1] if k == "betas" else v) for k, v in knobs.items()},
+                "warnings": " ".join(sorted(warned)),
+                "event_from_10": " ".join(map(str, events_10)),
+                "event_from_1": " ".join(map(str, events_1)),
+                "lowest_loss": " ".join(f"{v:.2f}" for v in lowest),
             }
         )
     return rows
@@ -242,6 +286,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--gpt2", type=int, default=0, help="rounds of the GPT-2 small case")
     parser.add_argument("--keep", action="store_true", help="only spike forensics' keeping cost")
+    parser.add_argument(
+        "--no-warmup-search", action="store_true", help="only the no-warmup search's table"
+    )
+    parser.add_argument("--outcomes", action="store_true", help="only the outcome table")
     args = parser.parse_args()
     torch.set_num_threads(1)
     with contextlib.suppress(KeyboardInterrupt):
@@ -251,7 +299,12 @@ def main() -> None:
         if args.keep:
             _print(keep_cost(args.rounds))
             return
+        if args.no_warmup_search:
+            _print(no_warmup_search())
+            return
         _print(outcomes())
+        if args.outcomes:
+            return
         print()
         print(f"load average before: {_load()}")
         _print(cost(args.rounds))
