@@ -4,7 +4,9 @@ Pre-LN blocks (Radford et al. 2019, GPT-2), separate query/key/value projections
 a softmax over explicit pre-softmax logits (the tensor Wortsman et al. 2023 watch), and the knobs
 the stable twins turn: ``qk_norm`` (LayerNorm on queries and keys, Dehghani et al. 2023),
 ``final_norm`` (LayerNorm before the output head), ``z_loss`` (PaLM's ``1e-4 * log(Z)^2``),
-``warmup_steps`` (linear warmup to the peak lr). Data: sequences of a fixed random Markov chain
+``warmup_steps`` (linear warmup to the peak lr), and the no-warmup search's (``post_ln``: the
+norm after each residual sum, Vaswani et al. 2017, which Xiong et al. 2020 show needs warmup;
+``depth``; ``batch``). Data: sequences of a fixed random Markov chain
 over 64 tokens with 4 successors per token (learnable: the loss falls from log 64 = 4.16 toward
 log 4 = 1.39), drawn from a seeded generator, so every run is reproducible on the CPU.
 """
@@ -29,8 +31,9 @@ BATCH = 16
 
 
 class Block(nn.Module):
-    def __init__(self, qk_norm: bool) -> None:
+    def __init__(self, qk_norm: bool, post_ln: bool = False) -> None:
         super().__init__()
+        self.post_ln = post_ln
         self.ln1 = nn.LayerNorm(D_MODEL)
         self.query = nn.Linear(D_MODEL, D_MODEL)
         self.key = nn.Linear(D_MODEL, D_MODEL)
@@ -45,7 +48,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
-        h = self.ln1(x)
+        h = x if self.post_ln else self.ln1(x)
 
         def heads(y: torch.Tensor) -> torch.Tensor:
             return y.view(b, t, HEADS, D_MODEL // HEADS).transpose(1, 2)
@@ -59,15 +62,24 @@ class Block(nn.Module):
         mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         attn = logits.masked_fill(mask, float("-inf")).softmax(-1)
         x = x + self.proj((attn @ v).transpose(1, 2).reshape(b, t, D_MODEL))
+        if self.post_ln:  # Vaswani et al. 2017: the norm after each residual sum
+            x = self.ln1(x)
+            return self.ln2(x + self.mlp(x))
         return x + self.mlp(self.ln2(x))
 
 
 class GPT(nn.Module):
-    def __init__(self, qk_norm: bool = False, final_norm: bool = True) -> None:
+    def __init__(
+        self,
+        qk_norm: bool = False,
+        final_norm: bool = True,
+        post_ln: bool = False,
+        depth: int = 2,
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, D_MODEL)
         self.pos = nn.Embedding(SEQ, D_MODEL)
-        self.blocks = nn.ModuleList([Block(qk_norm) for _ in range(2)])
+        self.blocks = nn.ModuleList([Block(qk_norm, post_ln) for _ in range(depth)])
         self.norm = nn.LayerNorm(D_MODEL) if final_norm else nn.Identity()
         self.head = nn.Linear(D_MODEL, VOCAB, bias=False)
         for module in self.modules():  # GPT-2's init: N(0, 0.02)
@@ -90,6 +102,9 @@ class Setup:
     lr: float
     qk_norm: bool = False
     final_norm: bool = True
+    post_ln: bool = False
+    depth: int = 2
+    batch: int = BATCH
     z_loss: float = 0.0
     warmup_steps: int = 0
     betas: tuple[float, float] = (0.9, 0.95)
@@ -112,11 +127,13 @@ def markov_chain(seed: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (VOCAB, 4), generator=gen)
 
 
-def markov_batch(table: torch.Tensor, gen: torch.Generator, vocab: int = VOCAB) -> torch.Tensor:
-    tokens = torch.empty(BATCH, SEQ + 1, dtype=torch.long)
-    tokens[:, 0] = torch.randint(0, vocab, (BATCH,), generator=gen)
+def markov_batch(
+    table: torch.Tensor, gen: torch.Generator, vocab: int = VOCAB, batch: int = BATCH
+) -> torch.Tensor:
+    tokens = torch.empty(batch, SEQ + 1, dtype=torch.long)
+    tokens[:, 0] = torch.randint(0, vocab, (batch,), generator=gen)
     for t in range(SEQ):
-        choice = torch.randint(0, 4, (BATCH,), generator=gen)
+        choice = torch.randint(0, 4, (batch,), generator=gen)
         tokens[:, t + 1] = table[tokens[:, t], choice]
     return tokens
 
@@ -131,7 +148,12 @@ def loss_of(model: GPT, tokens: torch.Tensor, z_loss: float) -> torch.Tensor:
 
 def build(setup: Setup) -> tuple[GPT, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     torch.manual_seed(setup.seed)
-    model = GPT(qk_norm=setup.qk_norm, final_norm=setup.final_norm)
+    model = GPT(
+        qk_norm=setup.qk_norm,
+        final_norm=setup.final_norm,
+        post_ln=setup.post_ln,
+        depth=setup.depth,
+    )
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=setup.lr,
@@ -167,7 +189,7 @@ def train(
     scope = attach(model, optimizer) if attach is not None else contextlib.nullcontext()
     with scope as attached:
         for step in range(setup.steps):
-            tokens = markov_batch(table, gen)
+            tokens = markov_batch(table, gen, batch=setup.batch)
             optimizer.zero_grad()
             loss = loss_of(model, tokens, setup.z_loss)
             weight = setup.loss_weight_at(step) if setup.loss_weight_at is not None else 1.0
