@@ -61,7 +61,10 @@ bias added just before them cancels out, so its gradient is ~0 by construction."
 
 def _biases_into_norms(model: nn.Module, inputs: Any) -> frozenset[str]:
     """Names of biases whose module's output feeds a batch-statistics norm directly (one
-    forward in eval mode under no_grad; the caller restores modes and buffers)."""
+    forward in eval mode under no_grad, none when the model holds no such norm; the caller
+    restores modes and buffers)."""
+    if not any(isinstance(module, BATCH_STAT_NORMS) for module in model.modules()):
+        return frozenset()
     produced: dict[int, str] = {}
     fed: set[int] = set()
 
@@ -99,7 +102,8 @@ def _unused_outputs(model: nn.Module, inputs: Any, targets: Any, loss_fn: Any) -
     """Names of parameters whose module's output never reaches the loss: not in the loss's
     graph, and not read by a module whose output is (a Hugging Face pooler whose pooled
     output the head ignores is unused by design; ``fc2(fc1(x).detach())`` is a cut). One
-    forward and loss with hooks, no backward."""
+    forward and loss with hooks, no backward; :func:`gradient_flow` runs it only when the
+    backward left a parameter disconnected."""
     outputs: dict[str, list[torch.Tensor]] = {}
     reads: dict[str, set[int]] = {}
 
@@ -244,7 +248,9 @@ def gradient_flow(
         A :class:`GradientFlowReport` with tables ``parameters`` and ``frontier``, a bar-chart
         ``figure()`` and the op-level ``grad_health`` report as the action ``grad_health``.
 
-    Cost: one forward with every op output's gradient kept, one backward.
+    Cost: one forward with every op output's gradient kept, one backward; one more forward
+    (no backward) when a parameter is disconnected, and one under no_grad when the model holds
+    a BatchNorm or InstanceNorm.
     """
     check_model(model)
     check_loss_fn(loss_fn)
@@ -261,8 +267,6 @@ def gradient_flow(
     inputs, targets = to_device(inputs, device), to_device(targets, device)
     with preserved(model), preserved_rng_state():
         absorbed = _biases_into_norms(model, inputs)
-    with preserved(model, mode="train"), preserved_rng_state():
-        unused = _unused_outputs(model, inputs, targets, loss_fn)
     with preserved(model, mode="train"), preserved_rng_state():
         recorded = trace(model, inputs, capture=CaptureOptions(save_grads=True))
         output = primary_output(recorded.output)
@@ -298,7 +302,11 @@ def gradient_flow(
     }
     del recorded  # releases the autograd graph the trace kept for backward
     absorbed = absorbed | _zero_by_construction(params)
-    unused = frozenset(p.name for p in params if p.verdict == "disconnected" and p.name in unused)
+    disconnected = frozenset(p.name for p in params if p.verdict == "disconnected")
+    unused: frozenset[str] = frozenset()
+    if disconnected:  # which of them no module output the loss reads: by design, not a cut
+        with preserved(model, mode="train"), preserved_rng_state():
+            unused = disconnected & _unused_outputs(model, inputs, targets, loss_fn)
     vanishing = _vanishing_with_depth(params)
     rms = [p.rms for p in params if p.rms and math.isfinite(p.rms) and p.name not in absorbed]
     spread = math.log10(max(rms) / min(rms)) if len(rms) > 1 else None

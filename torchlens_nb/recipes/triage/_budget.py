@@ -38,6 +38,12 @@ SHARES: dict[Run, float] = {"overfit": 0.5, "ratio": 0.25, "probe": 0.25}
 """Each run's share of the budget's steps. overfit_one_batch's attempt is also the probe's run
 at your lr, so the probe's share pays for a run at another lr only when yours diverges or
 stalls."""
+RATIO_WATCH_PARAMS = 20_000_000
+"""Above 20M trainable parameters, overfit_one_batch's attempt at your lr also records its update
+ratios, and a shortened update_ratio reads them instead of training a copy of its own (its
+share of the budget goes to that attempt). Below, nothing is recorded: the zoos' models (under
+1M) step in milliseconds and keep their runs; GPT-2 small (124M) stepped in 1.6 s at load 0.3
+and 8 s at load 3 on the 2-core machine."""
 MIN_STEPS = 2
 """No run is shortened below 2 steps: update_ratio's median is over the steps after the first,
 and a loss needs two values to move."""
@@ -55,6 +61,9 @@ class Budget:
     """The wall seconds of one training step, once measured."""
     measured_by: str | None = None
     """Which run timed the step."""
+    ratio_from_overfit: bool = False
+    """update_ratio reads overfit_one_batch's run (:data:`RATIO_WATCH_PARAMS`): that run takes
+    update_ratio's share too."""
 
     @property
     def full_plan_steps(self) -> int:
@@ -75,7 +84,10 @@ class Budget:
         full = {"overfit": self.overfit_steps_full, "ratio": STEP_SIZE_STEPS, "probe": PROBE_STEPS}
         if not self.is_shortened or self.step_s is None:
             return full[run]
-        share = int(SHARES[run] * self.seconds / self.step_s)
+        fraction = SHARES[run]
+        if self.ratio_from_overfit and run == "overfit":
+            fraction += SHARES["ratio"]
+        share = int(fraction * self.seconds / self.step_s)
         return max(MIN_STEPS, min(full[run], share))
 
     def plan(self, run: Run, label: str) -> StepPlan | None:
@@ -99,8 +111,17 @@ class Budget:
             f"{self.step_s:.2g} s (timed on {self.measured_by}'s second step) would make the "
             f"full plan take {self.step_s * self.full_plan_steps:.0f} s, so overfit_one_batch "
             f"made one attempt of {self.steps('overfit')} of {self.overfit_steps_full} steps "
-            "(a loss that has not memorised by then is not judged), update_ratio ran "
-            f"{self.steps('ratio')} of {STEP_SIZE_STEPS} steps and the step-size probe "
-            f"{self.steps('probe')} of {PROBE_STEPS} a run (its run at your lr is "
+            "(a loss that has not memorised by then is not judged), "
+            + self._ratio_note()
+            + " and the step-size probe "
+            + f"{self.steps('probe')} of {PROBE_STEPS} a run (its run at your lr is "
             "overfit_one_batch's when that attempt used your optimizer)"
         )
+
+    def _ratio_note(self) -> str:
+        if self.ratio_from_overfit:
+            return (
+                "update_ratio read the update ratios of that attempt (your optimizer at your lr "
+                "on the same batch) instead of a run of its own"
+            )
+        return f"update_ratio ran {self.steps('ratio')} of {STEP_SIZE_STEPS} steps"
