@@ -13,7 +13,7 @@ import pytest
 import torchlens_nb as tl
 from tests.recipes import zoo
 from torchlens_nb.recipes.training._planned import planned_steps
-from torchlens_nb.recipes.triage import _budget
+from torchlens_nb.recipes.triage import _budget, _checks
 from torchlens_nb.recipes.triage._budget import Budget
 from torchlens_nb.recipes.triage._checks import _within_budget
 from torchlens_nb.report import Finding, TriageReport
@@ -154,3 +154,32 @@ def test_the_zoo_mlp_keeps_every_full_length() -> None:
     assert report.reports["overfit_one_batch"].steps_run == 200
     assert not any(n.startswith("shortened") for n in report.disclosures)
     assert "shortened" not in _row(report, "update_ratio").lead
+
+
+@pytest.mark.usefixtures("no_time_at_all")
+def test_a_large_models_shortened_update_ratio_reads_the_overfit_runs_own_ratios(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_checks, "RATIO_WATCH_PARAMS", 0)  # the zoo MLP counts as large here
+    case = zoo.TWINS["mlp adam 3e-4"]
+    report = _triage(case.arguments())
+    row = _row(report, "update_ratio")
+    assert "(runs shortened by the time budget: update_ratio read from overfit_one_batch's 2 " in (
+        row.lead
+    )
+    read = report.reports["update_ratio"]
+    assert any(
+        d.startswith("the update ratios are overfit_one_batch's run's") for d in read.disclosures
+    )
+    assert any(
+        "update_ratio read the update ratios of that attempt" in n for n in report.disclosures
+    )
+    # the same optimizer, lr and batch on a copy without dropout: update_ratio's own run of
+    # those 2 steps measures the same ratios
+    arguments = case.arguments()
+    own = tl.recipes.update_ratio(
+        arguments["model"], arguments["batch"], arguments["loss_fn"], steps=2, lr=3e-4
+    )
+    assert [layer.name for layer in read.layers] == [layer.name for layer in own.layers]
+    for mine, theirs in zip(read.layers, own.layers, strict=True):
+        assert mine.log10_ratios == pytest.approx(theirs.log10_ratios, rel=1e-6)

@@ -86,11 +86,13 @@ def _stats(values: torch.Tensor) -> TensorStats:
     extremes = _extremes(values)
     if extremes is not None:  # every element finite: the fused passes
         low, high = extremes
-        var, mean = torch.var_mean(values)
+        mean, std = low, nan  # one element: its value, and no sample std
+        if numel > 1:
+            var, mean_t = torch.var_mean(values)
+            mean, std = float(mean_t), math.sqrt(float(var))
         zeros = numel - int(torch.count_nonzero(values))
-        std = math.sqrt(float(var)) if numel > 1 else nan
         return TensorStats(
-            numel, float(mean), std, low, high, max(abs(low), abs(high)), 0, 0, zeros / numel
+            numel, mean, std, low, high, max(abs(low), abs(high)), 0, 0, zeros / numel
         )
     values = values.to(torch.float64)
     nan_count = int(torch.isnan(values).sum().item())

@@ -45,6 +45,7 @@ from .._batches import (
     to_device,
 )
 from .._model_state import preserved
+from .._stats import tensor_stats
 
 SPREAD_DECADES_MAX = 4.0
 """Parameters whose gradient RMS differ by more than 10^4 may train at incompatible speeds
@@ -189,11 +190,8 @@ def _param_grad(name: str, param: nn.Parameter, vanishing: float, exploding: flo
     grad = param.grad
     if grad is None:
         return ParamGrad(name, module, shape, "disconnected", None, None, None, None, None, None)
-    values = grad.detach().to(torch.float64).reshape(-1)
-    norm = float(values.norm())
-    rms = norm / math.sqrt(values.numel()) if values.numel() else 0.0
-    std = float(values.std()) if values.numel() > 1 else 0.0
-    zero_fraction = float((values == 0).sum()) / max(values.numel(), 1)
+    norm, mean, std, max_abs, zero_fraction = _grad_moments(grad)
+    rms = norm / math.sqrt(grad.numel()) if grad.numel() else 0.0
     verdict: ParamGradVerdict
     if not math.isfinite(norm):
         verdict = "nonfinite"
@@ -212,10 +210,30 @@ def _param_grad(name: str, param: nn.Parameter, vanishing: float, exploding: flo
         verdict,
         norm,
         rms,
-        float(values.mean()),
+        mean,
         std,
-        float(values.abs().max()),
+        max_abs,
         zero_fraction,
+    )
+
+
+def _grad_moments(grad: torch.Tensor) -> tuple[float, float, float, float, float]:
+    """(norm, mean, std, max |g|, zero fraction) of a gradient. A finite one of two or more
+    elements comes from ``tensor_stats``' fused passes (aminmax, var_mean, count_nonzero;
+    norm^2 = (n - 1) var + n mean^2, both terms non-negative); any other is read in float64,
+    where a NaN or Inf makes the norm non-finite."""
+    stats = tensor_stats(grad)
+    n = stats.numel
+    if n > 1 and not (stats.nan_count or stats.inf_count):
+        norm = math.sqrt((n - 1) * stats.std**2 + n * stats.mean**2)
+        return norm, stats.mean, stats.std, stats.abs_max, stats.zero_fraction
+    values = grad.detach().to(torch.float64).reshape(-1)
+    return (
+        float(values.norm()),
+        float(values.mean()),
+        float(values.std()) if n > 1 else 0.0,
+        float(values.abs().max()) if n else math.nan,
+        float((values == 0).sum()) / max(n, 1),
     )
 
 
