@@ -3,13 +3,15 @@
 The training runs are overfit_one_batch's attempts (``steps`` each, up to four), update_ratio
 (:data:`STEP_SIZE_STEPS`) and the step-size probe (``PROBE_STEPS`` a run, one to three runs).
 On the zoos' models a step takes milliseconds and every run keeps that length, so their
-verdicts do not depend on the machine. The first training run times its second step
-(``training._planned``); a step of :data:`SLOW_STEP_S` or more whose full plan would pass
+verdicts do not depend on the machine. The first training run times its second step, then
+the mean of its steps after the first before each later one (``training._planned``); a step
+of :data:`SLOW_STEP_S` or more whose full plan would pass
 :data:`TRAINING_BUDGET_S` shortens every run to its share of the budget (measured: GPT-2
 small, 124M parameters, 2 x 64 tokens, AdamW, 2 CPU threads: 9.0 s a step at load 9, so the
 full plan of 250 steps would take 38 minutes). A shortened run says so (:meth:`Budget.note`,
-and in the check's own row); overfit_one_batch then makes one attempt, and the probe reuses
-that attempt as its run at your lr (``_checks``).
+and in the check's own row); overfit_one_batch then makes one attempt, the probe reuses
+that attempt as its run at your lr, and on a model above :data:`RATIO_WATCH_PARAMS`
+update_ratio reads that attempt's update ratios (``_checks``).
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class Budget:
     seconds: float = field(default_factory=lambda: TRAINING_BUDGET_S)
     slow_step_s: float = field(default_factory=lambda: SLOW_STEP_S)
     step_s: float | None = None
-    """The wall seconds of one training step, once measured."""
+    """The wall seconds of one training step, once measured: the mean of the timing run's
+    steps after its first, as last reported (``planned_steps``)."""
     measured_by: str | None = None
     """Which run timed the step."""
     ratio_from_overfit: bool = False
@@ -92,7 +95,8 @@ class Budget:
 
     def plan(self, run: Run, label: str) -> StepPlan | None:
         """The hook that lets run ``run`` (named ``label`` in the note) time the step, while
-        none has been timed; None after."""
+        none has been timed; None after. It is called again at every later step of that run
+        with the mean so far, so a load that rises during the run shortens it."""
         if self.step_s is not None:
             return None
 
@@ -108,7 +112,8 @@ class Budget:
             return None
         return (
             f"shortened to a training budget of {self.seconds:g} s: a step of "
-            f"{self.step_s:.2g} s (timed on {self.measured_by}'s second step) would make the "
+            f"{self.step_s:.2g} s (the mean of {self.measured_by}'s steps after its first) "
+            "would make the "
             f"full plan take {self.step_s * self.full_plan_steps:.0f} s, so overfit_one_batch "
             f"made one attempt of {self.steps('overfit')} of {self.overfit_steps_full} steps "
             "(a loss that has not memorised by then is not judged), "
