@@ -9,10 +9,13 @@ import math
 from typing import Any
 
 import pytest
+import torch
+from torch import nn
 
 import torchlens_nb as tl
 from tests.recipes import zoo
 from torchlens_nb.recipes.training._planned import planned_steps
+from torchlens_nb.recipes.training._update_ratio import recorded_update_ratio
 from torchlens_nb.recipes.triage import _budget, _checks
 from torchlens_nb.recipes.triage._budget import Budget
 from torchlens_nb.recipes.triage._checks import _within_budget
@@ -185,3 +188,27 @@ def test_a_large_models_shortened_update_ratio_reads_the_overfit_runs_own_ratios
     assert [layer.name for layer in read.layers] == [layer.name for layer in own.layers]
     for mine, theirs in zip(read.layers, own.layers, strict=True):
         assert mine.log10_ratios == pytest.approx(theirs.log10_ratios, rel=1e-6)
+
+
+def test_a_recorded_run_that_is_interrupted_keeps_no_ratios_and_leaves_no_hook() -> None:
+    model, (x, y) = zoo.MLP(), zoo.batch()
+    optimizer = torch.optim.Adam([{"params": [p]} for p in model.parameters()], lr=1e-3)
+    record = _checks.RatioRecord()
+    with pytest.raises(KeyboardInterrupt), record.watch(model, optimizer):
+        for _ in range(2):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        raise KeyboardInterrupt
+    assert record.checks is None  # an unfinished run is never read as update_ratio's
+    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+    assert "step" not in vars(optimizer)  # no patched step left on the instance
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    with record.watch(model, optimizer):
+        for _ in range(3):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    assert record.checks is not None
+    ratios = recorded_update_ratio(record.checks, record.names, "MLP", None)
+    assert [len(layer.log10_ratios) for layer in ratios.layers] == [3, 3, 3]
