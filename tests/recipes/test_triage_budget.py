@@ -212,3 +212,19 @@ def test_a_recorded_run_that_is_interrupted_keeps_no_ratios_and_leaves_no_hook()
     assert record.checks is not None
     ratios = recorded_update_ratio(record.checks, record.names, "MLP", None)
     assert [len(layer.log10_ratios) for layer in ratios.layers] == [3, 3, 3]
+
+
+def test_a_session_that_refuses_to_attach_leaves_the_run_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(model: nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+        raise tl.errors.DiagnosticArgumentError("this optimizer cannot be watched")
+
+    monkeypatch.setattr(_checks, "ratio_session", refuse)
+    model, (x, y) = zoo.MLP(), zoo.batch()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    record = _checks.RatioRecord()
+    with record.watch(model, optimizer):
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    assert record.checks is None and record.names == {}

@@ -162,12 +162,18 @@ class RatioRecord:
 
     @contextlib.contextmanager
     def watch(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
-        """Record every step's update ratio of ``optimizer`` on ``model`` while the loop runs."""
+        """Record every step's update ratio of ``optimizer`` on ``model`` while the loop runs.
+        A session that refuses to attach records nothing and leaves the run as it was
+        (update_ratio's own run then meets the same refusal and says why)."""
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        session = ratio_session(model, optimizer)
-        with session:
+        with contextlib.ExitStack() as stack:
+            try:
+                session = stack.enter_context(ratio_session(model, optimizer))
+            except TorchlensNbError:
+                session = None
             yield
-        self.checks, self.names = session.report(), weight_groups(named)
+        if session is not None:
+            self.checks, self.names = session.report(), weight_groups(named)
 
 
 def _records_ratios(run: TriageRun) -> bool:
