@@ -24,7 +24,8 @@ twin is clean (no warn or fail row) and the wall time, then the totals. Last, GP
 its wall and CPU time on 2 threads, the load average before -> after, peak RSS (of the
 process: run it alone for the triage's own), verdict and the time budget's notes
 (``recipes/triage/_budget.py``), then each check's wall time. ``--no-gpt2-small`` skips it;
-``--gpt2-small-only`` runs it alone (peak RSS about 5.4 GB).
+``--gpt2-small-only`` runs it alone (peak RSS about 5.2 GB; docs/benchmarks.md, "GPT-2 small:
+the time budget", has the measured rows).
 
 First of all, the public zoo (``tests/triage_public``, issue 41): bugs other people reported,
 each with its accepted fix; the held-out half (frozen before triage was changed for it) and the

@@ -83,3 +83,29 @@ def test_gradient_flow_flags_exploding_gradients_by_the_given_threshold(batch) -
     assert report.exploding_threshold == 1.0
     assert report.params[0].verdict == "exploding"
     assert report.findings[0].code == "grad_exploding" and report.status == "fail"
+
+
+def _forwards(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> int:
+    """How many forwards of ``model`` one gradient_flow call runs."""
+    calls: list[int] = []
+    handle = model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        tl.recipes.gradient_flow(model, batch, nn.CrossEntropyLoss())
+    finally:
+        handle.remove()
+    return len(calls)
+
+
+def test_gradient_flow_runs_one_forward_unless_a_norm_or_a_disconnected_parameter_asks(
+    batch,
+) -> None:
+    torch.manual_seed(0)
+    assert _forwards(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), batch) == 1
+    # a disconnected parameter: one more forward asks whether any module output reads it
+    assert _forwards(DeadMiddle(), batch) == 2
+    # a BatchNorm: one more (no_grad) forward finds the biases it cancels
+    with_norm = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
+    assert _forwards(with_norm, batch) == 2
+    report = tl.recipes.gradient_flow(with_norm, batch, nn.CrossEntropyLoss())
+    expected = next(f for f in report.findings if f.code == "grad_expected_small")
+    assert expected.fields["params"] == ("0.bias",) and report.status == "pass"

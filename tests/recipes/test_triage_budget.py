@@ -9,11 +9,14 @@ import math
 from typing import Any
 
 import pytest
+import torch
+from torch import nn
 
 import torchlens_nb as tl
 from tests.recipes import zoo
 from torchlens_nb.recipes.training._planned import planned_steps
-from torchlens_nb.recipes.triage import _budget
+from torchlens_nb.recipes.training._update_ratio import recorded_update_ratio
+from torchlens_nb.recipes.triage import _budget, _checks
 from torchlens_nb.recipes.triage._budget import Budget
 from torchlens_nb.recipes.triage._checks import _within_budget
 from torchlens_nb.report import Finding, TriageReport
@@ -28,7 +31,9 @@ def test_a_planned_run_takes_the_length_its_plan_gives_once_step_1_is_timed() ->
         return 4
 
     assert list(planned_steps(10, plan)) == [0, 1, 2, 3]
-    assert len(timed) == 1 and timed[0] >= 0.0
+    assert len(timed) == 2 and min(timed) >= 0.0  # before steps 2 and 3: the mean so far
+    answers = iter([8, 3, 9, 9])  # a load that rises mid-run shortens it; a fall never lengthens
+    assert list(planned_steps(10, lambda _: next(answers))) == [0, 1, 2]
     assert list(planned_steps(10)) == list(range(10))
     assert list(planned_steps(10, lambda _: 1)) == [0, 1]  # never below 2 steps
     assert list(planned_steps(10, lambda _: 50)) == list(range(10))  # never above steps
@@ -154,3 +159,72 @@ def test_the_zoo_mlp_keeps_every_full_length() -> None:
     assert report.reports["overfit_one_batch"].steps_run == 200
     assert not any(n.startswith("shortened") for n in report.disclosures)
     assert "shortened" not in _row(report, "update_ratio").lead
+
+
+@pytest.mark.usefixtures("no_time_at_all")
+def test_a_large_models_shortened_update_ratio_reads_the_overfit_runs_own_ratios(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_checks, "RATIO_WATCH_PARAMS", 0)  # the zoo MLP counts as large here
+    case = zoo.TWINS["mlp adam 3e-4"]
+    report = _triage(case.arguments())
+    row = _row(report, "update_ratio")
+    assert "(runs shortened by the time budget: update_ratio read from overfit_one_batch's 2 " in (
+        row.lead
+    )
+    read = report.reports["update_ratio"]
+    assert any(
+        d.startswith("the update ratios are overfit_one_batch's run's") for d in read.disclosures
+    )
+    assert any(
+        "update_ratio read the update ratios of that attempt" in n for n in report.disclosures
+    )
+    # the same optimizer, lr and batch on a copy without dropout: update_ratio's own run of
+    # those 2 steps measures the same ratios
+    arguments = case.arguments()
+    own = tl.recipes.update_ratio(
+        arguments["model"], arguments["batch"], arguments["loss_fn"], steps=2, lr=3e-4
+    )
+    assert [layer.name for layer in read.layers] == [layer.name for layer in own.layers]
+    for mine, theirs in zip(read.layers, own.layers, strict=True):
+        assert mine.log10_ratios == pytest.approx(theirs.log10_ratios, rel=1e-6)
+
+
+def test_a_recorded_run_that_is_interrupted_keeps_no_ratios_and_leaves_no_hook() -> None:
+    model, (x, y) = zoo.MLP(), zoo.batch()
+    optimizer = torch.optim.Adam([{"params": [p]} for p in model.parameters()], lr=1e-3)
+    record = _checks.RatioRecord()
+    with pytest.raises(KeyboardInterrupt), record.watch(model, optimizer):
+        for _ in range(2):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        raise KeyboardInterrupt
+    assert record.checks is None  # an unfinished run is never read as update_ratio's
+    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+    assert "step" not in vars(optimizer)  # no patched step left on the instance
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    with record.watch(model, optimizer):
+        for _ in range(3):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    assert record.checks is not None
+    ratios = recorded_update_ratio(record.checks, record.names, "MLP", None)
+    assert [len(layer.log10_ratios) for layer in ratios.layers] == [3, 3, 3]
+
+
+def test_a_session_that_refuses_to_attach_leaves_the_run_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(model: nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+        raise tl.errors.DiagnosticArgumentError("this optimizer cannot be watched")
+
+    monkeypatch.setattr(_checks, "ratio_session", refuse)
+    model, (x, y) = zoo.MLP(), zoo.batch()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    record = _checks.RatioRecord()
+    with record.watch(model, optimizer):
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    assert record.checks is None and record.names == {}

@@ -46,6 +46,7 @@ from .._batches import (
     to_device,
 )
 from .._model_state import preserved
+from .._stats import tensor_stats
 
 SPREAD_DECADES_MAX = 4.0
 """Parameters whose gradient RMS differ by more than 10^4 may train at incompatible speeds
@@ -62,7 +63,10 @@ bias added just before them cancels out, so its gradient is ~0 by construction."
 
 def _biases_into_norms(model: nn.Module, inputs: Any) -> frozenset[str]:
     """Names of biases whose module's output feeds a batch-statistics norm directly (one
-    forward in eval mode under no_grad; the caller restores modes and buffers)."""
+    forward in eval mode under no_grad, none when the model holds no such norm; the caller
+    restores modes and buffers)."""
+    if not any(isinstance(module, BATCH_STAT_NORMS) for module in model.modules()):
+        return frozenset()
     produced: dict[int, str] = {}
     fed: set[int] = set()
 
@@ -100,7 +104,8 @@ def _unused_outputs(model: nn.Module, inputs: Any, targets: Any, loss_fn: Any) -
     """Names of parameters whose module's output never reaches the loss: not in the loss's
     graph, and not read by a module whose output is (a Hugging Face pooler whose pooled
     output the head ignores is unused by design; ``fc2(fc1(x).detach())`` is a cut). One
-    forward and loss with hooks, no backward."""
+    forward and loss with hooks, no backward; :func:`gradient_flow` runs it only when the
+    backward left a parameter disconnected."""
     outputs: dict[str, list[torch.Tensor]] = {}
     reads: dict[str, set[int]] = {}
 
@@ -186,11 +191,8 @@ def _param_grad(name: str, param: nn.Parameter, vanishing: float, exploding: flo
     grad = param.grad
     if grad is None:
         return ParamGrad(name, module, shape, "disconnected", None, None, None, None, None, None)
-    values = grad.detach().to(torch.float64).reshape(-1)
-    norm = float(values.norm())
-    rms = norm / math.sqrt(values.numel()) if values.numel() else 0.0
-    std = float(values.std()) if values.numel() > 1 else 0.0
-    zero_fraction = float((values == 0).sum()) / max(values.numel(), 1)
+    norm, mean, std, max_abs, zero_fraction = _grad_moments(grad)
+    rms = norm / math.sqrt(grad.numel()) if grad.numel() else 0.0
     verdict: ParamGradVerdict
     if not math.isfinite(norm):
         verdict = "nonfinite"
@@ -209,10 +211,30 @@ def _param_grad(name: str, param: nn.Parameter, vanishing: float, exploding: flo
         verdict,
         norm,
         rms,
-        float(values.mean()),
+        mean,
         std,
-        float(values.abs().max()),
+        max_abs,
         zero_fraction,
+    )
+
+
+def _grad_moments(grad: torch.Tensor) -> tuple[float, float, float, float, float]:
+    """(norm, mean, std, max |g|, zero fraction) of a gradient. A finite one of two or more
+    elements comes from ``tensor_stats``' fused passes (aminmax, var_mean, count_nonzero;
+    norm^2 = (n - 1) var + n mean^2, both terms non-negative); any other is read in float64,
+    where a NaN or Inf makes the norm non-finite."""
+    stats = tensor_stats(grad)
+    n = stats.numel
+    if n > 1 and not (stats.nan_count or stats.inf_count):
+        norm = math.sqrt((n - 1) * stats.std**2 + n * stats.mean**2)
+        return norm, stats.mean, stats.std, stats.abs_max, stats.zero_fraction
+    values = grad.detach().to(torch.float64).reshape(-1)
+    return (
+        float(values.norm()),
+        float(values.mean()),
+        float(values.std()) if n > 1 else 0.0,
+        float(values.abs().max()) if n else math.nan,
+        float((values == 0).sum()) / max(n, 1),
     )
 
 
@@ -245,7 +267,9 @@ def gradient_flow(
         A :class:`GradientFlowReport` with tables ``parameters`` and ``frontier``, a bar-chart
         ``figure()`` and the op-level ``grad_health`` report as the action ``grad_health``.
 
-    Cost: one forward with every op output's gradient kept, one backward.
+    Cost: one forward with every op output's gradient kept, one backward; one more forward
+    (no backward) when a parameter is disconnected, and one under no_grad when the model holds
+    a BatchNorm or InstanceNorm.
     """
     check_model(model)
     check_loss_fn(loss_fn)
@@ -262,8 +286,6 @@ def gradient_flow(
     inputs, targets = to_device(inputs, device), to_device(targets, device)
     with preserved(model), preserved_rng_state():
         absorbed = _biases_into_norms(model, inputs)
-    with preserved(model, mode="train"), preserved_rng_state():
-        unused = _unused_outputs(model, inputs, targets, loss_fn)
     with preserved(model, mode="train"), preserved_rng_state():
         recorded = trace(model, inputs, capture=CaptureOptions(save_grads=True))
         output = primary_output(recorded.output)
@@ -299,7 +321,11 @@ def gradient_flow(
     }
     del recorded  # releases the autograd graph the trace kept for backward
     absorbed = absorbed | _zero_by_construction(params)
-    unused = frozenset(p.name for p in params if p.verdict == "disconnected" and p.name in unused)
+    disconnected = frozenset(p.name for p in params if p.verdict == "disconnected")
+    unused: frozenset[str] = frozenset()
+    if disconnected:  # which of them no module output the loss reads: by design, not a cut
+        with preserved(model, mode="train"), preserved_rng_state():
+            unused = disconnected & _unused_outputs(model, inputs, targets, loss_fn)
     vanishing = _vanishing_with_depth(params)
     rms = [p.rms for p in params if p.rms and math.isfinite(p.rms) and p.name not in absorbed]
     spread = math.log10(max(rms) / min(rms)) if len(rms) > 1 else None

@@ -131,6 +131,8 @@ def memorise_batch(
     floor: float | None = 0.0,
     label: str | None = None,
     plan: StepPlan | None = None,
+    watch: Callable[[nn.Module, torch.optim.Optimizer], contextlib.AbstractContextManager[Any]]
+    | None = None,
 ) -> tuple[OverfitReport, nn.Module]:
     """:func:`overfit_one_batch` (validation included) returning the trained copy too, for
     checks that need a model that has learnt the batch (``tl.recipes.triage`` runs
@@ -141,7 +143,8 @@ def memorise_batch(
     can take (label smoothing's entropy; 0 for a plain loss): the fractions of
     :func:`_verdict` are measured above it. None: the floor is unknown (a custom loss), so a
     loss that keeps falling without reaching 5% of its start is not judged (info). ``plan``
-    may cut ``steps`` once the second step is timed (:func:`planned_steps`)."""
+    may cut ``steps`` once the second step is timed (:func:`planned_steps`). ``watch(copy,
+    optimizer)``: a context the training loop runs in (triage records update ratios there)."""
     check_model(model)
     check_loss_fn(loss_fn)
     check_int("steps", steps, low=1, high=MAX_REPEATS, hint="the default is 200")
@@ -165,28 +168,30 @@ def memorise_batch(
                 module.eval()
         params: list[torch.Tensor] = [p for p in clone.parameters() if p.requires_grad]
         optimizer = make_optimizer(params) if make_optimizer else torch.optim.Adam(params, lr=lr)
-        for _ in planned_steps(steps, plan):
-            optimizer.zero_grad(set_to_none=True)
-            raw = call_model(clone, inputs)
-            output = primary_output(raw)
-            loss = loss_fn(loss_input(raw), targets)
-            value = loss_value(loss)
-            check_loss_follows_outputs(loss, output)
-            losses.append(value)
-            if not math.isfinite(value):
-                norms.append(float("nan"))
-                break
-            if loss.grad_fn is None:  # nothing trainable reaches the loss
-                norms.append(0.0)
-                break
-            loss.backward()
-            grads = [p.grad for p in params if p.grad is not None]
-            norms.append(float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0)
-            optimizer.step()
-            if throttle is not None:
-                throttle.offer(
-                    lambda: _report(model, losses, norms, steps, lr, started, running=True)
-                )
+        watching = watch(clone, optimizer) if watch is not None else contextlib.nullcontext()
+        with watching:
+            for _ in planned_steps(steps, plan):
+                optimizer.zero_grad(set_to_none=True)
+                raw = call_model(clone, inputs)
+                output = primary_output(raw)
+                loss = loss_fn(loss_input(raw), targets)
+                value = loss_value(loss)
+                check_loss_follows_outputs(loss, output)
+                losses.append(value)
+                if not math.isfinite(value):
+                    norms.append(float("nan"))
+                    break
+                if loss.grad_fn is None:  # nothing trainable reaches the loss
+                    norms.append(0.0)
+                    break
+                loss.backward()
+                grads = [p.grad for p in params if p.grad is not None]
+                norms.append(float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0)
+                optimizer.step()
+                if throttle is not None:
+                    throttle.offer(
+                        lambda: _report(model, losses, norms, steps, lr, started, running=True)
+                    )
     report = _report(
         model, losses, norms, steps, lr, started, running=False, floor=floor, label=label
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
@@ -92,10 +92,7 @@ def _train_copy(
         opt = cast(Any, type(optimizer))(groups, **optimizer.defaults)
     else:  # a factory sets its own lr
         opt = cast(Callable[..., torch.optim.Optimizer], optimizer)(groups)
-    # the recipe's own loop on a copy: the per-step invariants would judge the recipe's code, and
-    # their warnings would reach the user's cell (issue 45): only the update ratio is asked for
-    session = ChecksSession(clone, opt, scaler=None, invariants=False)
-    session.register_update_ratio_check(every=1)
+    session = ratio_session(clone, opt)
     nonfinite = None
     with preserved_rng_state(), session:
         clone.train()
@@ -110,9 +107,33 @@ def _train_copy(
                 break
             loss.backward()
             opt.step()
-    # judged and charted: weight matrices (a bias starting at 0 has no defined ratio)
-    names = {i: name for i, (name, p) in enumerate(named) if p.dim() >= 2}
-    return session.report(), names, nonfinite
+    return session.report(), weight_groups(named), nonfinite
+
+
+def ratio_session(model: nn.Module, optimizer: torch.optim.Optimizer) -> ChecksSession:
+    """The ChecksSession that measures every step's update ratio of ``optimizer`` (one
+    parameter per group) on ``model``, a copy the recipe trains: the per-step invariants would
+    judge the recipe's own loop, and their warnings would reach the user's cell (issue 45), so
+    only the update ratio is asked for."""
+    session = ChecksSession(model, optimizer, scaler=None, invariants=False)
+    session.register_update_ratio_check(every=1)
+    return session
+
+
+def weight_groups(named: Sequence[tuple[str, torch.Tensor]]) -> dict[int, str]:
+    """group -> name of the weight matrices among ``named`` (the trainable parameters, one per
+    group, in order): the judged and charted layers (a bias starting at 0 has no defined
+    ratio)."""
+    return {i: name for i, (name, p) in enumerate(named) if p.dim() >= 2}
+
+
+def recorded_update_ratio(
+    checks: Report, names: dict[int, str], subject: str, nonfinite: tuple[int, float] | None
+) -> UpdateRatioReport:
+    """update_ratio's report from a run another recipe made inside :func:`ratio_session`
+    (``names`` from :func:`weight_groups`; ``nonfinite``: the (step, value) of the loss that
+    stopped it, before its backward), judged as update_ratio judges its own run."""
+    return _report(checks, names, subject, nonfinite)
 
 
 @keeps_torch_switches

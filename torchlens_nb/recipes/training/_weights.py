@@ -4,7 +4,7 @@ Non-finite values and constant fills come from the checks kit's one-shot audit
 (``tl.debug.param_health``: signed NaN/Inf counts, ``all_zero`` / ``all_same`` fills of tensors
 with two or more dimensions); this recipe adds the moments and histograms people print by hand
 and the two scale rules the audit does not have: huge values and a collapsed std. Reads only;
-one pass per statistic per tensor.
+four fused passes per finite tensor (``recipes/_stats.py``: ``summary``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ...report._base import Severity
 from ...report._recipes_data import recipe_status, worst_finding
 from ...report._recipes_training import ParamWeights, WeightDistributionReport, WeightVerdict
 from .._batches import check_model
-from .._stats import histogram, tensor_stats
+from .._stats import summary
 
 HUGE_ABS = 100.0
 """|w| above 100 is far outside any standard initialisation (Kaiming/Xavier stay below ~3)."""
@@ -81,14 +81,14 @@ def weight_distribution(model: nn.Module, *, bins: int = 30) -> WeightDistributi
     fills = {row.name: row.fill for row in audit.rows}
     params = []
     for name, param in model.named_parameters():
-        stats = tensor_stats(param)
+        stats, counts = summary(param, bins)
         params.append(
             ParamWeights(
                 name,
                 tuple(param.shape),
                 str(param.dtype).replace("torch.", ""),
                 stats,
-                histogram(param, bins),
+                counts,
                 _verdict(param, stats, fills.get(name)),
             )
         )

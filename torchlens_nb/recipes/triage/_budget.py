@@ -3,13 +3,15 @@
 The training runs are overfit_one_batch's attempts (``steps`` each, up to four), update_ratio
 (:data:`STEP_SIZE_STEPS`) and the step-size probe (``PROBE_STEPS`` a run, one to three runs).
 On the zoos' models a step takes milliseconds and every run keeps that length, so their
-verdicts do not depend on the machine. The first training run times its second step
-(``training._planned``); a step of :data:`SLOW_STEP_S` or more whose full plan would pass
+verdicts do not depend on the machine. The first training run times its second step, then
+the mean of its steps after the first before each later one (``training._planned``); a step
+of :data:`SLOW_STEP_S` or more whose full plan would pass
 :data:`TRAINING_BUDGET_S` shortens every run to its share of the budget (measured: GPT-2
 small, 124M parameters, 2 x 64 tokens, AdamW, 2 CPU threads: 9.0 s a step at load 9, so the
 full plan of 250 steps would take 38 minutes). A shortened run says so (:meth:`Budget.note`,
-and in the check's own row); overfit_one_batch then makes one attempt, and the probe reuses
-that attempt as its run at your lr (``_checks``).
+and in the check's own row); overfit_one_batch then makes one attempt, the probe reuses
+that attempt as its run at your lr, and on a model above :data:`RATIO_WATCH_PARAMS`
+update_ratio reads that attempt's update ratios (``_checks``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ SHARES: dict[Run, float] = {"overfit": 0.5, "ratio": 0.25, "probe": 0.25}
 """Each run's share of the budget's steps. overfit_one_batch's attempt is also the probe's run
 at your lr, so the probe's share pays for a run at another lr only when yours diverges or
 stalls."""
+RATIO_WATCH_PARAMS = 20_000_000
+"""Above 20M trainable parameters, overfit_one_batch's attempt at your lr also records its update
+ratios, and a shortened update_ratio reads them instead of training a copy of its own (its
+share of the budget goes to that attempt). Recording keeps a copy of the weights and takes three
+batched norms a step (a sampled GPT-2 small step cost 1.08x a bare one,
+``checks/gradients/_update_ratio.py``). Below 20M, nothing is recorded: the zoos' models (under
+1M) step in milliseconds and keep their runs; GPT-2 small (124M) stepped in 1.6 s at load 0.3
+and 8 s at load 3 on the 2-core machine."""
 MIN_STEPS = 2
 """No run is shortened below 2 steps: update_ratio's median is over the steps after the first,
 and a loss needs two values to move."""
@@ -52,9 +62,13 @@ class Budget:
     seconds: float = field(default_factory=lambda: TRAINING_BUDGET_S)
     slow_step_s: float = field(default_factory=lambda: SLOW_STEP_S)
     step_s: float | None = None
-    """The wall seconds of one training step, once measured."""
+    """The wall seconds of one training step, once measured: the mean of the timing run's
+    steps after its first, as last reported (``planned_steps``)."""
     measured_by: str | None = None
     """Which run timed the step."""
+    ratio_from_overfit: bool = False
+    """update_ratio reads overfit_one_batch's run (:data:`RATIO_WATCH_PARAMS`): that run takes
+    update_ratio's share too."""
 
     @property
     def full_plan_steps(self) -> int:
@@ -75,12 +89,16 @@ class Budget:
         full = {"overfit": self.overfit_steps_full, "ratio": STEP_SIZE_STEPS, "probe": PROBE_STEPS}
         if not self.is_shortened or self.step_s is None:
             return full[run]
-        share = int(SHARES[run] * self.seconds / self.step_s)
+        fraction = SHARES[run]
+        if self.ratio_from_overfit and run == "overfit":
+            fraction += SHARES["ratio"]
+        share = int(fraction * self.seconds / self.step_s)
         return max(MIN_STEPS, min(full[run], share))
 
     def plan(self, run: Run, label: str) -> StepPlan | None:
         """The hook that lets run ``run`` (named ``label`` in the note) time the step, while
-        none has been timed; None after."""
+        none has been timed; None after. It is called again at every later step of that run
+        with the mean so far, so a load that rises during the run shortens it."""
         if self.step_s is not None:
             return None
 
@@ -96,11 +114,21 @@ class Budget:
             return None
         return (
             f"shortened to a training budget of {self.seconds:g} s: a step of "
-            f"{self.step_s:.2g} s (timed on {self.measured_by}'s second step) would make the "
+            f"{self.step_s:.2g} s (the mean of {self.measured_by}'s steps after its first) "
+            "would make the "
             f"full plan take {self.step_s * self.full_plan_steps:.0f} s, so overfit_one_batch "
             f"made one attempt of {self.steps('overfit')} of {self.overfit_steps_full} steps "
-            "(a loss that has not memorised by then is not judged), update_ratio ran "
-            f"{self.steps('ratio')} of {STEP_SIZE_STEPS} steps and the step-size probe "
-            f"{self.steps('probe')} of {PROBE_STEPS} a run (its run at your lr is "
+            "(a loss that has not memorised by then is not judged), "
+            + self._ratio_note()
+            + " and the step-size probe "
+            + f"{self.steps('probe')} of {PROBE_STEPS} a run (its run at your lr is "
             "overfit_one_batch's when that attempt used your optimizer)"
         )
+
+    def _ratio_note(self) -> str:
+        if self.ratio_from_overfit:
+            return (
+                "update_ratio read the update ratios of that attempt (your optimizer at your lr "
+                "on the same batch) instead of a run of its own"
+            )
+        return f"update_ratio ran {self.steps('ratio')} of {STEP_SIZE_STEPS} steps"

@@ -8,11 +8,12 @@ number a row shows.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from torch import nn
 
 from ...capture import iter_tensors
 from ...debug import preserved_rng_state
-from ...errors import ForwardError, TorchlensNbError
+from ...errors import DiagnosticArgumentError, ForwardError, TorchlensNbError
 from ...report import Finding, Report, Unavailable
 from ...report._recipes_data import (
     DataSanityReport,
@@ -46,9 +47,14 @@ from ..flow._dependency import batch_independence, causal_dependency
 from ..loss._loss import init_loss, loss_floor, random_input_test, resolved_loss_kind
 from ..training._gradients import gradient_flow
 from ..training._overfit import memorise_batch
-from ..training._update_ratio import update_ratio
+from ..training._update_ratio import (
+    ratio_session,
+    recorded_update_ratio,
+    update_ratio,
+    weight_groups,
+)
 from ..training._weights import weight_distribution
-from ._budget import STEP_SIZE_STEPS, Budget
+from ._budget import RATIO_WATCH_PARAMS, STEP_SIZE_STEPS, Budget
 from ._loop_state import HeldState, loop_findings
 from ._optimizer_spec import OptimizerSpec
 from ._output_vs_loss import loss_as_fixed, output_vs_loss
@@ -134,12 +140,54 @@ class TriageRun:
     yours_run: ProbeRun | None = None
     """overfit_one_batch's run with your optimizer at your lr (the probe reuses it when the
     budget is shortened)."""
+    yours_ratios: RatioRecord | None = None
+    """The update ratios of that run, recorded when the model is large
+    (``_budget.RATIO_WATCH_PARAMS``); a shortened update_ratio reads them."""
     budget: Budget = dataclasses.field(init=False)
     """The training runs' lengths (``_budget``): ``steps`` and the constants, or shorter once
     a slow step was timed."""
 
     def __post_init__(self) -> None:
         self.budget = Budget(self.steps)
+
+
+@dataclass
+class RatioRecord:
+    """The update ratios one training run recorded (:meth:`watch` is its loop's context)."""
+
+    checks: Report | None = None
+    """The ChecksSession report of the run (None until the run ended without raising)."""
+    names: dict[int, str] = dataclasses.field(default_factory=dict)
+    """group -> weight matrix name (``weight_groups``)."""
+
+    @contextlib.contextmanager
+    def watch(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+        """Record every step's update ratio of ``optimizer`` on ``model`` while the loop runs.
+        A session that refuses to attach records nothing and leaves the run as it was
+        (update_ratio's own run then meets the same refusal and says why)."""
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        with contextlib.ExitStack() as stack:
+            try:
+                session = stack.enter_context(ratio_session(model, optimizer))
+            except TorchlensNbError:
+                session = None
+            yield
+        if session is not None:
+            self.checks, self.names = session.report(), weight_groups(named)
+
+
+def _records_ratios(run: TriageRun) -> bool:
+    """Whether overfit_one_batch's run at your lr records update ratios for update_ratio: a
+    model above ``RATIO_WATCH_PARAMS`` trained with your optimizer and the loss update_ratio
+    would train with (no output form undone, no tuple output)."""
+    spec = run.optimizer
+    return (
+        spec is not None
+        and spec.make is not None
+        and run.step_loss_fn is None
+        and not run.tuple_output
+        and sum(p.numel() for p in run.model.parameters() if p.requires_grad) > RATIO_WATCH_PARAMS
+    )
 
 
 def _batch_size(run: TriageRun) -> int | None:
@@ -270,6 +318,7 @@ def _overfit(run: TriageRun) -> Report:
     floor = _overfit_floor(run)
     best: tuple[OverfitReport, nn.Module] | None = None
     attempts = _overfit_attempts(run)
+    budget.ratio_from_overfit = _records_ratios(run)
     for index, (label, make, lr) in enumerate(attempts):
         if index and budget.is_shortened:
             skipped = "; ".join(label for label, _, _ in attempts[index:])
@@ -282,6 +331,9 @@ def _overfit(run: TriageRun) -> Report:
             best is None or best[0].verdict != "decreasing"
         ):
             continue  # the largest scale is for a loss that fell without memorising
+        record = (
+            RatioRecord() if budget.ratio_from_overfit and label.endswith("(yours x1)") else None
+        )
         try:
             report, trained = memorise_batch(
                 run.model,
@@ -294,14 +346,17 @@ def _overfit(run: TriageRun) -> Report:
                 floor=floor,
                 label=label,
                 plan=budget.plan("overfit", f"overfit_one_batch ({label})"),
+                watch=record.watch if record is not None else None,
             )
         except (TypeError, ValueError, RuntimeError) as exc:
             if make is None:
                 raise
             run.overfit_notes.append(f"{label} could not train the copy ({exc})")
+            budget.ratio_from_overfit = budget.ratio_from_overfit and record is None
             continue
         if label.endswith("(yours x1)"):
             run.yours_run = ProbeRun(1.0, report.losses)
+            run.yours_ratios = record
             if report.verdict == "memorised" or any(
                 f.code == "loss_still_falling" for f in report.findings
             ):
@@ -423,8 +478,12 @@ def _update_ratio(run: TriageRun) -> Report:
         )
     budget = run.budget
     loss_fn = run.step_loss_fn or run.loss_fn
+    record = run.yours_ratios if budget.is_shortened and budget.ratio_from_overfit else None
+    reused = record is not None and record.checks is not None and run.yours_run is not None
 
     def ratio() -> UpdateRatioReport:
+        if reused and record is not None and record.checks is not None and run.yours_run:
+            return _recorded_ratio(run, record.checks, record.names, run.yours_run.losses)
         return update_ratio(
             run.model,
             run.batch,
@@ -454,11 +513,33 @@ def _update_ratio(run: TriageRun) -> Report:
         report = dataclasses.replace(report, disclosures=(*report.disclosures, undone))
     if not budget.is_shortened:
         return report
+    ratio_steps = (
+        f"update_ratio read from overfit_one_batch's {len(run.yours_run.losses)} steps"
+        if reused and run.yours_run is not None
+        else f"update_ratio {budget.steps('ratio')} of {STEP_SIZE_STEPS} steps"
+    )
     note = (
-        f" (runs shortened by the time budget: update_ratio {budget.steps('ratio')} of "
-        f"{STEP_SIZE_STEPS} steps, the probe {budget.steps('probe')} of {PROBE_STEPS})"
+        f" (runs shortened by the time budget: {ratio_steps}, the probe "
+        f"{budget.steps('probe')} of {PROBE_STEPS})"
     )
     return dataclasses.replace(report, lead=report.lead.rstrip(".") + note + ".")
+
+
+def _recorded_ratio(
+    run: TriageRun, checks: Report, names: dict[int, str], losses: tuple[float, ...]
+) -> UpdateRatioReport:
+    """update_ratio judged on the ratios overfit_one_batch's run at your lr recorded (its loop
+    stops at a non-finite loss before the backward, as update_ratio's own does)."""
+    nonfinite = next(((i, v) for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    report = recorded_update_ratio(
+        checks, names, f"{type(run.model).__name__}, {len(losses)} steps", nonfinite
+    )
+    note = (
+        f"the update ratios are overfit_one_batch's run's ({len(losses)} steps of your "
+        "optimizer at your lr on the same batch and loss, dropout off), read instead of a "
+        "run of update_ratio's own to fit the time budget"
+    )
+    return dataclasses.replace(report, disclosures=(*report.disclosures, note))
 
 
 def _data_sanity(run: TriageRun) -> Report:
@@ -485,7 +566,22 @@ def _data_sanity(run: TriageRun) -> Report:
 def _gradient_flow(run: TriageRun) -> Report:
     """gradient_flow; a loss with no autograd graph back to outputs that have one (a cut the
     caller hid with ``loss.requires_grad = True``) is itself the finding: nothing of the model
-    reaches the loss, so no gradient can flow."""
+    reaches the loss, so no gradient can flow. gradient_flow refuses exactly that loss
+    (``check_loss_follows_outputs``), so the forward that tells it apart runs only after a
+    refusal (GPT-2 small: one forward fewer, about 3 s of 2 CPU threads)."""
+    try:
+        report = gradient_flow(run.model, run.batch, run.loss_fn)
+    except DiagnosticArgumentError:
+        value = _detached_loss(run)
+        if value is None:
+            raise
+        return _loss_detached(run, value)
+    return with_saturating_stack(report, run.model, run.batch, run.loss_fn)
+
+
+def _detached_loss(run: TriageRun) -> float | None:
+    """The loss's value when it has no autograd graph while the outputs have one, else None
+    (one forward of the working copy in train mode; modes, buffers and RNG restored)."""
     inputs, targets = split_batch(run.batch)
     with preserved(run.model, mode="train"), preserved_rng_state():
         raw = call_model(run.model, inputs)
@@ -494,9 +590,11 @@ def _gradient_flow(run: TriageRun) -> Report:
         detached = output.requires_grad and isinstance(loss, torch.Tensor) and loss.grad_fn is None
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else math.nan
         del raw, output, loss
-    if not detached:
-        report = gradient_flow(run.model, run.batch, run.loss_fn)
-        return with_saturating_stack(report, run.model, run.batch, run.loss_fn)
+    return value if detached else None
+
+
+def _loss_detached(run: TriageRun, value: float) -> GradientFlowReport:
+    """gradient_flow's row for a detached loss: the cut is the finding (critical)."""
     finding = Finding(
         "loss_detached",
         "critical",

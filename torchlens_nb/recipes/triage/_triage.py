@@ -142,11 +142,12 @@ def triage(
     Cost: about ``steps`` + ``STEP_SIZE_STEPS`` training steps of the model on the batch, one
     forward and backward per batch example (the dependency check), a few forwards. A model
     whose training step takes 1 s or more gets its training runs cut to a budget of 30 s
-    (``recipes/triage/_budget.py``; timed on the first run's second step): one overfit
-    attempt, judged on what it showed, with the memorisation verdict ``unavailable``, and each
-    shortened run said in its row and in ``disclosures``. Memory: up
-    to three copies of the parameters at once (the working copy, overfit_one_batch's trained
-    copy until random_input_test has read it, update_ratio's copy), plus Adam's state.
+    (``recipes/triage/_budget.py``; timed on the first run's steps after its first): one
+    overfit attempt, judged on what it showed, with the memorisation verdict ``unavailable``,
+    update_ratio read from that attempt above 20M parameters, and each shortened run said in
+    its row and in ``disclosures``. Memory: up to three copies of the parameters at once (the
+    working copy, overfit_one_batch's trained copy until random_input_test has read it,
+    update_ratio's copy), plus Adam's state.
     """
     check_model(model)
     check_loss_fn(loss_fn)
