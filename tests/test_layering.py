@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "_version": set(),
     "_hooks": set(),
     "_interrupts": set(),
-    "_undo": set(),
+    "_undo": {"_interrupts"},
     "options": BASE | {"errors"},
     "capture": BASE | {"options"},
     "report": BASE,

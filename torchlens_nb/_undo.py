@@ -22,13 +22,15 @@ undo takes must be taken in a ``with`` block, never by ``acquire()`` then ``try`
 no signal handler between ``acquire`` and the block's body, nor between its last call and
 ``__exit__``, while a lock an interrupt left held would make the retried undo wait forever.
 
-Layer-free (imports nothing of ours): capture, debug, checks and recipes share it.
+Layer-free (it imports only ``_interrupts``): capture, debug, checks and recipes share it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
+
+from ._interrupts import SigintHold, shielded
 
 T = TypeVar("T")
 
@@ -87,3 +89,50 @@ def undoing(body: Callable[[Undo], T]) -> T:
                 undo.error = undo.error or exc
         if undo.error is not None:
             raise undo.error
+
+
+class UndoScope(Generic[T]):
+    """A ``with`` block whose changes are undone at its end, whatever instant a Ctrl-C lands at.
+
+    ``setup(undo)`` registers each restore in ``undo`` before the change it undoes and returns
+    what ``as`` binds; the block's end runs them. For the context managers the kit's
+    diagnostics enter around the caller's model (``recipes._model_state.preserved``,
+    ``debug._isolation.preserved_rng_state``), where a ``contextlib.contextmanager`` is not
+    enough: interrupted inside ``contextlib``'s ``__exit__`` before it resumes the generator,
+    its ``finally`` runs only when the generator is freed, and a notebook keeps the interrupt's
+    traceback (``sys.last_traceback``), which holds it: the model stayed in eval mode
+    (``tests/faults/_sweep.py`` keeps the traceback while it reads the state, as a notebook
+    does). Here ``__enter__`` and ``__exit__`` are ``_interrupts.shielded`` inside a SIGINT
+    scope opened on entry: an interrupt that arrives in them waits until the restores have
+    run, then reaches the caller as ``KeyboardInterrupt``.
+    """
+
+    __slots__ = ("_hold", "_setup", "_undo")
+
+    def __init__(self, setup: Callable[[Undo], T]) -> None:
+        self._setup = setup
+        self._undo = Undo()
+        self._hold = SigintHold()
+
+    @shielded(on_interrupt=lambda self: self._close())
+    def __enter__(self) -> T:
+        self._hold.open()
+        try:
+            return self._setup(self._undo)
+        except BaseException:
+            self._close()
+            raise
+
+    @shielded()
+    def __exit__(self, *exc_info: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        """Run every restore (an interrupt is held meanwhile), then close the SIGINT scope."""
+        try:
+            while not self._undo.run():
+                pass  # an action interrupted outside a held scope: run it again
+        finally:
+            self._hold.close()
+        if self._undo.error is not None:
+            raise self._undo.error

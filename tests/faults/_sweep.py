@@ -5,7 +5,7 @@ of thousands (the first sweep of ``tl.trace`` left ``torch.vmap`` routed at 2 of
 lines, which 2,000 random interrupts had missed).
 
 :func:`count_lines` runs the call once under ``sys.settrace`` and counts the ``line`` events
-in the package's own files and the torch helpers it calls (:data:`TORCH_HELPERS`). For each
+in the package's own files and the helpers it calls (:data:`HELPERS`). For each
 index, :func:`interrupt_at` runs the call again and, at that event, raises ``SIGINT`` with
 ``signal.raise_signal``: Python runs the main thread's ``SIGINT`` handler right there, with the
 traced frame below it, as on a real Ctrl-C, so the kit's own handler decides whether to hold
@@ -17,13 +17,15 @@ interrupt moves to the next line event (:func:`_is_deferred`): a ``try:`` and th
 do (with them swept too, a ``with lock:`` left its lock held at its exit and the undo waited on
 it forever; ``capture/_gc_pause.py`` now holds no lock at all).
 
-Every run is guarded by :class:`Watchdog`: a run that does not return within its timeout
+The state is read while the interrupt's traceback is still held, as a notebook holds it
+(:attr:`Run.interrupt`). Every run is guarded by :class:`Watchdog`: a run that does not return within its timeout
 (a deadlock on a lock the interrupted attempt still holds) is broken by a signal and reported
 with the line it was interrupted at and the line it hung in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import os
 import pathlib
@@ -42,13 +44,15 @@ import torchlens_nb
 
 PACKAGE_DIR = str(pathlib.Path(torchlens_nb.__file__).resolve().parent) + os.sep
 TORCH_DIR = str(pathlib.Path(torch.__file__).resolve().parent) + os.sep
-TORCH_HELPERS = (
+HELPERS = (
     f"{TORCH_DIR}autograd{os.sep}grad_mode.py",
     f"{TORCH_DIR}utils{os.sep}hooks.py",
+    contextlib.__file__,
 )
-"""torch's Python helpers the kit calls to switch grad mode and remove hooks: an interrupt
-inside them is an interrupt inside the kit's install or undo. Only their calls from the kit
-count: torch's own windows (``torch.optim.optimizer._use_grad`` restores grad mode through
+"""The Python helpers the kit calls to switch grad mode, remove hooks and run its ``with``
+blocks (torch's, and ``contextlib``'s ``__exit__`` of a generator context manager): an
+interrupt inside them is an interrupt inside the kit's install or undo. Only their calls from
+the kit count: torch's own windows (``torch.optim.optimizer._use_grad`` restores grad mode through
 ``set_grad_enabled`` in its ``finally``) are torch's, as a Ctrl-C there leaves the same state
 without the kit."""
 
@@ -68,7 +72,7 @@ def _is_watched(code: CodeType) -> bool:
     known = _watched.get(code)
     if known is None:
         path = code.co_filename
-        known = _watched[code] = path.startswith(PACKAGE_DIR) or path in TORCH_HELPERS
+        known = _watched[code] = path.startswith(PACKAGE_DIR) or path in HELPERS
     return known
 
 
@@ -79,7 +83,8 @@ def _is_deferred(frame: FrameType) -> bool:
     * a ``NOP`` (a ``try:``): CPython 3.11 leaves the ``NOP`` of a nested ``try:`` out of the
       enclosing handler's range, so an exception raised there by a tracer skips an enclosing
       ``finally`` that a real Ctrl-C always reaches;
-    * the exit of a ``with`` block (``LOAD_CONST None`` x3, then the call of ``__exit__``): no
+    * the exit of a ``with`` block (``LOAD_CONST None`` x3, then the call of ``__exit__``;
+      after a ``SWAP`` that keeps the value of a ``return`` inside the block): no
       signal is checked between the block's last call and ``__exit__``'s return, and a tracer
       raising there would skip ``__exit__``, which the ``with`` statement guarantees.
     """
@@ -96,7 +101,8 @@ def _signal_free_starts(code: CodeType) -> frozenset[int]:
     for n, instruction in enumerate(instructions):
         if instruction.opname == "NOP":
             found.add(instruction.offset)
-        window = instructions[n : n + 4]
+        start = n + 1 if instruction.opname == "SWAP" else n  # a `return` inside the block
+        window = instructions[start : start + 4]
         if (
             len(window) == 4
             and all(i.opname == "LOAD_CONST" and i.argval is None for i in window[:3])
@@ -210,7 +216,7 @@ class _Tracer:
         if self.where is not None or not _is_watched(frame.f_code):
             return None
         caller = frame
-        while caller is not None and caller.f_code.co_filename in TORCH_HELPERS:
+        while caller is not None and caller.f_code.co_filename in HELPERS:
             caller = caller.f_back  # a torch helper counts only when the kit called it
         if caller is None or not caller.f_code.co_filename.startswith(PACKAGE_DIR):
             return None
@@ -233,7 +239,7 @@ class _Tracer:
 
 
 def count_lines(call: Callable[[], object]) -> int:
-    """The line events ``call()`` runs in watched code (the package, :data:`TORCH_HELPERS`)."""
+    """The line events ``call()`` runs in watched code (the package, :data:`HELPERS`)."""
     tracer = _Tracer(None)
     sys.settrace(tracer.on_call)
     try:
@@ -256,6 +262,11 @@ class Run:
     it ended before the index, or held the interrupt and delivered none), ``hang`` or
     ``raised <type>: <message>``."""
     hang_stack: list[str] = field(default_factory=list)
+    interrupt: KeyboardInterrupt | None = None
+    """The interrupt that reached the caller, held with its traceback while :func:`sweep`
+    reads the state, as a notebook holds it (``sys.last_traceback``): a ``contextlib``
+    generator's ``finally`` that only its garbage collection would run is not run by then (the
+    first sweep that held it found recipes' ``preserved()`` leaving the model in eval mode)."""
 
 
 def interrupt_at(
@@ -269,6 +280,7 @@ def interrupt_at(
     ``reports_interrupt(result)``: whether a returned result is the call's documented answer
     to Ctrl-C (``tl.recipes.triage`` returns its partial report, status ``interrupted``)."""
     tracer = _Tracer(index, watchdog)
+    interrupt: KeyboardInterrupt | None = None
     outcome = "finished"
     result: Any = None
     watchdog.arm(f"line event #{index}")
@@ -279,15 +291,15 @@ def interrupt_at(
         finally:
             sys.settrace(None)
             watchdog.disarm()
-    except KeyboardInterrupt:
-        outcome = "interrupted"
+    except KeyboardInterrupt as exc:
+        outcome, interrupt = "interrupted", exc
     except SweepHang:
         outcome = "hang"
     except BaseException as exc:  # what the caller would see instead of the interrupt
         outcome = f"raised {type(exc).__name__}: {str(exc)[:160]}"
     if outcome == "finished" and tracer.where is not None:
         outcome = "interrupted" if reports_interrupt(result) else "finished, interrupt swallowed"
-    return Run(index, tracer.where, outcome, watchdog.stack)
+    return Run(index, tracer.where, outcome, watchdog.stack, interrupt)
 
 
 @dataclass

@@ -8,7 +8,6 @@ taken after a trace needs no "release" step: a copy is already a clean model.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import random
@@ -19,7 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 import torch
 from torch import nn
 
-from .._undo import Undo, undoing
+from .._undo import Undo, UndoScope, undoing
 from .._validate import check_int
 from ..capture import Trace, call_arguments, trace, validate_model
 from ..errors import DiagnosticArgumentError, InputFormError, ModelCopyError
@@ -30,9 +29,9 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-@contextlib.contextmanager
-def preserved_rng_state() -> Iterator[None]:
-    """Save every global RNG stream on entry and restore it on exit (exceptions included).
+def preserved_rng_state() -> UndoScope[None]:
+    """Save every global RNG stream on entry and restore it on exit (exceptions and a Ctrl-C at
+    any instant included: ``_undo.UndoScope``).
 
     Covers Python's ``random``, NumPy's legacy global generator (only when NumPy is already
     imported: this never imports it), torch's CPU generator and every CUDA generator: saved when
@@ -46,11 +45,11 @@ def preserved_rng_state() -> Iterator[None]:
         >>> torch.equal(before, torch.get_rng_state())
         True
     """
-    restore = rng_restorer()
-    try:
-        yield
-    finally:
-        restore()
+    return UndoScope(_keep_rng)
+
+
+def _keep_rng(undo: Undo) -> None:
+    undo.add(rng_restorer())
 
 
 def rng_restorer() -> Callable[[], None]:
@@ -158,24 +157,17 @@ def _buffers_restorer(model: nn.Module) -> Callable[[], None]:
     return restore
 
 
-@contextlib.contextmanager
-def preserved_model_state(model: nn.Module) -> Iterator[None]:
+def preserved_model_state(model: nn.Module) -> UndoScope[None]:
     """Run a block on the caller's own model, then restore its buffers and the global RNG streams
-    (exceptions included).
+    (exceptions and a Ctrl-C at any instant included: ``_undo.UndoScope``).
 
     For diagnostics that must run the model as it is (a train-mode forward uses batch statistics
     and Dropout, like the training run being debugged) and leave no trace of it: a train-mode
     forward updates BatchNorm running statistics (a NaN there poisons them for good) and Dropout
     draws from the global RNG. Parameters are not copied (a forward does not write them).
-    Cost: one copy of each buffer. A ``with`` block cannot survive an interrupt at its
-    ``__exit__``; :func:`keep_model_state` under ``undoing`` does.
+    Cost: one copy of each buffer.
     """
-    restore_buffers = _buffers_restorer(model)
-    try:
-        with preserved_rng_state():
-            yield
-    finally:
-        restore_buffers()
+    return UndoScope(functools.partial(keep_model_state, model))
 
 
 def seed_all(seed: int) -> None:

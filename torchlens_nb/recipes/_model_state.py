@@ -12,21 +12,21 @@ sampling layer; tests/faults/test_corruption.py checks it).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from functools import partial
 from typing import Literal
 
 from torch import nn
 
-from .._undo import Undo
+from .._undo import Undo, UndoScope
 from ..debug._isolation import rng_restorer
 
 
-@contextlib.contextmanager
 def preserved(
     model: nn.Module, *, mode: Literal["eval", "train"] | None = None
-) -> Iterator[nn.Module]:
-    """Run a block on ``model`` and restore its modes, buffers and gradients afterwards.
+) -> UndoScope[nn.Module]:
+    """Run a block on ``model`` and restore its modes, buffers and gradients afterwards:
+    ``with preserved(model, mode="eval"): ...``.
 
     Args:
         model: the caller's model.
@@ -36,33 +36,25 @@ def preserved(
     (so the block reads fresh gradients). Cost: one copy of each buffer and existing gradient,
     plus the RNG states.
 
-    A Ctrl-C at any instant leaves nothing changed: the restores are registered in an ``Undo``
-    before anything changes and run to completion in the ``finally`` (retried when an interrupt
-    lands inside one; ``_undo.undoing``'s loop, inlined because a call's entry is a
-    point where CPython runs the handler). The restore loop of the ``finally`` it replaces left
-    the model in eval mode when the interrupt landed on its first line
-    (``tests/faults/test_interrupt_sweep_recipes.py``, ``gradient_flow``).
+    A Ctrl-C at any instant leaves nothing changed, also while a notebook keeps its traceback:
+    the restores are registered before anything changes and run in a shielded exit
+    (``_undo.UndoScope``). The generator context manager it replaces left the model in eval
+    mode when the interrupt landed in ``contextlib``'s ``__exit__`` and the traceback was kept
+    (``tests/faults/test_interrupt_sweep_recipes.py``).
     """
-    undo = Undo()
-    try:
-        undo.add(_model_restorer(model))
-        undo.add(rng_restorer())
-        for param in model.parameters():
-            param.grad = None
-        if mode == "eval":
-            model.eval()
-        elif mode == "train":
-            model.train()
-        yield model
-    finally:
-        while True:  # no signal check between here and the first call inside the try
-            try:
-                if undo.run():
-                    break
-            except BaseException as exc:  # one that arrived at run's first line
-                undo.error = undo.error or exc
-        if undo.error is not None:
-            raise undo.error
+    return UndoScope(partial(_switch, model, mode))
+
+
+def _switch(model: nn.Module, mode: Literal["eval", "train"] | None, undo: Undo) -> nn.Module:
+    undo.add(_model_restorer(model))
+    undo.add(rng_restorer())
+    for param in model.parameters():
+        param.grad = None
+    if mode == "eval":
+        model.eval()
+    elif mode == "train":
+        model.train()
+    return model
 
 
 def _model_restorer(model: nn.Module) -> Callable[[], None]:
