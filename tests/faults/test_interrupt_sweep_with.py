@@ -1,5 +1,5 @@
 """Ctrl-C at every line of a ``with`` statement of ours: ``with session:`` in hook-only mode
-and with ``session.step()`` blocks, and ``with SinkProbe(...)``.
+and with ``session.step()`` blocks, ``with session.paused():``, and ``with SinkProbe(...)``.
 
 The statements of ``test_interrupts_with.py`` (a 3-step SGD loop with the nonfinite and change
 checks; a fused-attention probe around ``tl.trace``), interrupted at every line event the kit
@@ -15,8 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import torch
 from torch import nn
 
+import torchlens_nb as tl
 from tests.faults._sweep import sweep
 from tests.faults.test_interrupt_sweep_capture import global_hooks_and_handler
 from tests.faults.test_interrupts_with import _session_loop, _sink_probe
@@ -42,3 +44,26 @@ def test_a_ctrl_c_at_every_line_of_the_statement_leaves_nothing(statement: str) 
     assert result.interrupted + result.finished == result.runs
     assert result.interrupted >= result.runs - 1  # only an index past the last line finishes
     run()  # and the statement runs to its end afterwards (no claim, hook or mode left)
+
+
+def test_a_ctrl_c_at_every_line_of_a_paused_block_leaves_the_session_observing() -> None:
+    """``with session.paused():`` around an evaluation forward, swept at every line: after each
+    run the attached session observes again (a generator context manager left it disabled while
+    the interrupt's traceback was held)."""
+    model, _, state = _session_loop(boundary=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    session = tl.debug.ChecksSession(model, optimizer, scaler=None)
+    x = torch.randn(4, 4)
+
+    def evaluate() -> object:
+        with session.paused():
+            return model(x)
+
+    with session:
+        result = sweep(
+            evaluate,
+            lambda: {**state(), "observing": session._engine.is_enabled},
+            budget=500,
+        )
+    assert result.problems == []
+    assert result.interrupted >= result.runs - 1

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import torch
 
 from ..._interrupts import SigintHold, shielded
+from ..._undo import Undo, UndoScope
 from ..._validate import check_bool, check_int, is_number
 from ...errors import CheckViolationError, DiagnosticArgumentError, ModelTypeError
 from ...report import Finding, SpikeReport, Unavailable
@@ -699,14 +700,15 @@ class ChecksSession:
         """Resume observing from the next backward."""
         self._engine.resume()
 
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """``disable()`` for the block (e.g. an evaluation pass), ``enable()`` after."""
+    def paused(self) -> UndoScope[None]:
+        """``disable()`` for the block (e.g. an evaluation pass), ``enable()`` after, also
+        after a Ctrl-C at any instant (``_undo.UndoScope``; a generator context manager left
+        the session disabled while a notebook kept the interrupt's traceback)."""
+        return UndoScope(self._pause_until)
+
+    def _pause_until(self, undo: Undo) -> None:
+        undo.add(self.enable)
         self.disable()
-        try:
-            yield
-        finally:
-            self.enable()
 
     # ----- results ----------------------------------------------------------------------------
     def report(self, *, gather: bool = False) -> CheckReport:
