@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
-from .._undo import Undo
+from .._undo import Undo, undoing
 from ..errors import (
     CaptureOptionsError,
     ForwardError,
@@ -127,11 +128,24 @@ def run_capture(
     Returns a ``Trace``, or a ``PartialTrace`` when the tripwire stopped the run (the recorder's
     ``stopped_at`` op is its last op).
     """
-    # One frame, no context managers: every install registers its undo in `undo` before it
-    # runs, and the finally below finishes the undo whatever instant an interrupt arrives at
-    # (_undo). Warnings from here use stacklevel=4: warn, helper, run_capture, trace.
-    undo = Undo()
-    grad_enabled, is_complete = torch.is_grad_enabled(), False
+    return undoing(partial(_capture, model, inputs, save, capture, tripwire))
+
+
+def _capture(
+    model: Any,
+    inputs: Any,
+    save: Any,
+    capture: CaptureOptions | None,
+    tripwire: Tripwire | None,
+    undo: Undo,
+) -> Trace:
+    """:func:`run_capture`'s body under ``undoing``: no context managers, every install
+    registers its undo in ``undo`` before it runs (``_undo``)."""
+    grad_enabled = torch.is_grad_enabled()
+    completed: list[bool] = []
+    # an interrupt inside a hook's `with torch.no_grad():` (a tripwire's, a probe's) skips its
+    # exit, and torch's grad mode would stay off: put back unless the capture completed
+    undo.add(partial(_restore_grad_unless_completed, grad_enabled, completed))
     try:
         pause_gc(undo)
         model = _unwrap_compiled(validate_model(model))
@@ -162,29 +176,21 @@ def run_capture(
         recorder.suspended += 1  # the forward is over: nothing below is recorded
         recorder.paused += 1
         result = _result(model, recorder, tracker, options, save, output, error)
-        is_complete = True  # no signal check between _result's return and this store
+        completed.append(True)  # no signal check between _result's return and this store
         return result
     except KeyboardInterrupt as interrupt:
         # torch enters `_pop_mode_temporarily` (a generator context manager) around our mode's
         # __torch_function__ for Python-level functions (F.relu): interrupted inside its
         # __enter__, it stays suspended in the traceback and pushes the mode back whenever the
         # traceback is freed. Freeing the finished frames' locals closes it now, before the
-        # undo below pops the mode (the forward's locals are dropped from the traceback).
+        # undo pops the mode (the forward's locals are dropped from the traceback).
         traceback.clear_frames(interrupt.__traceback__)
         raise
-    finally:
-        while True:  # until everything is undone, then raise the first interrupt seen
-            try:
-                if not is_complete:
-                    # an interrupt inside a hook's `with torch.no_grad():` (a tripwire's, a
-                    # probe's) skips its exit, and torch's grad mode would stay off
-                    _set_grad_enabled(grad_enabled)
-                if undo.run():
-                    break
-            except BaseException as exc:  # one that arrived at run's first line
-                undo.error = undo.error or exc
-        if undo.error is not None:
-            raise undo.error
+
+
+def _restore_grad_unless_completed(grad_enabled: bool, completed: list[bool]) -> None:
+    if not completed:
+        _set_grad_enabled(grad_enabled)
 
 
 def _result(
