@@ -3,14 +3,13 @@
 // Python ranked the rows, chose the greedy set and computed every number; this module lays
 // them out.
 import { reportCard } from "../shared/card.js";
-import { h } from "../shared/dom.js";
+import { h, svg as s } from "../shared/dom.js";
 import { MISSING, formatBytes, formatNumber, formatSourceLine } from "../shared/format.js";
 import { mountPanel } from "../shared/panel.js";
-import { tableView } from "../shared/table.js";
+import { rowDicts, tableView } from "../shared/table.js";
 
 /** @typedef {import("../shared/payload_types.js").PayloadByType} ByType */
 
-const SVG = "http://www.w3.org/2000/svg";
 const CHART = { width: 560, height: 200, left: 64, right: 12, top: 12, bottom: 28 };
 
 /** A metric value in its unit (bytes in binary units, durations in µs, FLOPs counted). */
@@ -27,20 +26,13 @@ function bar(/** @type {number} */ frac, /** @type {string | null} */ kind = nul
 }
 
 /**
- * The payload's rows of a table as objects keyed by column.
- * @param {import("../shared/payload.js").TablePayload} table
- * @returns {Record<string, any>[]}
- */
-const dicts = (table) => table.rows.map((row) => Object.fromEntries(table.columns.map((c, i) => [c, row[i]])));
-
-/**
  * Source lines ranked: rank, share bar, value, line and its code text, the ops on it.
  * @param {ByType["hot_path"]} payload @param {Record<string, string>} locations
  */
 function hotLines(payload, locations) {
   const d = payload.data;
   const table = payload.tables[0];
-  const rows = dicts(table);
+  const rows = rowDicts(table);
   const more = table.total_rows - rows.length;
   return h("section", { class: "tln-cost", "aria-label": "Hot source lines" },
     h("p", { class: "tln-muted" }, `${formatNumber(table.total_rows)} source lines by ${d.metric}, total `,
@@ -64,12 +56,6 @@ function hotLines(payload, locations) {
  * @param {number | null} budget
  */
 function budgetChart(rows, total, budget) {
-  const s = (/** @type {string} */ tag, /** @type {Record<string, any>} */ attrs = {}, /** @type {string} */ text = "") => {
-    const el = document.createElementNS(SVG, tag);
-    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-    if (text) el.textContent = text;
-    return el;
-  };
   const { width, height, left, right, top, bottom } = CHART;
   const top_ = Math.max(total, budget ?? 0, 1);
   const x = (/** @type {number} */ i) => left + ((width - left - right) * i) / Math.max(rows.length, 1);
@@ -101,7 +87,7 @@ function budgetChart(rows, total, budget) {
 function candidates(/** @type {ByType["recompute"]} */ payload) {
   const d = payload.data;
   const table = payload.tables[0];
-  const rows = dicts(table);
+  const rows = rowDicts(table);
   const most = Math.max(1, ...rows.map((r) => r.bytes));
   const verdict = d.budget_bytes === null ? "no budget given: ranking only"
     : `${d.is_budget_reached ? "budget reached" : "budget NOT reached"}: recomputing the marked ops frees ${formatBytes(d.selected_bytes)} for ${formatNumber(d.selected_flops)} FLOPs`;

@@ -4,15 +4,14 @@
 // the tables. Python ranked the rows and decided what jumped; this module lays them out.
 import { reportCard } from "../shared/card.js";
 import { chart } from "../shared/chart.js";
-import { h } from "../shared/dom.js";
+import { h, svg as s } from "../shared/dom.js";
 import { definitionList } from "../shared/findings.js";
 import { MISSING, formatBytes, formatNumber } from "../shared/format.js";
 import { mountPanel } from "../shared/panel.js";
-import { tableView } from "../shared/table.js";
+import { rowDicts, tableView } from "../shared/table.js";
 
 /** @typedef {import("../shared/payload_types.js").PayloadByType["spike"]} Payload */
 
-const SVG = "http://www.w3.org/2000/svg";
 /** Layers drawn in the jump chart (the first rows: Python ranked them, largest jump first). */
 const CHART_LAYERS = 12;
 const MEASURES = /** @type {const} */ ([
@@ -20,25 +19,6 @@ const MEASURES = /** @type {const} */ ([
   ["grad_jump", "gradient norm"],
   ["update_jump", "update ratio"],
 ]);
-
-/**
- * The payload's rows of a table as objects keyed by column.
- * @param {import("../shared/payload.js").TablePayload | undefined} table
- * @returns {Record<string, any>[]}
- */
-const dicts = (table) => (table ? table.rows.map((row) => Object.fromEntries(table.columns.map((c, i) => [c, row[i]]))) : []);
-
-/**
- * @param {string} tag
- * @param {Record<string, string | number>} [attrs]
- * @param {string} [text]
- */
-function s(tag, attrs = {}, text) {
-  const el = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-  if (text !== undefined) el.textContent = text;
-  return el;
-}
 
 /** A jump as text: `2.76x`, `inf`, or a dash when not measured. */
 function jumpText(/** @type {number | null} */ value) {
@@ -120,8 +100,8 @@ function view(payload, ctx) {
   if (payload.status === "not_kept") return reportCard(payload, ctx);
   const layers = payload.tables.find((t) => t.name === "layers");
   const samples = payload.tables.find((t) => t.name === "samples");
-  const layerRows = dicts(layers);
-  const sampleRows = dicts(samples);
+  const layerRows = rowDicts(layers);
+  const sampleRows = rowDicts(samples);
   const median = d.loss !== null && d.loss_median ? ` (${formatNumber(d.loss / d.loss_median)}x its running median)` : "";
   /** @type {[string, string | Node][]} */
   const facts = [

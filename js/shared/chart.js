@@ -2,9 +2,9 @@
 // Values the numeric axis cannot place (nan, inf, and 0 or less on a log axis) are drawn in
 // labelled lanes outside the numeric range: "nan" and "inf" above it, "0" (and "< 0", "-inf")
 // below it, never on the axis itself and never dropped.
+import { svg as s } from "./dom.js";
 import { formatNumber } from "./format.js";
 
-const SVG = "http://www.w3.org/2000/svg";
 const PAD = { left: 56, right: 12, top: 12, bottom: 40 };
 /** Distinct series colours come from theme tokens --tln-series-0 .. --tln-series-5. */
 const SERIES_COLOURS = 6;
@@ -67,18 +67,6 @@ export function laneLayout(values, log, top, bottom, laneHeight = LANE_H) {
  * @typedef {{ title: string, kind: "bar" | "line", series: Series[], labels?: string[],
  *   log?: boolean, yLabel?: string, width?: number, height?: number }} ChartSpec
  */
-
-/**
- * @param {string} tag
- * @param {Record<string, string | number>} [attrs]
- * @param {string} [text]
- */
-function s(tag, attrs = {}, text) {
-  const el = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-  if (text !== undefined) el.textContent = text;
-  return el;
-}
 
 /**
  * A chart as an `<svg role="img">` with a title; each mark has a `<title>` tooltip with its

@@ -1,4 +1,5 @@
-// The DOM helper every panel builds with: h(tag, attrs, ...children) and clear(el).
+// The DOM helpers every panel builds with: h(tag, attrs, ...children), svg(tag, attrs, text)
+// and clear(el).
 
 /**
  * @typedef {string | number | Node | null | undefined | false} Leaf
@@ -26,6 +27,20 @@ export function h(tag, attrs, ...children) {
     else el.setAttribute(key, value === true ? "" : String(value));
   }
   append(el, children);
+  return el;
+}
+
+/**
+ * Create an SVG element with its attributes (set as strings) and optional text.
+ * @param {string} tag
+ * @param {Record<string, string | number>} [attrs]
+ * @param {string} [text]
+ * @returns {SVGElement}
+ */
+export function svg(tag, attrs = {}, text) {
+  const el = /** @type {SVGElement} */ (document.createElementNS("http://www.w3.org/2000/svg", tag));
+  for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, String(value));
+  if (text !== undefined && text !== "") el.textContent = text;
   return el;
 }
 

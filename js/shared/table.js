@@ -9,6 +9,24 @@ import { offlineNote, setStatus } from "./status.js";
 
 /** Rows shown per page. */
 export const PAGE_ROWS = 25;
+
+/**
+ * The payload's rows of a table as objects keyed by column (none for a missing table).
+ * @param {import("./payload.js").TablePayload | undefined} table
+ * @returns {Record<string, any>[]}
+ */
+export function rowDicts(table) {
+  return table ? table.rows.map((row) => rowDict(table, row)) : [];
+}
+
+/**
+ * One row as an object keyed by the table's columns.
+ * @param {import("./payload.js").TablePayload} table
+ * @param {any[]} row
+ */
+function rowDict(table, row) {
+  return Object.fromEntries(table.columns.map((c, i) => [c, row[i]]));
+}
 /** A text cell longer than this may wrap (theme.css .tln-long); shorter cells stay on one line. */
 const LONG_TEXT_CHARS = 60;
 /** Table attrs the panel reads itself instead of listing them as facts. */
@@ -160,7 +178,7 @@ export function tableView(table, ctx, { onRow, rowLabel = "Open" } = {}) {
     const data = tr && rowData.get(tr);
     if (!data) return;
     /** @type {RowEventDetail} */
-    const detail = { table: table.name, index: data.index, row: Object.fromEntries(table.columns.map((c, i) => [c, data.row[i]])) };
+    const detail = { table: table.name, index: data.index, row: rowDict(table, data.row) };
     tableEl.dispatchEvent(new CustomEvent("tln-row", { bubbles: true, detail }));
     onRow?.(detail);
   }, ctx.signal);

@@ -1,5 +1,6 @@
 // Mean |value| per residual dimension of one block output as SVG bars; Python flagged the
 // outlier dimensions (factor over the median dimension), this module labels them.
+import { svg as s } from "../../shared/dom.js";
 import { formatNumber } from "../../shared/format.js";
 
 /**
@@ -9,14 +10,7 @@ import { formatNumber } from "../../shared/format.js";
  */
 export function dimBars(spec) {
   const { values, median, outliers, title } = spec;
-  const ns = "http://www.w3.org/2000/svg";
   const width = 640, height = 160, top = 22;
-  const s = (/** @type {string} */ tag, /** @type {Record<string, string | number>} */ attrs, text = "") => {
-    const el = document.createElementNS(ns, tag);
-    for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, String(value));
-    if (text) el.textContent = text;
-    return el;
-  };
   let max = 0;
   for (const v of Array.from(values)) if (Number.isFinite(v)) max = Math.max(max, v);
   const band = width / Math.max(values.length, 1);

@@ -3,7 +3,7 @@
 // steps into columns and chose the marks (report/_timeline.py); this module only draws them.
 // A metric Python lists under `not_measured` is said in words, never drawn as zeros.
 import { cellAt, heatmapCanvas, logRange, rampGradient } from "../../shared/heatmap.js";
-import { h, listen } from "../../shared/dom.js";
+import { h, listen, svg } from "../../shared/dom.js";
 import { formatNumber } from "../../shared/format.js";
 import { readArrays } from "../../shared/payload.js";
 
@@ -72,14 +72,9 @@ function lossView(s, loss) {
   let lo = Infinity;
   let hi = -Infinity;
   for (const v of [...low, ...high]) if (Number.isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("viewBox", `0 0 ${n} ${LOSS_H}`);
-  svg.setAttribute("preserveAspectRatio", "none");
-  svg.setAttribute("class", "tln-tl-loss");
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `loss from ${formatNumber(lo)} to ${formatNumber(hi)}`);
-  svg.dataset.chart = "loss";
-  losses.set(svg, { low: Float32Array.from(low), high: Float32Array.from(high), summary: s });
+  const chart = svg("svg", { viewBox: `0 0 ${n} ${LOSS_H}`, preserveAspectRatio: "none", class: "tln-tl-loss",
+    role: "img", "aria-label": `loss from ${formatNumber(lo)} to ${formatNumber(hi)}`, "data-chart": "loss" });
+  losses.set(chart, { low: Float32Array.from(low), high: Float32Array.from(high), summary: s });
   const y = (/** @type {number} */ v) => (hi > lo ? (LOSS_H - 4) - ((v - lo) / (hi - lo)) * (LOSS_H - 8) : LOSS_H / 2);
   /** @type {string[]} */
   const top = [];
@@ -89,28 +84,18 @@ function lossView(s, loss) {
     if (Number.isFinite(high[c])) top.push(`${c + 0.5},${y(high[c]).toFixed(2)}`);
     if (Number.isFinite(low[c])) bottom.unshift(`${c + 0.5},${y(low[c]).toFixed(2)}`);
   }
-  const band = document.createElementNS(svg.namespaceURI, "polygon");
-  band.setAttribute("points", [...top, ...bottom].join(" "));
-  band.setAttribute("class", "tln-tl-band");
-  const line = document.createElementNS(svg.namespaceURI, "polyline");
-  line.setAttribute("points", top.join(" "));
-  line.setAttribute("class", "tln-tl-line");
-  svg.append(band, line);
+  chart.append(svg("polygon", { points: [...top, ...bottom].join(" "), class: "tln-tl-band" }),
+    svg("polyline", { points: top.join(" "), class: "tln-tl-line" }));
   for (const m of s.marks) {  // each finding's step across the loss, under its marker
-    const rule = document.createElementNS(svg.namespaceURI, "line");
-    Object.entries({ x1: m.column + 0.5, x2: m.column + 0.5, y1: 0, y2: LOSS_H, class: "tln-tl-rule", "data-tone": m.severity })
-      .forEach(([k, v]) => rule.setAttribute(k, String(v)));
-    svg.append(rule);
+    chart.append(svg("line", { x1: m.column + 0.5, x2: m.column + 0.5, y1: 0, y2: LOSS_H, class: "tln-tl-rule", "data-tone": m.severity }));
   }
   for (let c = 0; c < n; c++) {
     if (high[c] !== Infinity) continue;  // a non-finite loss: a tick at the top edge
-    const tick = document.createElementNS(svg.namespaceURI, "rect");
-    Object.entries({ x: c, y: 0, width: 1, height: 6, class: "tln-tl-nonfinite" }).forEach(([k, v]) => tick.setAttribute(k, String(v)));
-    svg.append(tick);
+    chart.append(svg("rect", { x: c, y: 0, width: 1, height: 6, class: "tln-tl-nonfinite" }));
   }
   return h("div", { class: "tln-tl-row" },
     h("div", { class: "tln-tl-label" }, h("strong", null, "loss"), h("br"), `${formatNumber(lo)} – ${formatNumber(hi)}`),
-    h("div", { class: "tln-tl-plot" }, svg));
+    h("div", { class: "tln-tl-plot" }, chart));
 }
 
 /** @param {Summary} s */

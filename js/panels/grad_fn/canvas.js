@@ -1,9 +1,8 @@
 // The grad_fn drawing surface: an SVG of laid-out units with pan (drag, arrow keys) and zoom
 // (wheel, +/-), focusable units activated by click or Enter, and selection/match highlights.
-import { listen } from "../../shared/dom.js";
+import { listen, svg } from "../../shared/dom.js";
 import { unitLabel } from "./layout.js";
 
-const SVG_NS = "http://www.w3.org/2000/svg";
 const MIN_SCALE = 0.05;
 const MAX_SCALE = 4;
 /** A press that moves less than this many pixels is a click, not a pan. */
@@ -11,17 +10,6 @@ const CLICK_SLOP_PX = 4;
 /** The opening view never shrinks 12 px labels below about 7 px: a deep graph (GPT-2 has over
  * a hundred ranks) opens at its top, readable, instead of fitted into an unreadable strip. */
 const MIN_OPEN_SCALE = 0.6;
-
-/**
- * @param {string} tag
- * @param {Record<string, string | number>} [attrs]
- * @returns {SVGElement}
- */
-function svg(tag, attrs = {}) {
-  const el = /** @type {SVGElement} */ (document.createElementNS(SVG_NS, tag));
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-  return el;
-}
 
 /**
  * @typedef {{ el: SVGElement, draw: (layout: import("./layout.js").Layout,
