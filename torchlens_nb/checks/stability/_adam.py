@@ -120,11 +120,9 @@ def _update(
         g = _strided(grad, stride)
         if not all(k in state for k in ADAM_KEYS):
             return lr * torch.sign(g)
-        step = float(state.get("step", 0)) + 1
         m = _strided(state["exp_avg"], stride) * b1 + g * (1 - b1)
         v = _strided(state["exp_avg_sq"], stride) * b2 + g.square() * (1 - b2)
-        denom = (v / (1 - b2**step)).sqrt_().add_(float(group["eps"]))
-        return m.div_(denom).mul_(lr / (1 - b1**step))
+        return adam_step(m, v, float(state.get("step", 0)) + 1, group)
     if "momentum" in group:
         g = _strided(grad, stride)
         buffer = state.get("momentum_buffer")
@@ -132,6 +130,15 @@ def _update(
             return g * lr
         return (_strided(buffer, stride) * float(group["momentum"]) + g) * lr
     return None
+
+
+def adam_step(m: torch.Tensor, v: torch.Tensor, step: float, group: dict[str, Any]) -> torch.Tensor:
+    """Adam's update from its moments after ``step`` steps: ``lr * m_hat / (sqrt(v_hat) +
+    eps)`` with the bias corrections (Kingma & Ba 2015), out of place (``m`` and ``v`` may be
+    the optimizer's own state)."""
+    b1, b2 = (float(b) for b in group["betas"])
+    denom = (v / (1 - b2**step)).sqrt() + float(group["eps"])
+    return m / denom * (float(group["lr"]) / (1 - b1**step))
 
 
 def ratio(moved: float, weight: float) -> float | None:

@@ -50,7 +50,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ..._hooks import remove_hook
 from ..._interrupts import shielded
 from ..._undo import Undo
-from ._adam import ADAM_KEYS, _update
+from ._adam import ADAM_KEYS, _update, adam_step
 from ._probe import ForwardProbe
 
 Keep = Literal["spikes", "every_step"]
@@ -406,10 +406,7 @@ def _previous_update(state: dict[str, Any], group: dict[str, Any]) -> torch.Tens
         step = float(state.get("step", 0))
         if step < 1:
             return None
-        b1, b2 = (float(b) for b in group["betas"])
-        m = state["exp_avg"].float() / (1 - b1**step)
-        v = state["exp_avg_sq"].float() / (1 - b2**step)
-        return m / (v.sqrt() + float(group["eps"])) * lr
+        return adam_step(state["exp_avg"].float(), state["exp_avg_sq"].float(), step, group)
     buffer = state.get("momentum_buffer")
     if buffer is not None and math.isfinite(lr):
         return buffer.float() * lr
