@@ -19,7 +19,6 @@ from torch import nn
 
 from ..._validate import MAX_PROBE_SIZE, is_int
 from ...capture import Trace, trace, validate_model
-from ...debug import preserved_rng_state
 from ...debug._isolation import keeps_torch_switches
 from ...errors import DiagnosticArgumentError, ForwardError
 from ...report import Finding, Table, Where
@@ -182,8 +181,8 @@ def prime_dims(
     Args:
         model: traced twice with ``tl.trace`` (``save=False``) in eval mode under no_grad; its
             train/eval flags are restored and BatchNorm statistics are not updated. The random
-            draws of ``make_input`` happen inside ``tl.debug.preserved_rng_state``: the
-            caller's RNG streams do not advance.
+            draws of ``make_input`` happen inside ``preserved()``, which restores the RNG
+            streams: the caller's do not advance.
         make_input: a function of the free sizes by name, e.g.
             ``lambda batch, seq: torch.randn(batch, seq, 16)``.
         baseline: the reference size of every free dimension, or a mapping name -> size.
@@ -226,7 +225,7 @@ def prime_dims(
                 f"{label} must give an int in [1, {MAX_PROBE_SIZE}] for each of {list(names)}, "
                 f"got {mapping!r}; the default baseline is {BASELINE_SIZE}."
             )
-    with preserved(model, mode="eval"), preserved_rng_state():
+    with preserved(model, mode="eval"):
         reference, probe = _run(model, make_input, base), _run(model, make_input, sizes)
     findings: list[Finding] = []
     broke = _shape_break(probe) if isinstance(probe, ForwardError) else None

@@ -7,8 +7,9 @@ flagged cone starts (a dead layer zeroes the gradient of everything upstream of 
 
 The caller's model keeps its ``.grad`` bitwise (saved, cleared for the run, restored), its
 buffers (the train-mode forward updates BatchNorm statistics; they are restored) and its
-train/eval flags; the run is in train mode (the gradients training sees) inside
-``tl.debug.preserved_rng_state``, so dropout draws do not advance the caller's RNG.
+train/eval flags; the run is in train mode (the gradients training sees) and the RNG streams
+are restored after it (``recipes._model_state.preserved``), so dropout draws do not advance the
+caller's RNG.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..._hooks import add_forward_hooks
 from ..._undo import Undo, undoing
 from ...capture import iter_tensors, trace
 from ...capture._installs import without_grad
-from ...debug import grad_health, preserved_rng_state
+from ...debug import grad_health
 from ...debug._isolation import keeps_torch_switches
 from ...options import CaptureOptions
 from ...report import Exit, Finding, Table, Where
@@ -284,9 +285,9 @@ def gradient_flow(
     inputs, targets = split_batch(first_batch(batch))
     device = model_device(model)
     inputs, targets = to_device(inputs, device), to_device(targets, device)
-    with preserved(model), preserved_rng_state():
+    with preserved(model):
         absorbed = _biases_into_norms(model, inputs)
-    with preserved(model, mode="train"), preserved_rng_state():
+    with preserved(model, mode="train"):
         recorded = trace(model, inputs, capture=CaptureOptions(save_grads=True))
         output = primary_output(recorded.output)
         loss = loss_fn(loss_input(recorded.output), targets)
@@ -324,7 +325,7 @@ def gradient_flow(
     disconnected = frozenset(p.name for p in params if p.verdict == "disconnected")
     unused: frozenset[str] = frozenset()
     if disconnected:  # which of them no module output the loss reads: by design, not a cut
-        with preserved(model, mode="train"), preserved_rng_state():
+        with preserved(model, mode="train"):
             unused = disconnected & _unused_outputs(model, inputs, targets, loss_fn)
     vanishing = _vanishing_with_depth(params)
     rms = [p.rms for p in params if p.rms and math.isfinite(p.rms) and p.name not in absorbed]

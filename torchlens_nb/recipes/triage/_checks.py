@@ -583,7 +583,7 @@ def _detached_loss(run: TriageRun) -> float | None:
     """The loss's value when it has no autograd graph while the outputs have one, else None
     (one forward of the working copy in train mode; modes, buffers and RNG restored)."""
     inputs, targets = split_batch(run.batch)
-    with preserved(run.model, mode="train"), preserved_rng_state():
+    with preserved(run.model, mode="train"):
         raw = call_model(run.model, inputs)
         output = primary_output(raw)
         loss = run.loss_fn(loss_input(raw), targets)

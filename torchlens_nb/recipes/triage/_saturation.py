@@ -23,13 +23,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from ...debug import preserved_rng_state
+from ..._undo import Undo, undoing
+from ...capture._installs import pop_mode, push_mode
 from ...report import Finding
 from ...report._recipes_data import recipe_status, worst_finding
 from ...report._recipes_training import GradientFlowReport
@@ -75,12 +77,18 @@ def saturating_stack(model: nn.Module, batch: Any, loss_fn: Any) -> Finding | No
     in train mode, and the loss and a backward only when it ran ``MIN_SATURATING`` saturating
     calls or more; its modes, buffers, ``.grad`` and the RNG are restored."""
     inputs, targets = split_batch(batch)
-    held = {p: p.grad for p in model.parameters()}
     mode = _Saturating()
+
+    def forward(undo: Undo) -> Any:
+        # the mode pushed by a C call whose undo is registered first: `with mode:` is
+        # TorchFunctionMode's Python __enter__, which an interrupt can leave pushed
+        undo.add(partial(pop_mode, mode))
+        push_mode(mode)
+        return call_model(model, inputs)
+
     try:
-        with preserved(model, mode="train"), preserved_rng_state():
-            with mode:
-                raw = call_model(model, inputs)
+        with preserved(model, mode="train"):  # modes, buffers, .grad and the RNG come back
+            raw = undoing(forward)
             if len(mode.outputs) < MIN_SATURATING:
                 return None  # the loss is not called: no stack to read
             loss = loss_fn(loss_input(raw), targets)
@@ -89,8 +97,6 @@ def saturating_stack(model: nn.Module, batch: Any, loss_fn: Any) -> Finding | No
             loss.backward()
             rms = _rms([out.grad for out in mode.outputs])
     finally:
-        for p, grad in held.items():
-            p.grad = grad
         mode.outputs.clear()
     if not all(math.isfinite(r) and r > 0 for r in rms):
         return None
